@@ -1,0 +1,1 @@
+"""Architecture families: one folder each, registered through the ``zoo.architectures`` entry point."""

@@ -1,0 +1,183 @@
+"""Weight tables: the one place a family says how its torch tensors become Keras variables.
+
+A table is a list of :class:`Port`, one per layer. A port names the layer's canonical
+tensors (exactly the torch twin's ``state_dict`` entries, with shapes) and the Keras
+layer's variables, and two pure numpy functions that convert one group into the other.
+Everything else (checkpoint validation, parameter counts, conversion in both directions)
+is derived from the table, so a family never writes conversion code twice.
+
+Keras variables are found by attribute path on the model object (``blocks.0.conv``),
+never by Keras' variable paths: those are renamed when a second model instance exists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Arrays = tuple[np.ndarray, ...]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    trainable: bool = True
+
+
+@dataclass(frozen=True)
+class Port:
+    tensors: tuple[TensorSpec, ...]
+    layer: str
+    variables: tuple[str, ...]
+    to_keras: Callable[..., Arrays]
+    to_torch: Callable[..., Arrays]
+
+
+def _identity(*arrays: np.ndarray) -> Arrays:
+    return tuple(arrays)
+
+
+def _t(name: str, shape: Iterable[int], dtype: str = "float32", trainable: bool = True):
+    return TensorSpec(name, tuple(int(s) for s in shape), dtype, trainable)
+
+
+def dense(
+    name: str,
+    in_features: int,
+    out_features: int,
+    *,
+    bias: bool = True,
+    layer: str | None = None,
+    flatten_chw: tuple[int, int, int] | None = None,
+) -> Port:
+    """``nn.Linear`` <-> ``keras.layers.Dense``.
+
+    ``flatten_chw`` is the (C, H, W) of a conv map flattened just before this layer:
+    torch flattens channels first, Keras (channels_last) channels last, so the input
+    rows of the kernel are permuted to match.
+    """
+    tensors = [_t(f"{name}.weight", (out_features, in_features))]
+    variables = ["kernel"]
+    if bias:
+        tensors.append(_t(f"{name}.bias", (out_features,)))
+        variables.append("bias")
+
+    def to_keras(weight: np.ndarray, *rest: np.ndarray) -> Arrays:
+        if flatten_chw is None:
+            return (weight.T, *rest)
+        c, h, w = flatten_chw
+        kernel = weight.reshape(out_features, c, h, w).transpose(2, 3, 1, 0)
+        return (kernel.reshape(h * w * c, out_features), *rest)
+
+    def to_torch(kernel: np.ndarray, *rest: np.ndarray) -> Arrays:
+        if flatten_chw is None:
+            return (kernel.T, *rest)
+        c, h, w = flatten_chw
+        weight = kernel.reshape(h, w, c, out_features).transpose(3, 2, 0, 1)
+        return (weight.reshape(out_features, c * h * w), *rest)
+
+    return Port(tuple(tensors), layer or name, tuple(variables), to_keras, to_torch)
+
+
+def conv2d(
+    name: str, in_channels: int, out_channels: int, kernel_size: int, *, bias: bool = True
+) -> Port:
+    """``nn.Conv2d`` (O, I, kh, kw) <-> ``keras.layers.Conv2D`` (kh, kw, I, O)."""
+    tensors = [_t(f"{name}.weight", (out_channels, in_channels, kernel_size, kernel_size))]
+    variables = ["kernel"]
+    if bias:
+        tensors.append(_t(f"{name}.bias", (out_channels,)))
+        variables.append("bias")
+    return Port(
+        tuple(tensors),
+        name,
+        tuple(variables),
+        lambda w, *rest: (w.transpose(2, 3, 1, 0), *rest),
+        lambda k, *rest: (k.transpose(3, 2, 0, 1), *rest),
+    )
+
+
+def batchnorm(name: str, channels: int) -> Port:
+    """``nn.BatchNorm*d`` <-> zoo's Keras ``BatchNorm`` (torch semantics, same five tensors)."""
+    tensors = (
+        _t(f"{name}.weight", (channels,)),
+        _t(f"{name}.bias", (channels,)),
+        _t(f"{name}.running_mean", (channels,), trainable=False),
+        _t(f"{name}.running_var", (channels,), trainable=False),
+        _t(f"{name}.num_batches_tracked", (), "int64", trainable=False),
+    )
+    variables = ("gamma", "beta", "moving_mean", "moving_variance", "num_batches_tracked")
+    return Port(tensors, name, variables, _identity, _identity)
+
+
+def layernorm(name: str, features: int) -> Port:
+    """``nn.LayerNorm`` <-> ``keras.layers.LayerNormalization`` (epsilon set equal by the twin)."""
+    tensors = (_t(f"{name}.weight", (features,)), _t(f"{name}.bias", (features,)))
+    return Port(tensors, name, ("gamma", "beta"), _identity, _identity)
+
+
+def embedding(name: str, num_embeddings: int, features: int) -> Port:
+    """``nn.Embedding`` <-> ``keras.layers.Embedding``: the same (N, D) matrix."""
+    return Port(
+        (_t(f"{name}.weight", (num_embeddings, features)),),
+        name,
+        ("embeddings",),
+        _identity,
+        _identity,
+    )
+
+
+# --------------------------------------------------------------------------- table use
+
+
+def tensor_specs(table: Sequence[Port]) -> dict[str, TensorSpec]:
+    specs: dict[str, TensorSpec] = {}
+    for port in table:
+        for spec in port.tensors:
+            if spec.name in specs:
+                raise ValueError(f"weight table names {spec.name!r} twice")
+            specs[spec.name] = spec
+    return specs
+
+
+def count_parameters(table: Sequence[Port]) -> int:
+    return sum(math.prod(s.shape) for p in table for s in p.tensors if s.trainable)
+
+
+def keras_layer(model, path: str):
+    """Follow an attribute path such as ``stages.0.conv`` from a Keras model to a layer."""
+    obj = model
+    for part in path.split("."):
+        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+    return obj
+
+
+def keras_to_tensors(model, table: Sequence[Port]) -> dict[str, np.ndarray]:
+    """Read a Keras twin's variables into canonical (torch-layout) numpy arrays."""
+    tensors: dict[str, np.ndarray] = {}
+    for port in table:
+        layer = keras_layer(model, port.layer)
+        values = [np.asarray(getattr(layer, v).numpy()) for v in port.variables]
+        for spec, array in zip(port.tensors, port.to_torch(*values), strict=True):
+            tensors[spec.name] = np.ascontiguousarray(array, dtype=spec.dtype)
+    return tensors
+
+
+def tensors_to_keras(model, table: Sequence[Port], tensors: dict[str, np.ndarray]) -> None:
+    """Assign canonical arrays to a built Keras twin's variables, checking every shape."""
+    for port in table:
+        layer = keras_layer(model, port.layer)
+        arrays = port.to_keras(*(tensors[s.name] for s in port.tensors))
+        for variable_name, array in zip(port.variables, arrays, strict=True):
+            variable = getattr(layer, variable_name)
+            if tuple(variable.shape) != array.shape:
+                raise ValueError(
+                    f"{port.layer}.{variable_name}: Keras variable has shape "
+                    f"{tuple(variable.shape)}, the weight table produced {array.shape}"
+                )
+            variable.assign(array.astype(variable.dtype))
