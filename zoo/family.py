@@ -53,6 +53,13 @@ class ArchitectureConfig(BaseModel):
         """Shape of one input sample in the canonical (torch) layout."""
         raise NotImplementedError
 
+    def example_input(self, batch: int, seed: int = 0):
+        """A random batch in the canonical layout, for tests and benchmarks."""
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        return rng.normal(size=(batch, *self.sample_shape())).astype(np.float32)
+
     def task_info(self) -> dict[str, Any]:
         """What a user of a checkpoint needs besides the weights (class count, vocabulary)."""
         return {key: getattr(self, key) for key in self.DATA_FIELDS if key.startswith("num_")}

@@ -69,7 +69,7 @@ class CNN(keras.Model):
 
     def __init__(self, cfg: CNNConfig, **kw):
         super().__init__(**kw)
-        self.config_ = cfg
+        self.zoo_config = cfg
         self.stem = ConvBN(cfg, cfg.stem_width, cfg.kernel_size, 1, act=True)
         self.stages = []
         cin = cfg.stem_width

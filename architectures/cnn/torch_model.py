@@ -62,7 +62,7 @@ class CNN(nn.Module):
 
     def __init__(self, cfg: CNNConfig):
         super().__init__()
-        self.config = cfg
+        self.zoo_config = cfg
         self.stem = ConvBN(cfg, cfg.in_channels, cfg.stem_width, cfg.kernel_size, 1, act=True)
         self.stages = nn.ModuleList()
         cin = cfg.stem_width
@@ -81,7 +81,7 @@ class CNN(nn.Module):
         x = self.stem(x)
         for stage in self.stages:
             x = stage(x)
-            if self.config.downsample == "maxpool":
+            if self.zoo_config.downsample == "maxpool":
                 x = F.max_pool2d(x, 2)
         return x
 

@@ -1,0 +1,31 @@
+# The two commands a newcomer needs (see README.md):
+#   make train   set everything up, then train the default recipe on the embedded digits
+#   make test    set everything up, then run the whole test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: train test lint setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/zoo train recipes/cnn-digits.yaml
+
+test: $(STAMP)
+	$(BIN)/ruff check zoo architectures tests bench
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check zoo architectures tests bench
+	$(BIN)/ruff format --check zoo architectures tests bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

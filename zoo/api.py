@@ -1,0 +1,107 @@
+"""The Python API: the same verbs as the ``zoo`` command line.
+
+Nothing here imports torch or TensorFlow at module level; each framework is imported
+by the call that needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zoo import registry
+from zoo.recipe import Recipe, load_recipe, normalize_framework
+from zoo.runs import RunDir
+
+BACKENDS = {"lightning": "zoo.lightning.trainer", "keras": "zoo.keras.trainer"}
+
+
+def list_architectures() -> list[registry.Entry]:
+    return registry.list_architectures()
+
+
+def create_model(name: str, framework: str = "lightning", **config: Any):
+    """A torch ``nn.Module`` or a built ``keras.Model`` of a family or preset."""
+    framework = _framework(framework)
+    family = registry.get_family(name)
+    cfg = registry.resolve_config(name, **config)
+    return family.build_keras(cfg) if framework == "keras" else family.build_torch(cfg)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    checkpoint: Path
+    metrics: dict[str, float]
+    framework: str
+    history: list[dict[str, str]] = field(default_factory=list)
+
+
+def train(
+    recipe: Recipe | str | Path | dict, framework: str | None = None, overrides: list[str] | tuple = ()
+) -> TrainResult:
+    """Train a recipe in one framework, test it, export the common checkpoint."""
+    from zoo.checkpoint import save_checkpoint
+    from zoo.data import load_dataset
+    from zoo.runs import read_metrics
+
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe, overrides)
+    framework = _framework(framework or recipe.trainer.framework)
+    recipe = recipe.model_copy(update={"trainer": recipe.trainer.model_copy(update={"framework": framework})})
+    family = registry.get_family(recipe.model.architecture)
+    dataset = load_dataset(recipe.data, family.input_kind)
+    config = recipe.model.bind(dataset.info)
+    recipe = recipe.model_copy(update={"model": config})
+    name = recipe.export.run_name or RunDir.default_name(recipe.name, framework)
+    run = RunDir.create(recipe.export.dir, name)
+    run.recipe.write_text(recipe.to_yaml())
+    started = time.perf_counter()
+    model, metrics = importlib.import_module(BACKENDS[framework]).fit(recipe, config, family, dataset, run)
+    checkpoint = save_checkpoint(model, run.checkpoint, recipe=recipe.to_dict(), metrics=metrics, task=dataset.task)
+    run.write_summary({
+        "recipe": recipe.name, "framework": framework, "architecture": config.architecture,
+        "preset": config.preset, "metrics": metrics,
+        "total_seconds": round(time.perf_counter() - started, 3),
+        "checkpoint": str(checkpoint),
+    })  # fmt: skip
+    return TrainResult(run.path, checkpoint, metrics, framework, read_metrics(run.metrics))
+
+
+def save_checkpoint(model, path, **kwargs) -> Path:
+    from zoo.checkpoint import save_checkpoint as save
+
+    return save(model, path, **kwargs)
+
+
+def load_checkpoint(path, framework: str = "lightning", architecture: str | None = None):
+    from zoo.checkpoint import load_checkpoint as load
+
+    return load(path, _framework(framework), architecture)
+
+
+def inspect_checkpoint(path) -> dict[str, Any]:
+    """Metadata (JSON fields decoded) and the tensor table of a checkpoint."""
+    from zoo.checkpoint import read_checkpoint
+
+    checkpoint = read_checkpoint(path)
+    metadata: dict[str, Any] = {}
+    for key, value in checkpoint.metadata.items():
+        try:
+            metadata[key] = json.loads(value) if value[:1] in "{[" else value
+        except json.JSONDecodeError:
+            metadata[key] = value
+    tensors = checkpoint.family.weight_table(checkpoint.config)
+    table = [(s.name, s.shape, s.dtype) for port in tensors for s in port.tensors]
+    return {"metadata": metadata, "tensors": table}
+
+
+def _framework(name: str) -> str:
+    framework = normalize_framework(name)
+    if framework not in BACKENDS:
+        raise ValueError(f"framework {name!r} is not one of: lightning (alias torch), keras")
+    return framework

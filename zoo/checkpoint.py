@@ -1,0 +1,260 @@
+"""The common checkpoint: one safetensors file that either framework loads.
+
+Tensor names and layouts are exactly the torch twin's ``state_dict``; the Keras twin
+reaches them through its family's weight table. Metadata (all strings, as safetensors
+requires) carries what is needed to rebuild and reuse the model. Files are written to a
+temporary name, fsynced and renamed, so a crash never leaves half a file where a good
+one was; nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo import registry
+from zoo.family import ArchitectureConfig, Family
+from zoo.weights import keras_to_tensors, tensor_specs, tensors_to_keras
+
+FORMAT = "zoo-checkpoint"
+FORMAT_VERSION = 1
+SAFETENSORS_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+}  # fmt: skip
+
+
+class CheckpointError(ValueError):
+    """A file that is not a usable zoo checkpoint; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    metadata: dict[str, str]
+    family: Family
+    config: ArchitectureConfig
+
+    @property
+    def framework(self) -> str:
+        return self.metadata.get("framework", "")
+
+    def json(self, key: str, default: Any = None) -> Any:
+        text = self.metadata.get(key)
+        return default if text is None else json.loads(text)
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        from safetensors.numpy import load_file
+
+        return load_file(self.path)
+
+
+# ------------------------------------------------------------------------------ write
+
+
+def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> Path:
+    """Atomically write ``tensors``: temporary file, fsync, rename, fsync the folder."""
+    from safetensors.numpy import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+        save_file(arrays, str(temporary), metadata=metadata)
+        with open(temporary, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return path
+
+
+def framework_of(model: Any) -> str:
+    torch, keras = sys.modules.get("torch"), sys.modules.get("keras")
+    if torch is not None and isinstance(model, torch.nn.Module):
+        return "lightning"
+    if keras is not None and isinstance(model, keras.Model):
+        return "keras"
+    raise TypeError(f"{type(model).__name__} is neither a torch nn.Module nor a keras.Model of zoo")
+
+
+def model_tensors(model: Any) -> dict[str, np.ndarray]:
+    """A zoo twin's weights as canonical float32/int64 numpy arrays."""
+    config = model.zoo_config
+    family = registry.get_family(config.architecture)
+    if framework_of(model) == "keras":
+        return keras_to_tensors(model, family.weight_table(config))
+    specs = tensor_specs(family.weight_table(config))
+    tensors = {}
+    for name, value in model.state_dict().items():
+        dtype = specs[name].dtype if name in specs else "float32"
+        tensors[name] = value.detach().to("cpu").float().numpy().astype(dtype) if value.is_floating_point() \
+            else value.detach().to("cpu").numpy()
+    return tensors
+
+
+def save_checkpoint(
+    model: Any,
+    path: str | Path,
+    *,
+    recipe: dict[str, Any] | None = None,
+    metrics: dict[str, float] | None = None,
+    task: str = "classification",
+) -> Path:
+    """Export a zoo model (either twin) as the common checkpoint."""
+    config = model.zoo_config
+    framework = framework_of(model)
+    metadata = {
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "architecture": config.architecture,
+        "config": config.model_dump_json(),
+        "task": task,
+        "task_info": json.dumps(config.task_info()),
+        "framework": framework,
+        "recipe": json.dumps(recipe or {}),
+        "metrics": json.dumps(metrics or {}),
+        "versions": json.dumps(_versions(framework)),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    return write_safetensors(path, model_tensors(model), metadata)
+
+
+def _versions(framework: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    names = ["zoo", "safetensors", "numpy"]
+    names += ["torch", "lightning"] if framework == "lightning" else ["tensorflow", "keras"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+# ------------------------------------------------------------------------------- read
+
+
+def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkpoint:
+    """Open and check a checkpoint: marker, architecture, config, every name, shape, dtype."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file")
+    _refuse_pickles(path)
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            metadata = handle.metadata() or {}
+            found = {n: _describe_slice(handle.get_slice(n)) for n in handle.keys()}  # noqa: SIM118
+    except Exception as error:  # safetensors raises its own error type or OSError
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({error}); it may be truncated or of "
+            "another format. zoo checkpoints are the model.safetensors files that `zoo train` exports."
+        ) from None
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path}: a safetensors file, but not a zoo checkpoint (its metadata has no "
+            f"format={FORMAT!r}); zoo needs the architecture and config that zoo writes there"
+        )
+    if int(metadata.get("format_version", "0")) > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {metadata['format_version']} is newer than this "
+            f"zoo reads ({FORMAT_VERSION}); upgrade zoo"
+        )
+    name = metadata.get("architecture", "")
+    try:
+        family = registry.get_family(name)
+    except registry.UnknownArchitectureError as error:
+        raise CheckpointError(f"{path}: {error}") from None
+    if architecture is not None and registry.get_family(architecture).name != family.name:
+        raise CheckpointError(
+            f"{path}: is a {family.name!r} checkpoint, but a {registry.get_family(architecture).name!r} "
+            "model was asked for"
+        )
+    try:
+        config = family.config.model_validate_json(metadata.get("config", "{}"))
+    except ValueError as error:
+        raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
+    _check_tensors(path, found, family.weight_table(config))
+    return Checkpoint(path, metadata, family, config)
+
+
+def _refuse_pickles(path: Path) -> None:
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+    if head[:2] == b"PK" or head[:1] == b"\x80":
+        raise CheckpointError(
+            f"{path}: looks like a pickled PyTorch file (torch.save / a .pt or .ckpt); zoo never "
+            "unpickles files. If you trust it, load it yourself with torch.load(..., "
+            "weights_only=True) into the torch twin and export it with zoo.save_checkpoint."
+        )
+
+
+def _describe_slice(piece) -> tuple[tuple[int, ...], str]:
+    dtype = piece.get_dtype()
+    return tuple(piece.get_shape()), SAFETENSORS_DTYPES.get(dtype, dtype)
+
+
+def _check_tensors(path: Path, found: dict[str, tuple], table) -> None:
+    expected = tensor_specs(table)
+    problems = []
+    missing = [n for n in expected if n not in found]
+    extra = [n for n in found if n not in expected]
+    if missing:
+        problems.append(f"missing tensors: {_some(missing)}")
+    if extra:
+        problems.append(f"unexpected tensors: {_some(extra)}")
+    for name, spec in expected.items():
+        if name not in found:
+            continue
+        shape, dtype = found[name]
+        if shape != spec.shape:
+            problems.append(f"{name} has shape {list(shape)}, the config needs {list(spec.shape)}")
+        elif dtype != spec.dtype:
+            problems.append(f"{name} has dtype {dtype}, expected {spec.dtype}")
+    if problems:
+        raise CheckpointError(f"{path}: tensors do not match the architecture: " + "; ".join(problems[:6]))
+
+
+def _some(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+# ------------------------------------------------------------------------------- load
+
+
+def load_checkpoint(path: str | Path, framework: str = "lightning", architecture: str | None = None):
+    """Build the twin of ``framework`` and load the checkpoint's weights into it."""
+    from zoo.recipe import normalize_framework
+
+    framework = normalize_framework(framework)
+    checkpoint = read_checkpoint(path, architecture)
+    tensors = checkpoint.tensors()
+    if framework == "keras":
+        model = checkpoint.family.build_keras(checkpoint.config)
+        tensors_to_keras(model, checkpoint.family.weight_table(checkpoint.config), tensors)
+        return model
+    if framework == "lightning":
+        import torch
+
+        model = checkpoint.family.build_torch(checkpoint.config)
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=True)
+        return model
+    raise ValueError(f"framework {framework!r} is not one of: lightning (torch), keras")

@@ -1,0 +1,199 @@
+"""The ``zoo`` command: a thin layer over the Python API.
+
+User mistakes (a bad recipe, a broken checkpoint, unusable data) end with one clear
+paragraph on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import typing
+from pathlib import Path
+
+import click
+
+from zoo import registry
+from zoo.recipe import Recipe, RecipeError, load_recipe
+
+EXIT_USAGE = 2
+
+
+def user_errors(fn):
+    """Turn the errors a user can fix into a message and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from zoo.data import DataError
+
+        handled: tuple[type[Exception], ...] = (
+            RecipeError, DataError, registry.UnknownArchitectureError, FileNotFoundError,
+        )  # fmt: skip
+        if "zoo.checkpoint" in sys.modules or fn.__name__ in ("inspect", "train"):
+            from zoo.checkpoint import CheckpointError
+
+            handled += (CheckpointError,)
+        try:
+            return fn(*args, **kwargs)
+        except handled as error:
+            click.echo(f"error: {error}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+overrides_option = click.option(
+    "--set", "overrides", multiple=True, metavar="a.b=VALUE",
+    help="Override a recipe field (value parsed as YAML); repeatable.",
+)  # fmt: skip
+framework_option = click.option(
+    "--framework", type=click.Choice(["lightning", "torch", "keras"]), default=None,
+    help="Framework to run in (default: the recipe's trainer.framework).",
+)  # fmt: skip
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="zoo")
+def main() -> None:
+    """Train, fine-tune and compare architectures in PyTorch/Lightning and Keras 3."""
+
+
+@main.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_(as_json: bool) -> None:
+    """The registered architectures and presets."""
+    entries = registry.list_architectures()
+    if as_json:
+        click.echo(json.dumps([e.__dict__ for e in entries], indent=2))
+        return
+    rows = [("NAME", "FAMILY", "KIND", "TASKS", "PARAMS", "FRAMEWORKS")]
+    rows += [
+        (e.name, e.family, e.kind, ",".join(e.tasks), f"{e.parameters:,}", ",".join(e.frameworks))
+        for e in entries
+    ]
+    _table(rows)
+
+
+@main.command()
+@click.argument("name")
+@user_errors
+def show(name: str) -> None:
+    """An architecture's or preset's config fields: type, value, description."""
+    family = registry.get_family(name)
+    config = registry.resolve_config(name)
+    preset = registry.presets().get(name)
+    click.echo(f"{name}: {preset[1].description if preset else family.description}")
+    click.echo(f"family {family.name}, input {family.input_kind}, tasks {', '.join(family.tasks)}")
+    if family.config.__doc__:
+        click.echo("\n" + " ".join(family.config.__doc__.split()))
+    click.echo()
+    rows = [("FIELD", "TYPE", "VALUE", "DESCRIPTION")]
+    for field_name, info in family.config.model_fields.items():
+        if field_name in ("architecture", "preset"):
+            continue
+        value = getattr(config, field_name)
+        rows.append((field_name, _type_name(info.annotation), json.dumps(value), info.description or ""))
+    _table(rows)
+    if family.config.DATA_FIELDS:
+        click.echo(f"\nTaken from the data unless set: {', '.join(family.config.DATA_FIELDS)}")
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@overrides_option
+@user_errors
+def validate(recipe: Path, overrides: tuple[str, ...]) -> None:
+    """Validate a recipe and print it resolved (presets expanded, defaults filled)."""
+    click.echo(load_recipe(recipe, overrides).to_yaml(), nl=False)
+
+
+@main.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
+def schema(output: Path | None) -> None:
+    """The recipe's JSON Schema (for editor completion and checking)."""
+    text = json.dumps(Recipe.model_json_schema(by_alias=True), indent=2) + "\n"
+    if output:
+        output.write_text(text)
+        click.echo(f"wrote {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@framework_option
+@overrides_option
+@user_errors
+def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> None:
+    """Train a recipe, evaluate on its test split, export the common checkpoint."""
+    from zoo.api import train as run_training
+
+    resolved = load_recipe(recipe, overrides)
+    result = run_training(resolved, framework)
+    metrics = result.metrics
+    click.echo()
+    click.echo(f"{resolved.name} ({result.framework}): " + ", ".join(
+        f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith("test_")
+    ))  # fmt: skip
+    click.echo(f"trained in {metrics['train_seconds']:.1f} s; run folder {result.run_dir}")
+    click.echo(f"checkpoint {result.checkpoint}")
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@user_errors
+def inspect(checkpoint: Path, as_json: bool) -> None:
+    """A checkpoint's metadata and tensor table."""
+    from zoo.api import inspect_checkpoint
+
+    info = inspect_checkpoint(checkpoint)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    for key, value in info["metadata"].items():
+        if key == "recipe":
+            value = f"{{... {len(json.dumps(value))} characters; see --json}}"
+        elif not isinstance(value, str):
+            value = json.dumps(value)
+        click.echo(f"{key}: {value}")
+    click.echo()
+    rows = [("TENSOR", "SHAPE", "DTYPE")] + [(n, "x".join(map(str, s)) or "scalar", d) for n, s, d in info["tensors"]]
+    _table(rows)
+    total = sum(_prod(s) for _, s, _ in info["tensors"])
+    click.echo(f"\n{len(info['tensors'])} tensors, {total:,} values")
+
+
+def _prod(shape) -> int:
+    result = 1
+    for size in shape:
+        result *= size
+    return result
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)]
+        click.echo("  ".join(cells).rstrip())
+
+
+def _type_name(annotation) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return "|".join(str(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(annotation))
+        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
+    if annotation is type(None):
+        return "None"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Offline datasets as numpy arrays, and the one seeded batch order both frameworks consume.
+
+Arrays are in the canonical (torch) layout: images (N, C, H, W), sequences (N, T, F).
+The Keras side moves channels last itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zoo.data.batches import epoch_batches, epoch_order, steps_per_epoch
+
+__all__ = ["Dataset", "Split", "epoch_batches", "epoch_order", "load_dataset", "steps_per_epoch"]
+
+
+@dataclass(frozen=True)
+class Split:
+    x: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    train: Split
+    val: Split
+    test: Split
+    task: str
+    info: dict[str, Any] = field(default_factory=dict)  # fields the model config takes from the data
+
+
+class DataError(ValueError):
+    """User data that cannot be used, with what was expected instead."""
+
+
+def load_dataset(cfg, input_kind: str) -> Dataset:
+    if cfg.name == "digits":
+        from zoo.data.digits import load_digits
+
+        return load_digits(cfg, input_kind)
+    if cfg.name == "npz":
+        from zoo.data.npz import load_npz
+
+        return load_npz(cfg, input_kind)
+    raise DataError(f"data.name {cfg.name!r} has no loader")
+
+
+def image_info(x: np.ndarray, y_all: list[np.ndarray]) -> dict[str, Any]:
+    return {
+        "in_channels": int(x.shape[1]),
+        "image_size": int(x.shape[2]),
+        "num_classes": int(max(int(y.max()) for y in y_all if len(y)) + 1),
+    }
+
+
+def sequence_info(x: np.ndarray, y_all: list[np.ndarray]) -> dict[str, Any]:
+    return {
+        "input_size": int(x.shape[2]),
+        "num_classes": int(max(int(y.max()) for y in y_all if len(y)) + 1),
+    }

@@ -1,0 +1,34 @@
+"""scikit-learn's 8x8 digits: images for CNNs, 8 rows of 8 features for sequence models."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zoo.data import Dataset, Split, image_info, sequence_info
+
+
+def load_digits(cfg, input_kind: str) -> Dataset:
+    from sklearn.datasets import load_digits as sklearn_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = sklearn_digits()
+    x = (bunch.images / 16.0).astype(np.float32)  # pixel values are 0..16
+    y = bunch.target.astype(np.int64)
+    index = np.arange(len(y))
+    rest, test = train_test_split(
+        index, test_size=cfg.test_fraction, stratify=y, random_state=cfg.split_seed
+    )
+    val_share = cfg.val_fraction / (1 - cfg.test_fraction)
+    if val_share > 0:
+        train, val = train_test_split(
+            rest, test_size=val_share, stratify=y[rest], random_state=cfg.split_seed
+        )
+    else:
+        train, val = rest, rest[:0]
+    if input_kind == "image":
+        x = x[:, None]  # (N, 1, 8, 8)
+        info = image_info(x, [y])
+    else:
+        info = sequence_info(x, [y])  # 8 time steps of 8 features
+    splits = [Split(np.ascontiguousarray(x[i]), y[i]) for i in (np.sort(train), np.sort(val), np.sort(test))]
+    return Dataset(*splits, task="classification", info=info)

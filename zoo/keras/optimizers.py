@@ -1,0 +1,106 @@
+"""Keras optimizers with torch's update rules, so one recipe means one algorithm.
+
+Keras' own SGD folds the learning rate into its momentum buffer, its Adam puts epsilon
+inside the bias correction, and its ``weight_decay`` is always decoupled. torch's SGD and
+Adam add an L2 term to the gradient instead. These classes do exactly what
+``torch.optim`` does; AdamW is decoupled in both and uses Keras' own decay.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+
+
+class TableSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """The rate of update ``step`` is ``table[step]`` (zoo.schedule builds the table)."""
+
+    def __init__(self, table):
+        self.values = [float(v) for v in np.asarray(table, dtype=np.float32)]
+        self.table = ops.convert_to_tensor(np.asarray(self.values, dtype=np.float32))
+
+    def __call__(self, step):
+        index = ops.minimum(ops.cast(step, "int32"), len(self.values) - 1)
+        return ops.take(self.table, index)
+
+    def get_config(self):
+        return {"table": self.values}
+
+
+class TorchSGD(keras.optimizers.Optimizer):
+    def __init__(self, learning_rate, momentum=0.0, nesterov=False, l2=0.0, name="torch_sgd", **kw):
+        super().__init__(learning_rate=learning_rate, name=name, **kw)
+        self.momentum, self.nesterov, self.l2 = momentum, nesterov, l2
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        if self.momentum:
+            self._buffers = self.add_optimizer_variables(var_list, "momentum_buffer")
+
+    def update_step(self, gradient, variable, learning_rate):
+        lr = ops.cast(learning_rate, variable.dtype)
+        g = ops.cast(gradient, variable.dtype)
+        if self.l2:
+            g = g + self.l2 * variable
+        if self.momentum:
+            buffer = self._buffers[self._get_variable_index(variable)]
+            self.assign(buffer, buffer * self.momentum + g)
+            g = g + self.momentum * buffer if self.nesterov else buffer
+        self.assign_sub(variable, lr * g)
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov, "l2": self.l2}
+
+
+class TorchAdam(keras.optimizers.Optimizer):
+    """Adam with torch's arithmetic: ``p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)``.
+
+    ``l2`` is torch.optim.Adam's weight decay (added to the gradient); the base class'
+    ``weight_decay`` is the decoupled decay of AdamW.
+    """
+
+    def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-8, l2=0.0, name="torch_adam", **kw):
+        super().__init__(learning_rate=learning_rate, name=name, **kw)
+        self.beta_1, self.beta_2, self.epsilon, self.l2 = beta_1, beta_2, epsilon, l2
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._m, self._v = self.add_optimizer_variables(var_list, ["exp_avg", "exp_avg_sq"])
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        g = ops.cast(gradient, dtype)
+        if self.l2:
+            g = g + self.l2 * variable
+        step = ops.cast(self.iterations + 1, dtype)
+        b1, b2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+        m = self._m[self._get_variable_index(variable)]
+        v = self._v[self._get_variable_index(variable)]
+        self.assign(m, m * b1 + g * (1 - b1))
+        self.assign(v, v * b2 + ops.square(g) * (1 - b2))
+        bias1 = 1 - ops.power(b1, step)
+        bias2 = 1 - ops.power(b2, step)
+        denominator = ops.sqrt(v) / ops.sqrt(bias2) + self.epsilon
+        self.assign_sub(variable, (lr / bias1) * m / denominator)
+
+    def get_config(self):
+        return {
+            **super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2,
+            "epsilon": self.epsilon, "l2": self.l2,
+        }  # fmt: skip
+
+
+def build_optimizer(cfg, table) -> keras.optimizers.Optimizer:
+    schedule = TableSchedule(table)
+    if cfg.name == "sgd":
+        return TorchSGD(schedule, cfg.momentum, cfg.nesterov, cfg.weight_decay)
+    beta_1, beta_2 = cfg.betas
+    if cfg.name == "adam":
+        return TorchAdam(schedule, beta_1, beta_2, cfg.eps, l2=cfg.weight_decay)
+    return TorchAdam(schedule, beta_1, beta_2, cfg.eps, weight_decay=cfg.weight_decay or None, name="torch_adamw")

@@ -1,0 +1,49 @@
+"""DataLoaders that yield zoo's seeded batch order, a whole batch per fetch.
+
+The sampler yields index arrays, and the dataset answers each with one numpy fancy
+index: no per-sample ``__getitem__`` and no collate, which would cost more than a
+small model's step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from zoo.data import Split, epoch_batches
+
+
+class BatchOrder(Sampler):
+    """zoo's batch order for one split; Lightning calls ``set_epoch`` every epoch."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, shuffle: bool):
+        self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        yield from epoch_batches(self.n, self.batch_size, self.seed, self.epoch, self.shuffle)
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+
+class BatchIndexed(torch.utils.data.Dataset):
+    def __init__(self, split: Split):
+        self.x = torch.from_numpy(split.x)
+        self.y = torch.from_numpy(split.y)
+
+    def __getitem__(self, index: np.ndarray):
+        index = torch.from_numpy(index)
+        return self.x[index], self.y[index]
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def loader(split: Split, batch_size: int, seed: int = 0, shuffle: bool = False) -> DataLoader:
+    sampler = BatchOrder(len(split), batch_size, seed, shuffle)
+    return DataLoader(BatchIndexed(split), sampler=sampler, batch_size=None)

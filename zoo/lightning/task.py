@@ -1,0 +1,58 @@
+"""LightningModules that wrap a plain torch twin with a task's loss, metrics and optimizer."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from zoo.lightning.optim import build_optimizer, build_scheduler
+
+
+class Task(L.LightningModule):
+    """Shared training/validation/test logic; subclasses define ``loss_and_metrics``."""
+
+    def __init__(self, model: torch.nn.Module, optimizer_cfg, lr_table):
+        super().__init__()
+        self.model = model
+        self.optimizer_cfg = optimizer_cfg
+        self.lr_table = lr_table
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def loss_and_metrics(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        raise NotImplementedError
+
+    def _step(self, batch, stage: str) -> torch.Tensor:
+        loss, metrics, n = self.loss_and_metrics(batch)
+        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        for name, value in metrics.items():
+            self.log(f"{stage}_{name}", value, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def configure_optimizers(self):
+        optimizer = build_optimizer(self.optimizer_cfg, self.model.parameters())
+        scheduler = build_scheduler(optimizer, self.lr_table, self.optimizer_cfg.lr)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class ClassificationTask(Task):
+    def loss_and_metrics(self, batch):
+        x, y = batch
+        logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        accuracy = (logits.argmax(-1) == y).float().mean()
+        return loss, {"accuracy": accuracy}, len(y)
+
+
+TASKS = {"classification": ClassificationTask}

@@ -1,0 +1,430 @@
+"""The recipe: one pydantic schema that says what to train and how, for both frameworks.
+
+Sections: ``model`` (a family config, chosen by ``architecture``, which may also name a
+preset), ``data``, ``optimizer``, ``schedule``, ``trainer``, ``init``, ``export``.
+Unknown keys are errors everywhere. Fields that exist for knobs zoo does not drive yet
+are validated like the others and refuse any value but their default, so a recipe never
+asks for something that is silently ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from zoo import registry
+
+FRAMEWORKS = ("lightning", "keras")
+FRAMEWORK_ALIASES = {"torch": "lightning", "pytorch": "lightning", "tensorflow": "keras"}
+
+
+def normalize_framework(value: Any) -> Any:
+    """``"torch"`` is accepted wherever a framework is named; it means ``"lightning"``."""
+    return FRAMEWORK_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+Framework = Annotated[Literal["lightning", "keras"], BeforeValidator(normalize_framework)]
+
+
+def not_yet(default: Any, what: str):
+    """Refuse any value but ``default`` for a knob this version of zoo does not drive yet."""
+
+    def check(value: Any) -> Any:
+        if value != default:
+            raise ValueError(f"{what} {value!r} is not supported yet; use {default!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+
+# ------------------------------------------------------------------------------ data
+
+
+class DataBase(Section):
+    batch_size: PositiveInt = Field(64, description="Training batch size (global, across devices).")
+    eval_batch_size: PositiveInt = Field(512, description="Batch size for validation and test.")
+    shuffle: bool = Field(True, description="Reshuffle the training set every epoch (seeded).")
+
+
+class DigitsData(DataBase):
+    """The 8x8 digits that scikit-learn ships (1,797 images, 10 classes), scaled to [0, 1]."""
+
+    name: Literal["digits"] = "digits"
+    val_fraction: float = Field(0.1, ge=0, lt=0.5, description="Share of the data held out for validation.")
+    test_fraction: float = Field(0.2, gt=0, lt=0.5, description="Share of the data held out for testing.")
+    split_seed: int = Field(0, description="Seed of the fixed stratified split (not the training seed).")
+
+
+class NpzData(DataBase):
+    """A user's ``.npz``: ``x_train``, ``y_train``, ``x_test``, ``y_test`` (and optionally
+    ``x_val``, ``y_val``). Images are (N, H, W) or (N, C, H, W); sequences (N, T, F)."""
+
+    name: Literal["npz"] = "npz"
+    path: Path = Field(description="Path of the .npz file.")
+    val_fraction: float = Field(
+        0.1, ge=0, lt=0.5, description="Held out from the training arrays when the file has no x_val."
+    )
+    split_seed: int = Field(0, description="Seed of the validation split taken from the training arrays.")
+
+    @model_validator(mode="after")
+    def _exists(self):
+        if not self.path.is_file():
+            raise ValueError(f"data.path {str(self.path)!r} is not a file; give the path of an .npz")
+        return self
+
+
+def default_tag(tag: str):
+    """A section without ``name`` is the default variant, so ``--set data.batch_size=8`` works."""
+
+    def fill(value: Any) -> Any:
+        return {"name": tag, **value} if isinstance(value, dict) else value
+
+    return BeforeValidator(fill)
+
+
+DataConfig = Annotated[
+    Union[DigitsData, NpzData], Field(discriminator="name"), default_tag("digits")  # noqa: UP007
+]
+
+
+# ------------------------------------------------------------------------- optimizer
+
+
+class SGD(Section):
+    """Stochastic gradient descent with torch's momentum and L2 weight-decay semantics."""
+
+    name: Literal["sgd"] = "sgd"
+    lr: PositiveFloat = Field(0.1, description="Peak learning rate.")
+    momentum: float = Field(0.0, ge=0, lt=1)
+    nesterov: bool = False
+    weight_decay: float = Field(0.0, ge=0, description="L2 penalty added to the gradient (as torch.optim.SGD).")
+
+    @model_validator(mode="after")
+    def _nesterov(self):
+        if self.nesterov and self.momentum == 0:
+            raise ValueError("optimizer.nesterov needs optimizer.momentum > 0")
+        return self
+
+
+class Adam(Section):
+    """Adam exactly as torch.optim.Adam: epsilon added to sqrt(v_hat), L2 weight decay."""
+
+    name: Literal["adam"] = "adam"
+    lr: PositiveFloat = Field(1e-3, description="Peak learning rate.")
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
+    eps: PositiveFloat = Field(1e-8, description="Added to sqrt(v_hat) (torch's convention, in both frameworks).")
+    weight_decay: float = Field(0.0, ge=0, description="L2 penalty added to the gradient (as torch.optim.Adam).")
+
+
+class AdamW(Adam):
+    """AdamW: decoupled weight decay (as torch.optim.AdamW and keras.optimizers.AdamW)."""
+
+    name: Literal["adamw"] = "adamw"  # type: ignore[assignment]
+    weight_decay: float = Field(0.01, ge=0, description="Decoupled weight decay.")
+
+
+OptimizerConfig = Annotated[
+    Union[SGD, Adam, AdamW], Field(discriminator="name"), default_tag("adam")  # noqa: UP007
+]
+
+
+# -------------------------------------------------------------------------- schedule
+
+
+class ScheduleBase(Section):
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to the peak rate over this many steps.")
+
+
+class Constant(ScheduleBase):
+    name: Literal["constant"] = "constant"
+
+
+class Cosine(ScheduleBase):
+    """Cosine decay from the peak rate to ``min_lr_ratio`` x peak at the last step."""
+
+    name: Literal["cosine"] = "cosine"
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+
+
+class Step(ScheduleBase):
+    """Multiply the rate by ``gamma`` every ``step_epochs`` epochs."""
+
+    name: Literal["step"] = "step"
+    step_epochs: PositiveInt = 10
+    gamma: float = Field(0.1, gt=0, le=1)
+
+
+ScheduleConfig = Annotated[
+    Union[Constant, Cosine, Step], Field(discriminator="name"), default_tag("constant")  # noqa: UP007
+]
+
+
+# --------------------------------------------------------------------------- trainer
+
+Precision = Literal["32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true"]
+Strategy = Literal["auto", "ddp", "fsdp", "mirrored", "multi_worker_mirrored"]
+
+
+class TrainerConfig(Section):
+    framework: Framework = Field("lightning", description="lightning (PyTorch) or keras (TensorFlow); 'torch' means lightning.")
+    max_epochs: PositiveInt = Field(10, description="Epochs to train.")
+    precision: Annotated[Precision, not_yet("32-true", "trainer.precision")] = Field(
+        "32-true", description="Lightning's precision words; on Keras the matching dtype policy."
+    )
+    accelerator: Annotated[Literal["auto", "cpu", "gpu"], not_yet("auto", "trainer.accelerator")] = "auto"
+    devices: Annotated[PositiveInt, not_yet(1, "trainer.devices")] = Field(1, description="Devices per node.")
+    num_nodes: Annotated[PositiveInt, not_yet(1, "trainer.num_nodes")] = 1
+    strategy: Annotated[Strategy, not_yet("auto", "trainer.strategy")] = Field(
+        "auto", description="ddp / fsdp (Lightning), mirrored / multi_worker_mirrored (Keras)."
+    )
+    gradient_checkpointing: Annotated[bool, not_yet(False, "trainer.gradient_checkpointing")] = Field(
+        False, description="Recompute activations block by block in the backward pass."
+    )
+    accumulate_grad_batches: Annotated[PositiveInt, not_yet(1, "trainer.accumulate_grad_batches")] = 1
+    compile: Annotated[bool, not_yet(False, "trainer.compile")] = Field(
+        False, description="torch.compile / Keras jit_compile."
+    )
+    seed: int = Field(0, description="Seeds weights init, batch order and dropout.")
+    deterministic: bool = Field(False, description="Ask both frameworks for deterministic kernels.")
+    num_threads: PositiveInt | None = Field(
+        None, description="CPU threads for the framework's kernels; None leaves the framework's default."
+    )
+    progress_bar: bool = Field(True, description="Show the framework's progress bar.")
+
+
+class InitConfig(Section):
+    from_: Annotated[Path | None, not_yet(None, "init.from")] = Field(
+        None, alias="from", description="A common checkpoint to start from (fine-tuning)."
+    )
+
+
+class ExportConfig(Section):
+    dir: Path = Field(Path("checkpoints"), description="Run folders are created under this folder.")
+    run_name: str | None = Field(
+        None, description="Name of the run folder; default '<recipe name>-<framework>-<time>'."
+    )
+    dtype: Annotated[Literal["float32", "bfloat16", "float16"], not_yet("float32", "export.dtype")] = Field(
+        "float32", description="Floating dtype of the exported checkpoint's tensors."
+    )
+
+
+# ---------------------------------------------------------------------------- recipe
+
+
+def _expand_architecture(value: Any) -> Any:
+    """Let ``model.architecture`` name a preset: its fields go under the recipe's own."""
+    if not isinstance(value, dict):
+        return value
+    name = value.get("architecture")
+    if name is None:
+        raise ValueError(f"model.architecture is required; one of: {', '.join(registry.names())}")
+    if not isinstance(name, str):
+        return value
+    try:
+        fields = {k: v for k, v in value.items() if k != "architecture"}
+        return registry.expand(name, fields)
+    except registry.UnknownArchitectureError as error:
+        raise ValueError(str(error)) from None
+
+
+def _model_union():
+    configs = tuple(f.config for f in registry.families().values())
+    union = configs[0] if len(configs) == 1 else Union[configs]  # noqa: UP007
+    return Annotated[union, Field(discriminator="architecture"), BeforeValidator(_expand_architecture)]
+
+
+ModelConfig = _model_union()
+
+
+class Recipe(Section):
+    name: str = Field("run", description="Name of the recipe; names the run folders.")
+    description: str = ""
+    model: ModelConfig  # type: ignore[valid-type]
+    data: DataConfig = Field(default_factory=DigitsData)
+    optimizer: OptimizerConfig = Field(default_factory=Adam)
+    schedule: ScheduleConfig = Field(default_factory=Constant)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    init: InitConfig = Field(default_factory=InitConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
+
+    @model_validator(mode="after")
+    def _task_fits(self):
+        family = registry.get_family(self.model.architecture)
+        task = data_task(self.data)
+        if task not in family.tasks:
+            raise ValueError(
+                f"model.architecture {family.name!r} does ({', '.join(family.tasks)}), "
+                f"but data {self.data.name!r} is for {task}"
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def data_task(data: DataBase) -> str:
+    return "classification"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be used: every problem, each with its field path."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
+
+
+def load_recipe(
+    path: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()
+) -> Recipe:
+    """Read a YAML recipe (or a dict), apply ``a.b=value`` overrides, validate."""
+    if isinstance(path, dict):
+        raw, source = copy.deepcopy(path), "<recipe>"
+    else:
+        source = str(path)
+        path = Path(path)
+        if not path.is_file():
+            raise RecipeError(source, [f"no such file; recipes live in recipes/ (e.g. recipes/cnn-digits.yaml)"])
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise RecipeError(source, [f"not valid YAML: {error}"]) from None
+        if not isinstance(raw, dict):
+            raise RecipeError(source, ["a recipe is a YAML mapping of sections (model, data, ...)"])
+        raw.setdefault("name", path.stem)
+    problems = []
+    for item in overrides:
+        try:
+            apply_override(raw, item)
+        except ValueError as error:
+            problems.append(str(error))
+    if problems:
+        raise RecipeError(source, problems)
+    try:
+        return Recipe.model_validate(raw)
+    except ValidationError as error:
+        raise RecipeError(source, [describe(e, raw) for e in error.errors()]) from None
+
+
+def apply_override(raw: dict[str, Any], item: str) -> None:
+    """``trainer.precision=bf16-mixed``: the value is parsed as YAML (numbers, lists, null)."""
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise ValueError(f"override {item!r} is not of the form section.field=value")
+    value = yaml.safe_load(text) if text else ""
+    parts = key.split(".")
+    node: Any = raw
+    for part in parts[:-1]:
+        if isinstance(node, list) and part.isdigit():
+            node = node[int(part)]
+            continue
+        if not isinstance(node, dict):
+            raise ValueError(f"override {item!r}: {part!r} is not inside a section")
+        node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        node[int(last)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ValueError(f"override {item!r}: cannot set {last!r} there")
+
+
+_UNIONS = ("model", "data", "optimizer", "schedule")
+
+
+def describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
+    """One line per error: the field path, what is wrong, the value given, what is allowed."""
+    loc = list(error["loc"])
+    if len(loc) > 1 and loc[0] in _UNIONS and loc[1] in _tags(loc[0]):
+        del loc[1]  # pydantic puts the union member's tag in the path; users never wrote it
+    path = ".".join(str(p) for p in loc) or "recipe"
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1], raw)
+        message = "unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+        return f"{path}: {message}"
+    if error["type"] in ("missing",):
+        return f"{path}: {message}"
+    given = error.get("input")
+    quoted = error["type"] == "value_error" and repr(given) in message
+    if isinstance(given, dict | list) or given is None or quoted:
+        return f"{path}: {message}"
+    return f"{path}: {message} (got {given!r})"
+
+
+def _tags(section: str) -> set[str]:
+    if section == "model":
+        return set(registry.families())
+    annotation = Recipe.model_fields[section].annotation
+    return {m.model_fields["name"].default for m in annotation.__args__}
+
+
+def _tag_of(section: str, value: dict[str, Any]) -> Any:
+    if section == "model":
+        name = value.get("architecture")
+        try:
+            return registry.get_family(name).name if isinstance(name, str) else name
+        except registry.UnknownArchitectureError:
+            return name
+    return value.get("name")
+
+
+def _allowed_keys(loc: list[Any], raw: dict[str, Any]) -> list[str]:
+    """Field names of the section at ``loc``, following the union member the recipe picked."""
+    cls: Any = Recipe
+    node: Any = raw
+    for part in loc:
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+            return []
+        field = cls.model_fields.get(part)
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+        if field is None:
+            return []
+        cls = _member(field.annotation, part, node)
+    if isinstance(cls, type) and issubclass(cls, BaseModel):
+        return [f.alias or n for n, f in cls.model_fields.items()]
+    return []
+
+
+def _member(annotation: Any, section: str, node: Any) -> Any:
+    members = getattr(annotation, "__args__", None)
+    if not members:
+        return annotation
+    tag = _tag_of(section, node) if isinstance(node, dict) else None
+    if tag is None and section != "model":
+        tag = Recipe.model_fields[section].default_factory().name
+    for member in members:
+        if not (isinstance(member, type) and issubclass(member, BaseModel)):
+            continue
+        key = "architecture" if section == "model" else "name"
+        field = member.model_fields.get(key)
+        if field is not None and field.default == tag:
+            return member
+    return members[0]

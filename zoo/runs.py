@@ -1,0 +1,87 @@
+"""Run folders: where a training run writes its recipe, metrics, checkpoint and summary."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TASK_METRICS = {"classification": ("accuracy",), "language_modeling": ("bpc",)}
+
+
+def metric_columns(task: str) -> list[str]:
+    """The per-epoch CSV columns: identical for both frameworks."""
+    metrics = TASK_METRICS[task]
+    return [
+        "epoch", "step", "lr", "train_loss", *(f"train_{m}" for m in metrics),
+        "val_loss", *(f"val_{m}" for m in metrics), "epoch_seconds",
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @classmethod
+    def create(cls, root: Path, name: str) -> RunDir:
+        root.mkdir(parents=True, exist_ok=True)
+        path, suffix = root / name, 1
+        while path.exists():
+            suffix += 1
+            path = root / f"{name}-{suffix}"
+        path.mkdir()
+        return cls(path)
+
+    @staticmethod
+    def default_name(recipe_name: str, framework: str) -> str:
+        return f"{recipe_name}-{framework}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    @property
+    def recipe(self) -> Path:
+        return self.path / "recipe.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.csv"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "model.safetensors"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.json"
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        self.summary.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+class MetricsLog:
+    """Appends one row per epoch; every row is flushed, so a crash keeps what was done."""
+
+    def __init__(self, path: Path, task: str):
+        self.path = path
+        self.columns = metric_columns(task)
+        with open(path, "w", newline="") as handle:
+            csv.writer(handle).writerow(self.columns)
+
+    def append(self, row: dict[str, Any]) -> None:
+        values = [_format(row.get(c)) for c in self.columns]
+        with open(self.path, "a", newline="") as handle:
+            csv.writer(handle).writerow(values)
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def read_metrics(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
