@@ -42,7 +42,9 @@ class TrainResult:
 
 
 def train(
-    recipe: Recipe | str | Path | dict, framework: str | None = None, overrides: list[str] | tuple = ()
+    recipe: Recipe | str | Path | dict,
+    framework: str | None = None,
+    overrides: list[str] | tuple = (),
 ) -> TrainResult:
     """Train a recipe in one framework, test it, export the common checkpoint."""
     from zoo.checkpoint import save_checkpoint
@@ -62,7 +64,9 @@ def train(
     run.recipe.write_text(recipe.to_yaml())
     started = time.perf_counter()
     model, metrics = importlib.import_module(BACKENDS[framework]).fit(recipe, config, family, dataset, run)
-    checkpoint = save_checkpoint(model, run.checkpoint, recipe=recipe.to_dict(), metrics=metrics, task=dataset.task)
+    checkpoint = save_checkpoint(
+        model, run.checkpoint, recipe=recipe.to_dict(), metrics=metrics, task=dataset.task
+    )
     run.write_summary({
         "recipe": recipe.name, "framework": framework, "architecture": config.architecture,
         "preset": config.preset, "metrics": metrics,

@@ -9,6 +9,7 @@ one was; nothing is ever unpickled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -67,7 +68,7 @@ def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], metadata
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        arrays = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+        arrays = {k: np.require(v, requirements="C") for k, v in tensors.items()}  # keeps 0-d
         save_file(arrays, str(temporary), metadata=metadata)
         with open(temporary, "rb") as handle:
             os.fsync(handle.fileno())
@@ -101,8 +102,11 @@ def model_tensors(model: Any) -> dict[str, np.ndarray]:
     tensors = {}
     for name, value in model.state_dict().items():
         dtype = specs[name].dtype if name in specs else "float32"
-        tensors[name] = value.detach().to("cpu").float().numpy().astype(dtype) if value.is_floating_point() \
+        tensors[name] = (
+            value.detach().to("cpu").float().numpy().astype(dtype)
+            if value.is_floating_point()
             else value.detach().to("cpu").numpy()
+        )
     return tensors
 
 
@@ -140,10 +144,8 @@ def _versions(framework: str) -> dict[str, str]:
     names += ["torch", "lightning"] if framework == "lightning" else ["tensorflow", "keras"]
     found = {}
     for name in names:
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             found[name] = version(name)
-        except PackageNotFoundError:
-            pass
     return found
 
 

@@ -159,7 +159,9 @@ def inspect(checkpoint: Path, as_json: bool) -> None:
             value = json.dumps(value)
         click.echo(f"{key}: {value}")
     click.echo()
-    rows = [("TENSOR", "SHAPE", "DTYPE")] + [(n, "x".join(map(str, s)) or "scalar", d) for n, s, d in info["tensors"]]
+    rows = [("TENSOR", "SHAPE", "DTYPE")] + [
+        (n, "x".join(map(str, s)) or "scalar", d) for n, s, d in info["tensors"]
+    ]
     _table(rows)
     total = sum(_prod(s) for _, s, _ in info["tensors"])
     click.echo(f"\n{len(info['tensors'])} tensors, {total:,} values")

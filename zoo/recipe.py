@@ -80,7 +80,10 @@ class NpzData(DataBase):
     name: Literal["npz"] = "npz"
     path: Path = Field(description="Path of the .npz file.")
     val_fraction: float = Field(
-        0.1, ge=0, lt=0.5, description="Held out from the training arrays when the file has no x_val."
+        0.1,
+        ge=0,
+        lt=0.5,
+        description="Held out from the training arrays when the file has no x_val.",
     )
     split_seed: int = Field(0, description="Seed of the validation split taken from the training arrays.")
 
@@ -115,7 +118,9 @@ class SGD(Section):
     lr: PositiveFloat = Field(0.1, description="Peak learning rate.")
     momentum: float = Field(0.0, ge=0, lt=1)
     nesterov: bool = False
-    weight_decay: float = Field(0.0, ge=0, description="L2 penalty added to the gradient (as torch.optim.SGD).")
+    weight_decay: float = Field(
+        0.0, ge=0, description="L2 penalty added to the gradient (as torch.optim.SGD)."
+    )
 
     @model_validator(mode="after")
     def _nesterov(self):
@@ -129,9 +134,16 @@ class Adam(Section):
 
     name: Literal["adam"] = "adam"
     lr: PositiveFloat = Field(1e-3, description="Peak learning rate.")
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
-    eps: PositiveFloat = Field(1e-8, description="Added to sqrt(v_hat) (torch's convention, in both frameworks).")
-    weight_decay: float = Field(0.0, ge=0, description="L2 penalty added to the gradient (as torch.optim.Adam).")
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (
+        0.9,
+        0.999,
+    )
+    eps: PositiveFloat = Field(
+        1e-8, description="Added to sqrt(v_hat) (torch's convention, in both frameworks)."
+    )
+    weight_decay: float = Field(
+        0.0, ge=0, description="L2 penalty added to the gradient (as torch.optim.Adam)."
+    )
 
 
 class AdamW(Adam):
@@ -150,7 +162,9 @@ OptimizerConfig = Annotated[
 
 
 class ScheduleBase(Section):
-    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 to the peak rate over this many steps.")
+    warmup_steps: int = Field(
+        0, ge=0, description="Linear warmup from 0 to the peak rate over this many steps."
+    )
 
 
 class Constant(ScheduleBase):
@@ -184,7 +198,10 @@ Strategy = Literal["auto", "ddp", "fsdp", "mirrored", "multi_worker_mirrored"]
 
 
 class TrainerConfig(Section):
-    framework: Framework = Field("lightning", description="lightning (PyTorch) or keras (TensorFlow); 'torch' means lightning.")
+    framework: Framework = Field(
+        "lightning",
+        description="lightning (PyTorch) or keras (TensorFlow); 'torch' means lightning.",
+    )
     max_epochs: PositiveInt = Field(10, description="Epochs to train.")
     precision: Annotated[Precision, not_yet("32-true", "trainer.precision")] = Field(
         "32-true", description="Lightning's precision words; on Keras the matching dtype policy."
@@ -205,7 +222,8 @@ class TrainerConfig(Section):
     seed: int = Field(0, description="Seeds weights init, batch order and dropout.")
     deterministic: bool = Field(False, description="Ask both frameworks for deterministic kernels.")
     num_threads: PositiveInt | None = Field(
-        None, description="CPU threads for the framework's kernels; None leaves the framework's default."
+        None,
+        description="CPU threads for the framework's kernels; None leaves the framework's default.",
     )
     progress_bar: bool = Field(True, description="Show the framework's progress bar.")
 
@@ -300,9 +318,7 @@ class RecipeError(ValueError):
         super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
 
 
-def load_recipe(
-    path: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()
-) -> Recipe:
+def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
     """Read a YAML recipe (or a dict), apply ``a.b=value`` overrides, validate."""
     if isinstance(path, dict):
         raw, source = copy.deepcopy(path), "<recipe>"
@@ -310,7 +326,9 @@ def load_recipe(
         source = str(path)
         path = Path(path)
         if not path.is_file():
-            raise RecipeError(source, [f"no such file; recipes live in recipes/ (e.g. recipes/cnn-digits.yaml)"])
+            raise RecipeError(
+                source, ["no such file; recipes live in recipes/ (e.g. recipes/cnn-digits.yaml)"]
+            )
         try:
             raw = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as error:

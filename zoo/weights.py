@@ -31,6 +31,8 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Port:
+    """One layer's tensors. ``variables`` are attribute paths from ``layer`` (``cell.kernel``)."""
+
     tensors: tuple[TensorSpec, ...]
     layer: str
     variables: tuple[str, ...]
@@ -84,9 +86,7 @@ def dense(
     return Port(tuple(tensors), layer or name, tuple(variables), to_keras, to_torch)
 
 
-def conv2d(
-    name: str, in_channels: int, out_channels: int, kernel_size: int, *, bias: bool = True
-) -> Port:
+def conv2d(name: str, in_channels: int, out_channels: int, kernel_size: int, *, bias: bool = True) -> Port:
     """``nn.Conv2d`` (O, I, kh, kw) <-> ``keras.layers.Conv2D`` (kh, kw, I, O)."""
     tensors = [_t(f"{name}.weight", (out_channels, in_channels, kernel_size, kernel_size))]
     variables = ["kernel"]
@@ -162,9 +162,9 @@ def keras_to_tensors(model, table: Sequence[Port]) -> dict[str, np.ndarray]:
     tensors: dict[str, np.ndarray] = {}
     for port in table:
         layer = keras_layer(model, port.layer)
-        values = [np.asarray(getattr(layer, v).numpy()) for v in port.variables]
+        values = [np.asarray(keras_layer(layer, v).numpy()) for v in port.variables]
         for spec, array in zip(port.tensors, port.to_torch(*values), strict=True):
-            tensors[spec.name] = np.ascontiguousarray(array, dtype=spec.dtype)
+            tensors[spec.name] = np.require(array, dtype=spec.dtype, requirements="C")
     return tensors
 
 
@@ -174,7 +174,7 @@ def tensors_to_keras(model, table: Sequence[Port], tensors: dict[str, np.ndarray
         layer = keras_layer(model, port.layer)
         arrays = port.to_keras(*(tensors[s.name] for s in port.tensors))
         for variable_name, array in zip(port.variables, arrays, strict=True):
-            variable = getattr(layer, variable_name)
+            variable = keras_layer(layer, variable_name)
             if tuple(variable.shape) != array.shape:
                 raise ValueError(
                     f"{port.layer}.{variable_name}: Keras variable has shape "

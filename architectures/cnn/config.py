@@ -31,19 +31,35 @@ class CNNConfig(ArchitectureConfig):
     stem_channels: PositiveInt | None = Field(
         None, description="Channels of the stem convolution; None uses channels[0]."
     )
-    residual: bool = Field(False, description="Two-conv residual blocks (ResNet basic block) instead of one conv.")
-    batch_norm: bool = Field(False, description="BatchNorm after every convolution (torch semantics in both twins).")
-    bn_momentum: float = Field(0.1, gt=0, lt=1, description="BatchNorm running-stat momentum, torch convention (weight of the new batch).")
+    residual: bool = Field(
+        False, description="Two-conv residual blocks (ResNet basic block) instead of one conv."
+    )
+    batch_norm: bool = Field(
+        False, description="BatchNorm after every convolution (torch semantics in both twins)."
+    )
+    bn_momentum: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        description="BatchNorm running-stat momentum, torch convention (weight of the new batch).",
+    )
     bn_eps: float = Field(1e-5, gt=0, description="BatchNorm epsilon.")
-    activation: Literal["relu", "gelu", "silu"] = Field("relu", description="Activation after each conv (gelu is the exact erf form).")
+    activation: Literal["relu", "gelu", "silu"] = Field(
+        "relu", description="Activation after each conv (gelu is the exact erf form)."
+    )
     downsample: Literal["maxpool", "stride", "none"] = Field(
         "maxpool", description="How the map shrinks between stages."
     )
     head: Literal["flatten", "avgpool"] = Field(
-        "flatten", description="Flatten the last map, or average it over space, before the classifier."
+        "flatten",
+        description="Flatten the last map, or average it over space, before the classifier.",
     )
-    hidden: PositiveInt | None = Field(128, description="Width of a hidden dense layer before the classifier; None for none.")
-    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout before the classifier (and the hidden layer).")
+    hidden: PositiveInt | None = Field(
+        128, description="Width of a hidden dense layer before the classifier; None for none."
+    )
+    dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout before the classifier (and the hidden layer)."
+    )
 
     @model_validator(mode="after")
     def _check(self):

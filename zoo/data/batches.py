@@ -18,9 +18,7 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarr
     return np.random.default_rng([seed, epoch]).permutation(n).astype(np.int64)
 
 
-def epoch_batches(
-    n: int, batch_size: int, seed: int, epoch: int, shuffle: bool = True
-) -> list[np.ndarray]:
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, shuffle: bool = True) -> list[np.ndarray]:
     """Index arrays of every batch of one epoch; the last one may be smaller."""
     order = epoch_order(n, seed, epoch, shuffle)
     return [order[i : i + batch_size] for i in range(0, n, batch_size)]

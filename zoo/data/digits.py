@@ -15,9 +15,7 @@ def load_digits(cfg, input_kind: str) -> Dataset:
     x = (bunch.images / 16.0).astype(np.float32)  # pixel values are 0..16
     y = bunch.target.astype(np.int64)
     index = np.arange(len(y))
-    rest, test = train_test_split(
-        index, test_size=cfg.test_fraction, stratify=y, random_state=cfg.split_seed
-    )
+    rest, test = train_test_split(index, test_size=cfg.test_fraction, stratify=y, random_state=cfg.split_seed)
     val_share = cfg.val_fraction / (1 - cfg.test_fraction)
     if val_share > 0:
         train, val = train_test_split(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zoo.data import Dataset, DataError, Split, image_info, sequence_info
+from zoo.data import DataError, Dataset, Split, image_info, sequence_info
 
 REQUIRED = ("x_train", "y_train", "x_test", "y_test")
 
@@ -24,7 +24,7 @@ def load_npz(cfg, input_kind: str) -> Dataset:
     if "x_val" not in arrays:
         rng = np.random.default_rng(cfg.split_seed)
         order = rng.permutation(len(arrays["y_train"]))
-        n_val = int(round(cfg.val_fraction * len(order)))
+        n_val = round(cfg.val_fraction * len(order))
         val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
         arrays["x_val"], arrays["y_val"] = arrays["x_train"][val], arrays["y_train"][val]
         arrays["x_train"], arrays["y_train"] = arrays["x_train"][train], arrays["y_train"][train]
@@ -48,5 +48,7 @@ def load_npz(cfg, input_kind: str) -> Dataset:
             raise DataError(f"{cfg.path}: x_{name} has shape {x.shape}; sequences must be (N, T, F)")
         splits[name] = Split(x, y.astype(np.int64))
     ys = [s.y for s in splits.values()]
-    info = image_info(splits["train"].x, ys) if input_kind == "image" else sequence_info(splits["train"].x, ys)
+    info = (
+        image_info(splits["train"].x, ys) if input_kind == "image" else sequence_info(splits["train"].x, ys)
+    )
     return Dataset(splits["train"], splits["val"], splits["test"], "classification", info)

@@ -48,7 +48,11 @@ class BatchNorm(keras.layers.Layer):
             shape=channels, initializer="ones", trainable=False, name="moving_variance"
         )
         self.num_batches_tracked = self.add_weight(
-            shape=(), initializer="zeros", dtype="int64", trainable=False, name="num_batches_tracked"
+            shape=(),
+            initializer="zeros",
+            dtype="int64",
+            trainable=False,
+            name="num_batches_tracked",
         )
 
     def call(self, x, training=False):

@@ -52,7 +52,12 @@ class TorchSGD(keras.optimizers.Optimizer):
         self.assign_sub(variable, lr * g)
 
     def get_config(self):
-        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov, "l2": self.l2}
+        return {
+            **super().get_config(),
+            "momentum": self.momentum,
+            "nesterov": self.nesterov,
+            "l2": self.l2,
+        }
 
 
 class TorchAdam(keras.optimizers.Optimizer):
@@ -62,7 +67,9 @@ class TorchAdam(keras.optimizers.Optimizer):
     ``weight_decay`` is the decoupled decay of AdamW.
     """
 
-    def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-8, l2=0.0, name="torch_adam", **kw):
+    def __init__(
+        self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-8, l2=0.0, name="torch_adam", **kw
+    ):
         super().__init__(learning_rate=learning_rate, name=name, **kw)
         self.beta_1, self.beta_2, self.epsilon, self.l2 = beta_1, beta_2, epsilon, l2
 
@@ -103,4 +110,6 @@ def build_optimizer(cfg, table) -> keras.optimizers.Optimizer:
     beta_1, beta_2 = cfg.betas
     if cfg.name == "adam":
         return TorchAdam(schedule, beta_1, beta_2, cfg.eps, l2=cfg.weight_decay)
-    return TorchAdam(schedule, beta_1, beta_2, cfg.eps, weight_decay=cfg.weight_decay or None, name="torch_adamw")
+    return TorchAdam(
+        schedule, beta_1, beta_2, cfg.eps, weight_decay=cfg.weight_decay or None, name="torch_adamw"
+    )

@@ -53,7 +53,12 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir):
     compile_for(model, dataset.task, build_optimizer(recipe.optimizer, table))
     kind = family.input_kind
     train = train_dataset(
-        dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, trainer_cfg.max_epochs, kind
+        dataset.train,
+        data_cfg.batch_size,
+        trainer_cfg.seed,
+        data_cfg.shuffle,
+        trainer_cfg.max_epochs,
+        kind,
     )
     val = eval_dataset(dataset.val, data_cfg.eval_batch_size, kind) if len(dataset.val) else None
     started = time.perf_counter()
@@ -67,5 +72,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir):
         verbose="auto" if trainer_cfg.progress_bar else 0,
     )
     seconds = time.perf_counter() - started
-    test = model.evaluate(eval_dataset(dataset.test, data_cfg.eval_batch_size, kind), verbose=0, return_dict=True)
+    test = model.evaluate(
+        eval_dataset(dataset.test, data_cfg.eval_batch_size, kind), verbose=0, return_dict=True
+    )
     return model, {**{f"test_{k}": float(v) for k, v in test.items()}, "train_seconds": seconds}

@@ -43,7 +43,10 @@ class Task(L.LightningModule):
     def configure_optimizers(self):
         optimizer = build_optimizer(self.optimizer_cfg, self.model.parameters())
         scheduler = build_scheduler(optimizer, self.lr_table, self.optimizer_cfg.lr)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }
 
 
 class ClassificationTask(Task):

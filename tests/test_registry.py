@@ -1,0 +1,112 @@
+"""Every registered architecture and preset: both twins build, agree on every tensor, and
+give the same outputs after a checkpoint round trip in either direction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import ALL_NAMES, max_diff, parity_config
+
+import zoo
+from zoo import registry
+from zoo.checkpoint import model_tensors
+from zoo.keras.data import keras_layout
+from zoo.weights import count_parameters, tensor_specs
+
+TOLERANCE = 1e-5  # float32 twins
+
+
+def _forward_torch(model, x, training):
+    model.train(training)
+    with torch.no_grad():
+        return model(torch.from_numpy(x)).numpy()
+
+
+def _forward_keras(model, x, family, training):
+    return np.asarray(model(keras_layout(x, family.input_kind), training=training))
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_weight_table_is_the_torch_state_dict(name):
+    family = registry.get_family(name)
+    config = registry.resolve_config(name)
+    state = family.build_torch(config).state_dict()
+    specs = tensor_specs(family.weight_table(config))
+    assert list(specs) == list(state), "table order and names must equal state_dict()"
+    for key, spec in specs.items():
+        assert tuple(state[key].shape) == spec.shape, key
+        assert str(state[key].dtype).removeprefix("torch.") == spec.dtype, key
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_parameter_counts_are_equal(name):
+    family = registry.get_family(name)
+    config = registry.resolve_config(name)
+    torch_model = family.build_torch(config)
+    keras_model = family.build_keras(config)
+    expected = count_parameters(family.weight_table(config))
+    assert sum(p.numel() for p in torch_model.parameters() if p.requires_grad) == expected
+    assert sum(int(np.prod(v.shape)) for v in keras_model.trainable_variables) == expected
+    listed = {e.name: e.parameters for e in registry.list_architectures()}
+    assert listed[name] == expected
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("source", ["lightning", "keras"])
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_round_trip_parity(name, source, training, tmp_path):
+    family = registry.get_family(name)
+    config = parity_config(name)
+    torch.manual_seed(1)
+    original = zoo.create_model(
+        name, framework=source, **config.model_dump(exclude={"architecture", "preset"})
+    )
+    path = zoo.save_checkpoint(original, tmp_path / "model.safetensors")
+    target = "keras" if source == "lightning" else "lightning"
+    loaded = zoo.load_checkpoint(path, framework=target)
+    x = config.example_input(16, seed=2)
+    torch_model, keras_model = (original, loaded) if source == "lightning" else (loaded, original)
+    out_torch = _forward_torch(torch_model, x, training)
+    out_keras = _forward_keras(keras_model, x, family, training)
+    assert max_diff(out_torch, out_keras) <= TOLERANCE
+    # A train-mode pass also updates running statistics: those must agree too.
+    after_torch, after_keras = model_tensors(torch_model), model_tensors(keras_model)
+    for key in after_torch:
+        assert max_diff(after_torch[key], after_keras[key]) <= TOLERANCE, key
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_torch_users_can_load_state_dict_directly(name, tmp_path):
+    from safetensors.torch import load_file
+
+    keras_model = zoo.create_model(name, framework="keras")
+    path = zoo.save_checkpoint(keras_model, tmp_path / "model.safetensors")
+    torch_model = zoo.create_model(name, framework="torch")
+    torch_model.load_state_dict(load_file(path), strict=True)
+
+
+def test_two_keras_instances_keep_their_own_weights(tmp_path):
+    """Keras renames variable paths of a second instance; the table must not care."""
+    first = zoo.create_model("convnet-tiny", framework="keras")
+    second = zoo.create_model("convnet-tiny", framework="keras")
+    path = zoo.save_checkpoint(first, tmp_path / "a.safetensors")
+    loaded = zoo.load_checkpoint(path, framework="keras")
+    for a, b in zip(first.weights, loaded.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert any(max_diff(a.numpy(), b.numpy()) > 0 for a, b in zip(first.weights, second.weights, strict=True))
+
+
+def test_create_model_rejects_unknown_names_and_frameworks():
+    with pytest.raises(KeyError, match="not a registered architecture or preset; known: cnn"):
+        zoo.create_model("resnet-9000")
+    with pytest.raises(ValueError, match="not one of: lightning"):
+        zoo.create_model("cnn", framework="jax")
+
+
+def test_data_fields_come_from_the_data_unless_set():
+    config = registry.resolve_config("cnn")
+    assert config.bind({"num_classes": 3, "image_size": 16}).num_classes == 3
+    explicit = registry.resolve_config("cnn", num_classes=5)
+    with pytest.raises(ValueError, match=r"model.num_classes is 5 but the data has 3"):
+        explicit.bind({"num_classes": 3})
