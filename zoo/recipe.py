@@ -45,7 +45,8 @@ def not_yet(default: Any, what: str):
 
     def check(value: Any) -> Any:
         if value != default:
-            raise ValueError(f"{what} {value!r} is not supported yet; use {default!r}")
+            shown = repr(str(value)) if isinstance(value, Path) else repr(value)
+            raise ValueError(f"{what} {shown} is not supported yet; use {default!r}")
         return value
 
     return AfterValidator(check)

@@ -1,0 +1,153 @@
+"""The common checkpoint: metadata, atomic writes, and exact errors for every bad file."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import zoo
+from zoo.checkpoint import FORMAT, CheckpointError, read_checkpoint, write_safetensors
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    model = zoo.create_model("convnet-tiny", framework="torch")
+    path = tmp_path_factory.mktemp("ckpt") / "model.safetensors"
+    zoo.save_checkpoint(model, path, metrics={"test_accuracy": 0.5})
+    return path
+
+
+def _rewrite(source, target, edit_tensors=None, edit_metadata=None):
+    from safetensors import safe_open
+
+    with safe_open(str(source), framework="np") as handle:
+        metadata = dict(handle.metadata())
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118
+    if edit_tensors:
+        edit_tensors(tensors)
+    if edit_metadata:
+        edit_metadata(metadata)
+    save_file(tensors, str(target), metadata=metadata)
+    return target
+
+
+def test_metadata_says_what_is_needed_to_reuse_the_model(saved):
+    info = zoo.inspect_checkpoint(saved)
+    meta = info["metadata"]
+    assert meta["format"] == FORMAT and meta["format_version"] == "1"
+    assert meta["architecture"] == "cnn" and meta["config"]["preset"] == "convnet-tiny"
+    assert meta["framework"] == "lightning" and meta["task"] == "classification"
+    assert meta["task_info"] == {"num_classes": 10}
+    assert meta["metrics"] == {"test_accuracy": 0.5}
+    assert "torch" in meta["versions"]
+    assert ("head.fc.weight", (10, 32), "float32") in info["tensors"]
+
+
+def test_wrong_architecture_is_named(saved):
+    with pytest.raises(CheckpointError, match="is a 'cnn' checkpoint, but a 'rnn' model|not a registered"):
+        read_checkpoint(saved, architecture="rnn")
+
+
+def test_missing_and_extra_tensors_are_named(saved, tmp_path):
+    def edit(tensors):
+        del tensors["head.fc.bias"]
+        tensors["head.extra"] = np.zeros(3, np.float32)
+
+    path = _rewrite(saved, tmp_path / "m.safetensors", edit)
+    with pytest.raises(
+        CheckpointError, match=r"missing tensors: head\.fc\.bias; unexpected tensors: head\.extra"
+    ):
+        read_checkpoint(path)
+
+
+def test_shape_and_dtype_mismatches_are_named(saved, tmp_path):
+    def edit(tensors):
+        tensors["head.fc.weight"] = np.zeros((10, 31), np.float32)
+        tensors["head.fc.bias"] = tensors["head.fc.bias"].astype(np.float64)
+
+    path = _rewrite(saved, tmp_path / "m.safetensors", edit)
+    with pytest.raises(CheckpointError) as caught:
+        read_checkpoint(path)
+    assert "head.fc.weight has shape [10, 31], the config needs [10, 32]" in str(caught.value)
+    assert "head.fc.bias has dtype float64, expected float32" in str(caught.value)
+
+
+def test_a_safetensors_file_without_the_marker_is_refused(saved, tmp_path):
+    path = _rewrite(saved, tmp_path / "m.safetensors", edit_metadata=lambda m: m.pop("format"))
+    with pytest.raises(CheckpointError, match="a safetensors file, but not a zoo checkpoint"):
+        read_checkpoint(path)
+
+
+def test_an_unknown_architecture_is_refused(saved, tmp_path):
+    path = _rewrite(saved, tmp_path / "m.safetensors", edit_metadata=lambda m: m.update(architecture="mlp"))
+    with pytest.raises(CheckpointError, match="'mlp' is not a registered architecture or preset"):
+        read_checkpoint(path)
+
+
+def test_a_bad_config_is_refused(saved, tmp_path):
+    def edit(meta):
+        config = json.loads(meta["config"])
+        config["channels"] = [0]
+        meta["config"] = json.dumps(config)
+
+    path = _rewrite(saved, tmp_path / "m.safetensors", edit_metadata=edit)
+    with pytest.raises(CheckpointError, match="its cnn config does not validate"):
+        read_checkpoint(path)
+
+
+@pytest.mark.parametrize("keep", [0, 7, 100, -1000])
+def test_truncated_files_are_refused(saved, tmp_path, keep):
+    data = saved.read_bytes()
+    path = tmp_path / "cut.safetensors"
+    path.write_bytes(data[:keep] if keep >= 0 else data[:keep])
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        read_checkpoint(path)
+
+
+def test_text_files_are_refused(tmp_path):
+    path = tmp_path / "notes.safetensors"
+    path.write_text("hello, this is not a checkpoint at all\n" * 10)
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        read_checkpoint(path)
+
+
+def test_pickles_are_never_unpickled(tmp_path):
+    marker = tmp_path / "executed"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    for name, payload in [("model.pt", pickle.dumps(Evil())), ("model.ckpt", b"PK\x03\x04rest")]:
+        path = tmp_path / name
+        path.write_bytes(payload)
+        with pytest.raises(CheckpointError, match="looks like a pickled PyTorch file"):
+            zoo.load_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(CheckpointError, match="no such file"):
+        read_checkpoint(tmp_path / "absent.safetensors")
+
+
+def test_a_failed_write_leaves_the_previous_file_intact(saved, tmp_path):
+    target = tmp_path / "model.safetensors"
+    target.write_bytes(saved.read_bytes())
+    before = target.read_bytes()
+    with pytest.raises(TypeError):  # safetensors metadata must be str -> str
+        write_safetensors(target, {"w": np.zeros(3, np.float32)}, {"format": 1})
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
+
+
+def test_overwriting_a_checkpoint_replaces_it_whole(saved, tmp_path):
+    target = tmp_path / "model.safetensors"
+    target.write_bytes(saved.read_bytes())
+    model = zoo.load_checkpoint(target, framework="torch")  # tensors mapped from the old file
+    zoo.save_checkpoint(model, target, metrics={"test_accuracy": 0.75})
+    assert zoo.inspect_checkpoint(target)["metadata"]["metrics"] == {"test_accuracy": 0.75}

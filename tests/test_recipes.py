@@ -1,0 +1,135 @@
+"""Every shipped recipe validates; bad recipes fail with field paths, values and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zoo.recipe import Recipe, RecipeError, load_recipe
+
+RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
+
+
+def test_recipes_are_shipped():
+    assert any(p.name == "cnn-digits.yaml" for p in RECIPES)
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_shipped_recipe_validates_and_round_trips(path):
+    recipe = load_recipe(path)
+    assert recipe.name == path.stem
+    again = Recipe.model_validate(yaml.safe_load(recipe.to_yaml()))
+    assert again == recipe
+
+
+def _problems(raw, overrides=()):
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(raw, overrides)
+    return caught.value.problems
+
+
+def test_a_preset_name_expands_and_user_fields_win():
+    recipe = load_recipe({"model": {"architecture": "resnet-8", "channels": [8, 8, 8]}})
+    assert recipe.model.architecture == "cnn"
+    assert recipe.model.preset == "resnet-8"
+    assert recipe.model.residual is True
+    assert recipe.model.channels == [8, 8, 8]
+
+
+def test_overrides_parse_yaml_values_and_fill_default_sections():
+    recipe = load_recipe(
+        {"model": {"architecture": "cnn"}},
+        ["data.batch_size=8", "model.channels=[4, 4]", "model.hidden=null", "trainer.framework=torch"],
+    )
+    assert recipe.data.batch_size == 8 and recipe.data.name == "digits"
+    assert recipe.model.channels == [4, 4] and recipe.model.hidden is None
+    assert recipe.trainer.framework == "lightning"
+
+
+def test_every_error_is_reported_with_its_path_and_value():
+    problems = _problems(
+        {
+            "model": {"architecture": "cnn", "channels": [8, -1], "colour": "red"},
+            "optimizer": {"name": "sgd", "lr": 0},
+            "trainer": {"framework": "jax"},
+        }
+    )
+    assert "model.channels.1: Input should be greater than 0 (got -1)" in problems
+    assert any(p.startswith("model.colour: unknown key; allowed: architecture, preset,") for p in problems)
+    assert "optimizer.lr: Input should be greater than 0 (got 0)" in problems
+    assert "trainer.framework: Input should be 'lightning' or 'keras' (got 'jax')" in problems
+    assert len(problems) == 4
+
+
+def test_unknown_top_level_and_section_keys_are_errors():
+    problems = _problems({"model": {"architecture": "cnn"}, "trainr": {}, "data": {"batchsize": 3}})
+    assert any(p.startswith("trainr: unknown key; allowed: name, description, model, data") for p in problems)
+    assert any(p.startswith("data.batchsize: unknown key; allowed: batch_size") for p in problems)
+
+
+def test_unknown_architecture_lists_what_exists():
+    (problem,) = _problems({"model": {"architecture": "resnet-9000"}})
+    assert "'resnet-9000' is not a registered architecture or preset; known: cnn" in problem
+    (problem,) = _problems({"model": {"channels": [3]}})
+    assert problem.startswith("model: model.architecture is required; one of: cnn")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer.strategy=ddp", "trainer.strategy: trainer.strategy 'ddp' is not supported yet; use 'auto'"),
+        (
+            "trainer.precision=bf16-mixed",
+            "trainer.precision 'bf16-mixed' is not supported yet; use '32-true'",
+        ),
+        ("trainer.gradient_checkpointing=true", "trainer.gradient_checkpointing True is not supported yet"),
+        ("trainer.devices=2", "trainer.devices 2 is not supported yet; use 1"),
+        ("trainer.compile=true", "trainer.compile True is not supported yet"),
+        ("init.from=x.safetensors", "init.from 'x.safetensors' is not supported yet; use None"),
+        ("export.dtype=bfloat16", "export.dtype 'bfloat16' is not supported yet; use 'float32'"),
+    ],
+)
+def test_knobs_not_driven_yet_are_refused_not_ignored(override, message):
+    problems = _problems({"model": {"architecture": "cnn"}}, [override])
+    assert any(message in p for p in problems), problems
+
+
+def test_bad_overrides_and_files_are_reported():
+    assert _problems({"model": {"architecture": "cnn"}}, ["trainer.seed"]) == [
+        "override 'trainer.seed' is not of the form section.field=value"
+    ]
+    with pytest.raises(RecipeError, match="no such file"):
+        load_recipe("does/not/exist.yaml")
+
+
+def test_invalid_yaml_is_reported(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("model: {architecture: cnn\n")
+    with pytest.raises(RecipeError, match="not valid YAML"):
+        load_recipe(path)
+
+
+def test_npz_data_must_exist():
+    problems = _problems({"model": {"architecture": "cnn"}, "data": {"name": "npz", "path": "nope.npz"}})
+    assert any("data.path 'nope.npz' is not a file" in p for p in problems)
+
+
+def test_nesterov_needs_momentum():
+    (problem,) = _problems({"model": {"architecture": "cnn"}, "optimizer": {"name": "sgd", "nesterov": True}})
+    assert "optimizer.nesterov needs optimizer.momentum > 0" in problem
+
+
+def test_json_schema_describes_the_recipe():
+    schema = Recipe.model_json_schema(by_alias=True)
+    assert set(schema["properties"]) >= {
+        "model",
+        "data",
+        "optimizer",
+        "schedule",
+        "trainer",
+        "init",
+        "export",
+    }
+    assert schema["additionalProperties"] is False
