@@ -84,7 +84,7 @@ def test_validate_lists_every_error_with_exit_code_2(tmp_path):
 
 
 def test_schema_writes_json(tmp_path):
-    code, out = run("schema", "-o", str(tmp_path / "recipe.schema.json"))
+    code, _ = run("schema", "-o", str(tmp_path / "recipe.schema.json"))
     assert code == 0
     assert json.loads((tmp_path / "recipe.schema.json").read_text())["title"] == "Recipe"
 

@@ -14,13 +14,13 @@ def test_digits_split_is_fixed_stratified_and_disjoint():
     data = load_dataset(DigitsData(), "image")
     assert (len(data.train), len(data.val), len(data.test)) == (1257, 180, 360)
     assert data.train.x.shape[1:] == (1, 8, 8) and data.train.x.dtype == np.float32
-    assert 0.0 <= data.train.x.min() and data.train.x.max() <= 1.0
+    assert data.train.x.min() >= 0.0 and data.train.x.max() <= 1.0
     assert data.info == {"in_channels": 1, "image_size": 8, "num_classes": 10}
     counts = np.bincount(data.test.y)
     assert counts.min() >= 35 and counts.max() <= 37  # stratified: ~36 of each digit
     again = load_dataset(DigitsData(), "sequence")
     np.testing.assert_array_equal(again.test.x, data.test.x[:, 0])
-    assert again.info == {"input_size": 8, "num_classes": 10}
+    assert again.info == {"task": "classification", "input_size": 8, "num_classes": 10}
 
 
 def test_batch_order_depends_on_seed_and_epoch_only():
@@ -100,5 +100,5 @@ def test_npz_errors_name_the_problem(tmp_path):
     with pytest.raises(DataError, match=r"images must be \(N, H, W\) or \(N, C, H, W\) with H == W"):
         load_dataset(NpzData(path=path), "image")
     np.savez(path, x_train=np.zeros(4, dtype=object), y_train=np.zeros(4, int))
-    with pytest.raises(DataError, match="not a readable .npz without pickles"):
+    with pytest.raises(DataError, match=r"not a readable \.npz without pickles"):
         load_dataset(NpzData(path=path), "image")

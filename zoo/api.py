@@ -65,7 +65,7 @@ def train(
     started = time.perf_counter()
     model, metrics = importlib.import_module(BACKENDS[framework]).fit(recipe, config, family, dataset, run)
     checkpoint = save_checkpoint(
-        model, run.checkpoint, recipe=recipe.to_dict(), metrics=metrics, task=dataset.task
+        model, run.checkpoint, recipe=recipe.to_dict(), metrics=metrics, vocab=dataset.vocab
     )
     run.write_summary({
         "recipe": recipe.name, "framework": framework, "architecture": config.architecture,

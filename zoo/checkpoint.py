@@ -116,10 +116,16 @@ def save_checkpoint(
     *,
     recipe: dict[str, Any] | None = None,
     metrics: dict[str, float] | None = None,
-    task: str = "classification",
+    vocab: str | None = None,
 ) -> Path:
-    """Export a zoo model (either twin) as the common checkpoint."""
+    """Export a zoo model (either twin) as the common checkpoint.
+
+    ``vocab`` is a language model's characters in id order: without it the token ids
+    of the checkpoint mean nothing, so it travels in the metadata.
+    """
     config = model.zoo_config
+    task = getattr(config, "task", "classification")
+    task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     framework = framework_of(model)
     metadata = {
         "format": FORMAT,
@@ -127,7 +133,7 @@ def save_checkpoint(
         "architecture": config.architecture,
         "config": config.model_dump_json(),
         "task": task,
-        "task_info": json.dumps(config.task_info()),
+        "task_info": json.dumps(task_info),
         "framework": framework,
         "recipe": json.dumps(recipe or {}),
         "metrics": json.dumps(metrics or {}),

@@ -95,6 +95,25 @@ class NpzData(DataBase):
         return self
 
 
+class TextData(DataBase):
+    """Characters of a text for language modeling: Python's own documentation
+    (``pydoc_data.topics``, on every Python install) or a UTF-8 file of yours."""
+
+    name: Literal["text"] = "text"
+    path: Path | None = Field(None, description="A UTF-8 text file; None uses the embedded Python docs.")
+    seq_len: int = Field(128, ge=2, le=8192, description="Characters per training window.")
+    val_fraction: float = Field(
+        0.05, ge=0, lt=0.5, description="Share of the text (by position) for validation."
+    )
+    test_fraction: float = Field(0.05, gt=0, lt=0.5, description="Share of the text (its end) for testing.")
+
+    @model_validator(mode="after")
+    def _exists(self):
+        if self.path is not None and not self.path.is_file():
+            raise ValueError(f"data.path {str(self.path)!r} is not a file; give a UTF-8 text file or null")
+        return self
+
+
 def default_tag(tag: str):
     """A section without ``name`` is the default variant, so ``--set data.batch_size=8`` works."""
 
@@ -105,7 +124,7 @@ def default_tag(tag: str):
 
 
 DataConfig = Annotated[
-    Union[DigitsData, NpzData], Field(discriminator="name"), default_tag("digits")  # noqa: UP007
+    Union[DigitsData, NpzData, TextData], Field(discriminator="name"), default_tag("digits")  # noqa: UP007
 ]
 
 
@@ -284,6 +303,24 @@ class Recipe(Section):
     init: InitConfig = Field(default_factory=InitConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _task_from_data(cls, raw: Any) -> Any:
+        """Families that do several tasks learn theirs from the data, so validate shows it."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
+            return raw
+        data = raw.get("data") or {}
+        task = (
+            "language_modeling" if isinstance(data, dict) and data.get("name") == "text" else "classification"
+        )
+        try:
+            family = registry.get_family(raw["model"].get("architecture", ""))
+        except (registry.UnknownArchitectureError, TypeError):
+            return raw
+        if "task" in family.config.model_fields and "task" not in raw["model"]:
+            raw = {**raw, "model": {**raw["model"], "task": task}}
+        return raw
+
     @model_validator(mode="after")
     def _task_fits(self):
         family = registry.get_family(self.model.architecture)
@@ -303,7 +340,7 @@ class Recipe(Section):
 
 
 def data_task(data: DataBase) -> str:
-    return "classification"
+    return "language_modeling" if data.name == "text" else "classification"
 
 
 # --------------------------------------------------------------------------- loading

@@ -32,6 +32,7 @@ class Dataset:
     test: Split
     task: str
     info: dict[str, Any] = field(default_factory=dict)  # fields the model config takes from the data
+    vocab: str | None = None  # language modeling: the character of each token id
 
 
 class DataError(ValueError):
@@ -43,6 +44,10 @@ def load_dataset(cfg, input_kind: str) -> Dataset:
         from zoo.data.digits import load_digits
 
         return load_digits(cfg, input_kind)
+    if cfg.name == "text":
+        from zoo.data.text import load_text
+
+        return load_text(cfg)
     if cfg.name == "npz":
         from zoo.data.npz import load_npz
 
@@ -60,6 +65,7 @@ def image_info(x: np.ndarray, y_all: list[np.ndarray]) -> dict[str, Any]:
 
 def sequence_info(x: np.ndarray, y_all: list[np.ndarray]) -> dict[str, Any]:
     return {
+        "task": "classification",
         "input_size": int(x.shape[2]),
         "num_classes": int(max(int(y.max()) for y in y_all if len(y)) + 1),
     }

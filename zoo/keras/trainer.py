@@ -23,15 +23,21 @@ def configure(trainer_cfg) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-def compile_for(model, dataset_task: str, optimizer) -> None:
+def compile_for(model, task: str, optimizer) -> None:
+    """Loss and metrics per task, the same quantities the Lightning tasks log."""
     import keras
 
-    if dataset_task != "classification":
-        raise ValueError(f"task {dataset_task!r} has no Keras loss yet")
+    from zoo.keras.metrics import BitsPerCharacter
+
+    metric = (
+        BitsPerCharacter(name="bpc")
+        if task == "language_modeling"
+        else keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    )
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        metrics=[metric],
         jit_compile=False,
     )
 

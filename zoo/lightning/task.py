@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import lightning as L
 import torch
 import torch.nn.functional as F
@@ -58,4 +60,14 @@ class ClassificationTask(Task):
         return loss, {"accuracy": accuracy}, len(y)
 
 
-TASKS = {"classification": ClassificationTask}
+class LanguageModelTask(Task):
+    """Next-token cross-entropy over every position; bits per character = loss / ln 2."""
+
+    def loss_and_metrics(self, batch):
+        x, y = batch
+        logits = self.model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return loss, {"bpc": loss / math.log(2)}, len(y)
+
+
+TASKS = {"classification": ClassificationTask, "language_modeling": LanguageModelTask}
