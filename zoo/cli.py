@@ -29,8 +29,9 @@ def user_errors(fn):
 
         handled: tuple[type[Exception], ...] = (
             RecipeError, DataError, registry.UnknownArchitectureError, FileNotFoundError,
+            *((ValueError,) if fn.__name__ == "sample" else ()),
         )  # fmt: skip
-        if "zoo.checkpoint" in sys.modules or fn.__name__ in ("inspect", "train"):
+        if "zoo.checkpoint" in sys.modules or fn.__name__ in ("inspect", "train", "sample"):
             from zoo.checkpoint import CheckpointError
 
             handled += (CheckpointError,)
@@ -138,6 +139,22 @@ def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> No
     ))  # fmt: skip
     click.echo(f"trained in {metrics['train_seconds']:.1f} s; run folder {result.run_dir}")
     click.echo(f"checkpoint {result.checkpoint}")
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--prompt", default="", help="Text to continue.")
+@click.option("--length", default=200, show_default=True, type=click.IntRange(1), help="Characters to generate.")
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(0), help="0 is greedy.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the sampling (temperature > 0).")
+@framework_option
+@user_errors
+def sample(checkpoint: Path, prompt: str, length: int, temperature: float, seed: int, framework) -> None:
+    """Generate text from a character language-model checkpoint."""
+    from zoo.sample import sample as generate
+
+    text = generate(checkpoint, prompt, length, temperature, framework or "lightning", seed)
+    click.echo(text)
 
 
 @main.command()
