@@ -73,27 +73,56 @@ def test_unknown_architecture_lists_what_exists():
     (problem,) = _problems({"model": {"architecture": "resnet-9000"}})
     assert "'resnet-9000' is not a registered architecture or preset; known: cnn" in problem
     (problem,) = _problems({"model": {"channels": [3]}})
-    assert problem.startswith("model: model.architecture is required; one of: cnn")
+    assert problem.startswith("model.architecture: is required; one of: cnn")
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("trainer.strategy=ddp", "trainer.strategy: trainer.strategy 'ddp' is not supported yet; use 'auto'"),
-        (
-            "trainer.precision=bf16-mixed",
-            "trainer.precision 'bf16-mixed' is not supported yet; use '32-true'",
-        ),
-        ("trainer.gradient_checkpointing=true", "trainer.gradient_checkpointing True is not supported yet"),
-        ("trainer.devices=2", "trainer.devices 2 is not supported yet; use 1"),
-        ("trainer.compile=true", "trainer.compile True is not supported yet"),
-        ("init.from=x.safetensors", "init.from 'x.safetensors' is not supported yet; use None"),
-        ("export.dtype=bfloat16", "export.dtype 'bfloat16' is not supported yet; use 'float32'"),
+        ("trainer.gradient_checkpointing=true", "trainer.gradient_checkpointing: True is not supported yet"),
+        ("init.from=x.safetensors", "init.from: 'x.safetensors' is not supported yet; use None"),
+        ("export.dtype=bfloat16", "export.dtype: 'bfloat16' is not supported yet; use 'float32'"),
     ],
 )
 def test_knobs_not_driven_yet_are_refused_not_ignored(override, message):
     problems = _problems({"model": {"architecture": "cnn"}}, [override])
     assert any(message in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["trainer.precision=16-mixed", "trainer.accelerator=cpu"],
+         "trainer.precision: '16-mixed' needs a GPU and the accelerator here is the CPU"),
+        (["trainer.precision=16-true", "trainer.accelerator=cpu"], "use 'bf16-true'"),
+        (["trainer.strategy=fsdp", "trainer.framework=keras"],
+         "trainer.strategy: 'fsdp' is Lightning's; Keras on TensorFlow has no sharded data parallelism"),
+        (["trainer.strategy=fsdp", "trainer.accelerator=cpu"], "'fsdp' needs GPUs (it refuses the CPU); use 'ddp'"),
+        (["trainer.devices=3", "data.batch_size=64"],
+         "data.batch_size: 64 does not split over 3 devices (trainer.devices x trainer.num_nodes)"),
+    ],
+)  # fmt: skip
+def test_combinations_that_cannot_work_are_refused(overrides, message):
+    problems = _problems({"model": {"architecture": "cnn"}}, overrides)
+    assert any(message in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("framework", "strategy", "devices", "resolved"),
+    [
+        ("lightning", "mirrored", 2, "ddp"),
+        ("keras", "ddp", 2, "mirrored"),
+        ("keras", "auto", 2, "mirrored"),
+        ("lightning", "auto", 2, "ddp"),
+        ("lightning", "auto", 1, "auto"),
+    ],
+)
+def test_data_parallel_strategies_carry_across_frameworks(framework, strategy, devices, resolved):
+    recipe = load_recipe(
+        {"model": {"architecture": "cnn"}},
+        [f"trainer.framework={framework}", f"trainer.strategy={strategy}", f"trainer.devices={devices}"],
+    )
+    assert recipe.trainer.resolved_strategy() == resolved
 
 
 def test_bad_overrides_and_files_are_reported():
@@ -113,12 +142,12 @@ def test_invalid_yaml_is_reported(tmp_path):
 
 def test_npz_data_must_exist():
     problems = _problems({"model": {"architecture": "cnn"}, "data": {"name": "npz", "path": "nope.npz"}})
-    assert any("data.path 'nope.npz' is not a file" in p for p in problems)
+    assert any("data.path: 'nope.npz' is not a file" in p for p in problems)
 
 
 def test_nesterov_needs_momentum():
     (problem,) = _problems({"model": {"architecture": "cnn"}, "optimizer": {"name": "sgd", "nesterov": True}})
-    assert "optimizer.nesterov needs optimizer.momentum > 0" in problem
+    assert problem == "optimizer.nesterov: needs optimizer.momentum > 0"
 
 
 def test_json_schema_describes_the_recipe():

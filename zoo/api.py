@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from zoo import registry
 from zoo.recipe import Recipe, load_recipe, normalize_framework
-from zoo.runs import RunDir
+from zoo.runs import RunDir, is_primary_process
 
 BACKENDS = {"lightning": "zoo.lightning.trainer", "keras": "zoo.keras.trainer"}
 
@@ -54,16 +55,20 @@ def train(
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides)
     framework = _framework(framework or recipe.trainer.framework)
-    recipe = recipe.model_copy(update={"trainer": recipe.trainer.model_copy(update={"framework": framework})})
+    if framework != recipe.trainer.framework:  # re-validate: some knobs depend on the framework
+        raw = recipe.to_dict()
+        recipe = Recipe.model_validate({**raw, "trainer": {**raw["trainer"], "framework": framework}})
     family = registry.get_family(recipe.model.architecture)
     dataset = load_dataset(recipe.data, family.input_kind)
     config = recipe.model.bind(dataset.info)
     recipe = recipe.model_copy(update={"model": config})
-    name = recipe.export.run_name or RunDir.default_name(recipe.name, framework)
-    run = RunDir.create(recipe.export.dir, name)
-    run.recipe.write_text(recipe.to_yaml())
+    primary = is_primary_process()
+    run = _run_dir(recipe, framework) if primary else None
     started = time.perf_counter()
     model, metrics = importlib.import_module(BACKENDS[framework]).fit(recipe, config, family, dataset, run)
+    if run is None:  # another rank of a data-parallel job: rank 0 writes the files
+        shared = Path(os.environ.get(RUN_DIR_VARIABLE, "."))
+        return TrainResult(shared, shared / "model.safetensors", metrics, framework)
     checkpoint = save_checkpoint(
         model, run.checkpoint, recipe=recipe.to_dict(), metrics=metrics, vocab=dataset.vocab
     )
@@ -74,6 +79,18 @@ def train(
         "checkpoint": str(checkpoint),
     })  # fmt: skip
     return TrainResult(run.path, checkpoint, metrics, framework, read_metrics(run.metrics))
+
+
+RUN_DIR_VARIABLE = "ZOO_RUN_DIR"
+
+
+def _run_dir(recipe: Recipe, framework: str) -> RunDir:
+    """Create the run folder and tell processes launched later (DDP ranks) where it is."""
+    name = recipe.export.run_name or RunDir.default_name(recipe.name, framework)
+    run = RunDir.create(recipe.export.dir, name)
+    run.recipe.write_text(recipe.to_yaml())
+    os.environ[RUN_DIR_VARIABLE] = str(run.path)
+    return run
 
 
 def save_checkpoint(model, path, **kwargs) -> Path:

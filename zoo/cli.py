@@ -144,7 +144,9 @@ def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> No
 @main.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--prompt", default="", help="Text to continue.")
-@click.option("--length", default=200, show_default=True, type=click.IntRange(1), help="Characters to generate.")
+@click.option(
+    "--length", default=200, show_default=True, type=click.IntRange(1), help="Characters to generate."
+)
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(0), help="0 is greedy.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the sampling (temperature > 0).")
 @framework_option

@@ -10,6 +10,7 @@ asks for something that is silently ignored.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -217,28 +218,55 @@ Precision = Literal["32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true",
 Strategy = Literal["auto", "ddp", "fsdp", "mirrored", "multi_worker_mirrored"]
 
 
+# Lightning's precision words and the Keras dtype policy each one means.
+KERAS_POLICIES = {
+    "32-true": "float32",
+    "64-true": "float64",
+    "bf16-mixed": "mixed_bfloat16",
+    "16-mixed": "mixed_float16",
+    "bf16-true": "bfloat16",
+    "16-true": "float16",
+}
+# A data-parallel strategy means the same thing in the other framework.
+DATA_PARALLEL = {"lightning": "ddp", "keras": "mirrored"}
+STRATEGY_FRAMEWORK = {
+    "ddp": "lightning",
+    "fsdp": "lightning",
+    "mirrored": "keras",
+    "multi_worker_mirrored": "keras",
+}
+
+
 class TrainerConfig(Section):
     framework: Framework = Field(
         "lightning",
         description="lightning (PyTorch) or keras (TensorFlow); 'torch' means lightning.",
     )
     max_epochs: PositiveInt = Field(10, description="Epochs to train.")
-    precision: Annotated[Precision, not_yet("32-true", "trainer.precision")] = Field(
-        "32-true", description="Lightning's precision words; on Keras the matching dtype policy."
+    precision: Precision = Field(
+        "32-true",
+        description="Lightning's precision words; on Keras the matching dtype policy "
+        "(float32, float64, mixed_bfloat16, mixed_float16, bfloat16, float16).",
     )
-    accelerator: Annotated[Literal["auto", "cpu", "gpu"], not_yet("auto", "trainer.accelerator")] = "auto"
-    devices: Annotated[PositiveInt, not_yet(1, "trainer.devices")] = Field(1, description="Devices per node.")
-    num_nodes: Annotated[PositiveInt, not_yet(1, "trainer.num_nodes")] = 1
-    strategy: Annotated[Strategy, not_yet("auto", "trainer.strategy")] = Field(
-        "auto", description="ddp / fsdp (Lightning), mirrored / multi_worker_mirrored (Keras)."
+    accelerator: Literal["auto", "cpu", "gpu"] = Field(
+        "auto", description="auto takes the GPU where there is one; gpu fails at start where there is none."
+    )
+    devices: PositiveInt = Field(1, description="Devices per node; more than one trains data-parallel.")
+    num_nodes: PositiveInt = Field(
+        1, description="Machines (Lightning under torchrun/SLURM; Keras via TF_CONFIG)."
+    )
+    strategy: Strategy = Field(
+        "auto",
+        description="ddp / fsdp (Lightning), mirrored / multi_worker_mirrored (Keras); a data-parallel "
+        "strategy written for one framework runs data-parallel in the other.",
     )
     gradient_checkpointing: Annotated[bool, not_yet(False, "trainer.gradient_checkpointing")] = Field(
         False, description="Recompute activations block by block in the backward pass."
     )
-    accumulate_grad_batches: Annotated[PositiveInt, not_yet(1, "trainer.accumulate_grad_batches")] = 1
-    compile: Annotated[bool, not_yet(False, "trainer.compile")] = Field(
-        False, description="torch.compile / Keras jit_compile."
+    accumulate_grad_batches: PositiveInt = Field(
+        1, description="Average the gradients of this many batches per optimizer step."
     )
+    compile: bool = Field(False, description="torch.compile (inductor) / Keras jit_compile (XLA).")
     seed: int = Field(0, description="Seeds weights init, batch order and dropout.")
     deterministic: bool = Field(False, description="Ask both frameworks for deterministic kernels.")
     num_threads: PositiveInt | None = Field(
@@ -246,6 +274,46 @@ class TrainerConfig(Section):
         description="CPU threads for the framework's kernels; None leaves the framework's default.",
     )
     progress_bar: bool = Field(True, description="Show the framework's progress bar.")
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.num_nodes
+
+    @model_validator(mode="after")
+    def _combinations(self):
+        from zoo.hardware import resolve_accelerator
+
+        on = resolve_accelerator(self.accelerator)
+        if on == "cpu" and self.precision in ("16-mixed", "16-true"):
+            better = "bf16-mixed" if self.precision == "16-mixed" else "bf16-true"
+            raise ValueError(
+                f"trainer.precision {self.precision!r} needs a GPU and the accelerator here is the CPU "
+                f"(float16 kernels are ~100x slower on CPU, and Lightning would silently run bf16); "
+                f"use {better!r}"
+            )
+        if self.num_nodes > 1 or self.strategy == "multi_worker_mirrored":
+            raise ValueError(
+                "trainer.num_nodes: multi-node training (num_nodes > 1, multi_worker_mirrored) "
+                "is not supported yet; use one node with trainer.devices"
+            )
+        if self.strategy == "fsdp":
+            if self.framework == "keras":
+                raise ValueError(
+                    "trainer.strategy 'fsdp' is Lightning's; Keras on TensorFlow has no sharded "
+                    "data parallelism: use 'mirrored', or trainer.framework 'lightning'"
+                )
+            if on == "cpu":
+                raise ValueError("trainer.strategy 'fsdp' needs GPUs (it refuses the CPU); use 'ddp' on CPU")
+        return self
+
+    def resolved_strategy(self) -> str:
+        """The strategy in this framework's own words: ``ddp`` <-> ``mirrored`` carry over."""
+        strategy = self.strategy
+        if strategy == "multi_worker_mirrored" or (self.num_nodes > 1 and strategy in ("auto", "mirrored")):
+            strategy = "ddp" if self.framework == "lightning" else "multi_worker_mirrored"
+        elif strategy in ("ddp", "mirrored") or (strategy == "auto" and self.devices > 1):
+            strategy = DATA_PARALLEL[self.framework]
+        return strategy
 
 
 class InitConfig(Section):
@@ -320,6 +388,16 @@ class Recipe(Section):
         if "task" in family.config.model_fields and "task" not in raw["model"]:
             raw = {**raw, "model": {**raw["model"], "task": task}}
         return raw
+
+    @model_validator(mode="after")
+    def _batches_split_evenly(self):
+        world = self.trainer.world_size
+        if world > 1 and self.data.batch_size % world:
+            raise ValueError(
+                f"data.batch_size {self.data.batch_size} does not split over {world} devices "
+                f"(trainer.devices x trainer.num_nodes); use a multiple of {world}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _task_fits(self):
@@ -422,6 +500,10 @@ def describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
         del loc[1]  # pydantic puts the union member's tag in the path; users never wrote it
     path = ".".join(str(p) for p in loc) or "recipe"
     message = error["msg"].removeprefix("Value error, ")
+    sections = "|".join(Recipe.model_fields)
+    named = re.match(rf"((?:{sections})\.[\w.]+) (.*)", message, re.DOTALL)
+    if named and error["type"] == "value_error":
+        path, message = named.groups()  # a check across fields names the field it is about
     if error["type"] == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1], raw)
         message = "unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else "")

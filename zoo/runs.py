@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+def is_primary_process() -> bool:
+    """Whether this process writes the run's files: rank 0 of Lightning/torchrun/SLURM or
+    the chief of a TF_CONFIG cluster (every data-parallel process runs the same code)."""
+    env = os.environ
+    for name in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
+        if env.get(name, "0") != "0":
+            return False
+    if "TF_CONFIG" in env:
+        task = json.loads(env["TF_CONFIG"]).get("task", {})
+        return task.get("index", 0) == 0 and task.get("type", "worker") in ("worker", "chief")
+    return True
+
 
 TASK_METRICS = {"classification": ("accuracy",), "language_modeling": ("bpc",)}
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from zoo.hardware import SetupError
+
 
 def lr_table(schedule, base_lr: float, steps_per_epoch: int, epochs: int) -> np.ndarray:
     total = steps_per_epoch * epochs
@@ -25,3 +27,14 @@ def lr_table(schedule, base_lr: float, steps_per_epoch: int, epochs: int) -> np.
     if warmup:
         factor = factor * np.minimum(1.0, (step + 1) / warmup)
     return (base_lr * factor).astype(np.float32)
+
+
+def optimizer_steps(batches: int, accumulate: int) -> int:
+    if batches % accumulate:
+        divisors = [d for d in range(2, batches + 1) if batches % d == 0][:6]
+        raise SetupError(
+            f"trainer.accumulate_grad_batches {accumulate} does not divide the {batches} training "
+            f"batches of an epoch, so Lightning and Keras would update at different steps; "
+            f"use one of {divisors} or change data.batch_size"
+        )
+    return batches // accumulate

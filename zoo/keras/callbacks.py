@@ -29,7 +29,6 @@ class EpochMetrics(keras.callbacks.Callback):
         step = int(optimizer.iterations.numpy())
         row["epoch"] = epoch + 1
         row["step"] = step
-        row["lr"] = float(optimizer.learning_rate(step)) if callable(optimizer.learning_rate) \
-            else float(optimizer.learning_rate)  # fmt: skip
+        row["lr"] = float(optimizer.learning_rate)  # the rate of the next update
         row["epoch_seconds"] = time.perf_counter() - self.started
         self.metrics_log.append(row)

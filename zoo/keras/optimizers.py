@@ -103,13 +103,15 @@ class TorchAdam(keras.optimizers.Optimizer):
         }  # fmt: skip
 
 
-def build_optimizer(cfg, table) -> keras.optimizers.Optimizer:
-    schedule = TableSchedule(table)
+def build_optimizer(cfg, table, accumulate: int = 1) -> keras.optimizers.Optimizer:
+    """``table`` holds one rate per optimizer step. With gradient accumulation Keras reads
+    the schedule at its micro-step counter, so each rate is repeated ``accumulate`` times."""
+    schedule = TableSchedule(np.repeat(np.asarray(table), accumulate))
+    common = {"gradient_accumulation_steps": accumulate if accumulate > 1 else None}
     if cfg.name == "sgd":
-        return TorchSGD(schedule, cfg.momentum, cfg.nesterov, cfg.weight_decay)
+        return TorchSGD(schedule, cfg.momentum, cfg.nesterov, cfg.weight_decay, **common)
     beta_1, beta_2 = cfg.betas
     if cfg.name == "adam":
-        return TorchAdam(schedule, beta_1, beta_2, cfg.eps, l2=cfg.weight_decay)
-    return TorchAdam(
-        schedule, beta_1, beta_2, cfg.eps, weight_decay=cfg.weight_decay or None, name="torch_adamw"
-    )
+        return TorchAdam(schedule, beta_1, beta_2, cfg.eps, l2=cfg.weight_decay, **common)
+    decay = cfg.weight_decay or None
+    return TorchAdam(schedule, beta_1, beta_2, cfg.eps, weight_decay=decay, name="torch_adamw", **common)

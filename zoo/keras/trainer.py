@@ -2,28 +2,89 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from zoo.data import Dataset, steps_per_epoch
+from zoo.hardware import SetupError, resolve_accelerator
+from zoo.recipe import KERAS_POLICIES
 from zoo.runs import MetricsLog, RunDir
-from zoo.schedule import lr_table
+from zoo.schedule import lr_table, optimizer_steps
 
 
 def configure(trainer_cfg) -> None:
-    """Process-wide TensorFlow settings; must run before TensorFlow creates any tensor."""
+    """Devices, threads and determinism: TensorFlow takes these only before its runtime starts.
+
+    GPUs get memory growth (TensorFlow would otherwise take all their memory) and devices
+    the recipe did not ask for are hidden. On the CPU, a multi-device recipe splits the
+    CPU into logical devices, so ``mirrored`` runs (and is tested) without a GPU.
+    """
     import tensorflow as tf
 
-    if trainer_cfg.num_threads:
-        try:
+    accelerator = resolve_accelerator(trainer_cfg.accelerator)
+    gpus = tf.config.list_physical_devices("GPU")
+    try:
+        if accelerator == "gpu":
+            if len(gpus) < trainer_cfg.devices:
+                raise SetupError(
+                    f"trainer.accelerator is 'gpu' with {trainer_cfg.devices} device(s), but TensorFlow "
+                    f"sees {len(gpus)} GPU(s) here; use 'cpu' or 'auto'"
+                )
+            for gpu in gpus:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            tf.config.set_visible_devices(gpus[: trainer_cfg.devices], "GPU")
+        else:
+            tf.config.set_visible_devices([], "GPU")
+            if trainer_cfg.devices > 1:
+                cpu = tf.config.list_physical_devices("CPU")[0]
+                logical = [tf.config.LogicalDeviceConfiguration()] * trainer_cfg.devices
+                tf.config.set_logical_device_configuration(cpu, logical)
+        if trainer_cfg.num_threads:
             tf.config.threading.set_intra_op_parallelism_threads(trainer_cfg.num_threads)
             tf.config.threading.set_inter_op_parallelism_threads(trainer_cfg.num_threads)
-        except RuntimeError:
-            pass  # TensorFlow is already initialised in this process; its threads stay
+    except RuntimeError:
+        # The runtime already started in this process (an earlier model): its settings stay.
+        # That is only a problem if it lacks the devices this recipe needs.
+        kind = "GPU" if accelerator == "gpu" else "CPU"
+        if len(tf.config.list_logical_devices(kind)) < trainer_cfg.devices:
+            raise SetupError(
+                f"TensorFlow already started in this process with fewer {kind} devices than "
+                f"trainer.devices={trainer_cfg.devices}; run the recipe in a fresh process (zoo train)"
+            ) from None
     if trainer_cfg.deterministic:
         tf.config.experimental.enable_op_determinism()
 
 
-def compile_for(model, task: str, optimizer) -> None:
+def distribution_strategy(trainer_cfg):
+    """The tf.distribute strategy for the recipe, or None for a single device."""
+    import tensorflow as tf
+
+    strategy = trainer_cfg.resolved_strategy()
+    if strategy == "mirrored":
+        kind = "GPU" if resolve_accelerator(trainer_cfg.accelerator) == "gpu" else "CPU"
+        devices = [d.name for d in tf.config.list_logical_devices(kind)][: trainer_cfg.devices]
+        return tf.distribute.MirroredStrategy(devices)
+    if strategy == "multi_worker_mirrored":
+        from zoo.keras.multi_worker import multi_worker_strategy
+
+        return multi_worker_strategy()
+    return None
+
+
+@contextlib.contextmanager
+def dtype_policy(precision: str):
+    """Build layers under the recipe's dtype policy without leaking it to later models."""
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(KERAS_POLICIES[precision])
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def compile_for(model, task: str, optimizer, jit_compile: bool = False) -> None:
     """Loss and metrics per task, the same quantities the Lightning tasks log."""
     import keras
 
@@ -38,11 +99,11 @@ def compile_for(model, task: str, optimizer) -> None:
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[metric],
-        jit_compile=False,
+        jit_compile=jit_compile,
     )
 
 
-def fit(recipe, config, family, dataset: Dataset, run: RunDir):
+def fit(recipe, config, family, dataset: Dataset, run: RunDir | None):
     """Train, validate every epoch, test; return the trained twin and the test metrics."""
     import keras
 
@@ -53,29 +114,30 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir):
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
     configure(trainer_cfg)
     keras.utils.set_random_seed(trainer_cfg.seed)
-    model = family.build_keras(config)
-    steps = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
+    batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
+    accumulate = trainer_cfg.accumulate_grad_batches
+    steps = optimizer_steps(batches, accumulate)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
-    compile_for(model, dataset.task, build_optimizer(recipe.optimizer, table))
+    strategy = distribution_strategy(trainer_cfg)
+    with strategy.scope() if strategy else contextlib.nullcontext(), dtype_policy(trainer_cfg.precision):
+        model = family.build_keras(config)
+        optimizer = build_optimizer(recipe.optimizer, table, accumulate=accumulate)
+        compile_for(model, dataset.task, optimizer, jit_compile=trainer_cfg.compile)
     kind = family.input_kind
     train = train_dataset(
-        dataset.train,
-        data_cfg.batch_size,
-        trainer_cfg.seed,
-        data_cfg.shuffle,
-        trainer_cfg.max_epochs,
-        kind,
+        dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, trainer_cfg.max_epochs, kind
     )
     val = eval_dataset(dataset.val, data_cfg.eval_batch_size, kind) if len(dataset.val) else None
+    callbacks = [EpochMetrics(MetricsLog(run.metrics, dataset.task), batches)] if run else []
     started = time.perf_counter()
     model.fit(
         train,
         epochs=trainer_cfg.max_epochs,
-        steps_per_epoch=steps,
+        steps_per_epoch=batches,
         validation_data=val,
-        callbacks=[EpochMetrics(MetricsLog(run.metrics, dataset.task), steps)],
+        callbacks=callbacks,
         shuffle=False,  # the order is zoo's, already in the dataset
-        verbose="auto" if trainer_cfg.progress_bar else 0,
+        verbose="auto" if trainer_cfg.progress_bar and run else 0,
     )
     seconds = time.perf_counter() - started
     test = model.evaluate(

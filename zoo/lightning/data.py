@@ -25,10 +25,23 @@ class BatchOrder(Sampler):
         self.epoch = epoch
 
     def __iter__(self):
-        yield from epoch_batches(self.n, self.batch_size, self.seed, self.epoch, self.shuffle)
+        rank, world = process_group()
+        for batch in epoch_batches(self.n, self.batch_size, self.seed, self.epoch, self.shuffle):
+            # Data parallel: each process takes its contiguous share of the same global batch,
+            # as tf.distribute splits a global batch across replicas.
+            yield np.array_split(batch, world)[rank] if world > 1 else batch
 
     def __len__(self) -> int:
         return -(-self.n // self.batch_size)
+
+
+def process_group() -> tuple[int, int]:
+    """(rank, world size) of the running data-parallel job; (0, 1) when there is none."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 class BatchIndexed(torch.utils.data.Dataset):

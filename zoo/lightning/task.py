@@ -14,23 +14,34 @@ from zoo.lightning.optim import build_optimizer, build_scheduler
 class Task(L.LightningModule):
     """Shared training/validation/test logic; subclasses define ``loss_and_metrics``."""
 
-    def __init__(self, model: torch.nn.Module, optimizer_cfg, lr_table):
+    def __init__(self, model: torch.nn.Module, optimizer_cfg, lr_table, compiled: bool = False):
         super().__init__()
         self.model = model
         self.optimizer_cfg = optimizer_cfg
         self.lr_table = lr_table
+        # The compiled wrapper shares the model's parameters; the plain module stays the one
+        # that is exported, so checkpoint names never get torch.compile's prefix.
+        self.net = torch.compile(model) if compiled else model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)
+        return self.net(x)
 
     def loss_and_metrics(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
         raise NotImplementedError
 
     def _step(self, batch, stage: str) -> torch.Tensor:
         loss, metrics, n = self.loss_and_metrics(batch)
-        self.log(f"{stage}_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
-        for name, value in metrics.items():
-            self.log(f"{stage}_{name}", value, on_step=False, on_epoch=True, prog_bar=True, batch_size=n)
+        sync = self.trainer.world_size > 1
+        for name, value in {"loss": loss, **metrics}.items():
+            self.log(
+                f"{stage}_{name}",
+                value,
+                on_step=False,
+                on_epoch=True,
+                prog_bar=True,
+                batch_size=n,
+                sync_dist=sync,
+            )
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -54,7 +65,7 @@ class Task(L.LightningModule):
 class ClassificationTask(Task):
     def loss_and_metrics(self, batch):
         x, y = batch
-        logits = self.model(x)
+        logits = self(x)
         loss = F.cross_entropy(logits, y)
         accuracy = (logits.argmax(-1) == y).float().mean()
         return loss, {"accuracy": accuracy}, len(y)
@@ -65,7 +76,7 @@ class LanguageModelTask(Task):
 
     def loss_and_metrics(self, batch):
         x, y = batch
-        logits = self.model(x)
+        logits = self(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         return loss, {"bpc": loss / math.log(2)}, len(y)
 

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
+from datetime import timedelta
 
 import lightning as L
 import torch
 
 from zoo.data import Dataset, steps_per_epoch
+from zoo.hardware import SetupError, resolve_accelerator
 from zoo.lightning.callbacks import EpochMetrics
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
 from zoo.runs import MetricsLog, RunDir
-from zoo.schedule import lr_table
+from zoo.schedule import lr_table, optimizer_steps
 
 # zoo's loaders index whole batches in the main process on purpose: workers would only
 # add inter-process copies for in-memory arrays.
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
 warnings.filterwarnings("ignore", ".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
+
+# A collective that only some ranks enter would otherwise block for torch's default 30 min.
+DDP_TIMEOUT = timedelta(seconds=float(os.environ.get("ZOO_DDP_TIMEOUT_S", "600")))
 
 
 def quiet() -> None:
@@ -27,31 +33,62 @@ def quiet() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def strategy_for(trainer_cfg):
+    strategy = trainer_cfg.resolved_strategy()
+    if strategy == "ddp":
+        from lightning.pytorch.strategies import DDPStrategy
+
+        return DDPStrategy(timeout=DDP_TIMEOUT)
+    if strategy == "fsdp":
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        return FSDPStrategy(timeout=DDP_TIMEOUT)
+    return "auto"
+
+
+def check_accelerator(trainer_cfg) -> str:
+    accelerator = resolve_accelerator(trainer_cfg.accelerator)
+    if accelerator == "gpu":
+        available = torch.cuda.device_count()
+        if available == 0:
+            raise SetupError(
+                "trainer.accelerator is 'gpu' but torch sees no CUDA GPU here; use 'cpu' or 'auto'"
+            )
+        if trainer_cfg.devices > available:
+            raise SetupError(f"trainer.devices is {trainer_cfg.devices} but torch sees {available} GPU(s)")
+    return accelerator
+
+
 def fit(recipe, config, family, dataset: Dataset, run: RunDir):
     """Train, validate every epoch, test; return the trained twin and the test metrics."""
     quiet()
-    trainer_cfg = recipe.trainer
+    trainer_cfg, data_cfg = recipe.trainer, recipe.data
+    accelerator = check_accelerator(trainer_cfg)
     if trainer_cfg.num_threads:
         torch.set_num_threads(trainer_cfg.num_threads)
     L.seed_everything(trainer_cfg.seed, verbose=False)
     model = family.build_torch(config)
-    data_cfg = recipe.data
-    steps = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
+    batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
+    steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
-    task = TASKS[dataset.task](model, recipe.optimizer, table)
+    task = TASKS[dataset.task](model, recipe.optimizer, table, compiled=trainer_cfg.compile)
     trainer = L.Trainer(
         max_epochs=trainer_cfg.max_epochs,
-        accelerator=trainer_cfg.accelerator,
+        accelerator=accelerator,
         devices=trainer_cfg.devices,
+        num_nodes=trainer_cfg.num_nodes,
+        strategy=strategy_for(trainer_cfg),
         precision=trainer_cfg.precision,
+        accumulate_grad_batches=trainer_cfg.accumulate_grad_batches,
         deterministic=trainer_cfg.deterministic,
+        use_distributed_sampler=False,  # zoo's sampler shards the one seeded order itself
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=trainer_cfg.progress_bar,
         num_sanity_val_steps=0,
-        callbacks=[EpochMetrics(MetricsLog(run.metrics, dataset.task))],
-        default_root_dir=run.path,
+        callbacks=[EpochMetrics(MetricsLog(run.metrics, dataset.task) if run else None)],
+        default_root_dir=run.path if run else None,
     )
     train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle)
     val_loader = loader(dataset.val, data_cfg.eval_batch_size) if len(dataset.val) else None
