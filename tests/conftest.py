@@ -37,3 +37,17 @@ def parity_config(name: str, **overrides):
 
 def max_diff(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
+
+
+@pytest.fixture(scope="session")
+def even_npz(tmp_path_factory):
+    """8x8 'images', 4 classes; 256 training samples = 4 full batches of 64, so batches split
+    evenly across replicas and into micro-batches."""
+    root = tmp_path_factory.mktemp("npz")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(320, 8, 8)).astype(np.float32)
+    y = (x[:, :4].mean(axis=(1, 2)) > 0).astype(np.int64) + 2 * (x[:, 4:].mean(axis=(1, 2)) > 0)
+    path = root / "data.npz"
+    np.savez(path, x_train=x[:256], y_train=y[:256], x_val=x[256:], y_val=y[256:],
+             x_test=x[256:], y_test=y[256:])  # fmt: skip
+    return path

@@ -56,8 +56,8 @@ def train(
         recipe = load_recipe(recipe, overrides)
     framework = _framework(framework or recipe.trainer.framework)
     if framework != recipe.trainer.framework:  # re-validate: some knobs depend on the framework
-        raw = recipe.to_dict()
-        recipe = Recipe.model_validate({**raw, "trainer": {**raw["trainer"], "framework": framework}})
+        raw = recipe.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        recipe = Recipe.model_validate({**raw, "trainer": {**raw.get("trainer", {}), "framework": framework}})
     family = registry.get_family(recipe.model.architecture)
     dataset = load_dataset(recipe.data, family.input_kind)
     config = recipe.model.bind(dataset.info)

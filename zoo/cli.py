@@ -26,8 +26,10 @@ def user_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from zoo.data import DataError
+        from zoo.hardware import SetupError
 
         handled: tuple[type[Exception], ...] = (
+            SetupError,
             RecipeError, DataError, registry.UnknownArchitectureError, FileNotFoundError,
             *((ValueError,) if fn.__name__ == "sample" else ()),
         )  # fmt: skip
@@ -129,9 +131,12 @@ def schema(output: Path | None) -> None:
 def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> None:
     """Train a recipe, evaluate on its test split, export the common checkpoint."""
     from zoo.api import train as run_training
+    from zoo.runs import is_primary_process
 
     resolved = load_recipe(recipe, overrides)
     result = run_training(resolved, framework)
+    if not is_primary_process():
+        return  # the other ranks of a data-parallel run: rank 0 reports
     metrics = result.metrics
     click.echo()
     click.echo(f"{resolved.name} ({result.framework}): " + ", ".join(

@@ -28,7 +28,35 @@ class TableSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"table": self.values}
 
 
-class TorchSGD(keras.optimizers.Optimizer):
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+def state_dtype(variable) -> str:
+    """Optimizer state and update arithmetic stay in float32 for bf16/fp16 weights:
+    in bfloat16, Adam's beta_2 = 0.999 rounds to 1.0 and the update becomes 0/0."""
+    return "float32" if variable.dtype in LOW_PRECISION else variable.dtype
+
+
+class Float32State(keras.optimizers.Optimizer):
+    """Creates slots in :func:`state_dtype` and writes updates back in the weight's dtype."""
+
+    def state_variables(self, var_list, name: str):
+        return [
+            self.add_variable(
+                shape=v.shape,
+                dtype=state_dtype(v),
+                initializer="zeros",
+                name=f"{name}_{i}",
+                aggregation="none",
+            )
+            for i, v in enumerate(var_list)
+        ]
+
+    def set_weight(self, variable, value) -> None:
+        self.assign(variable, ops.cast(value, variable.dtype))
+
+
+class TorchSGD(Float32State):
     def __init__(self, learning_rate, momentum=0.0, nesterov=False, l2=0.0, name="torch_sgd", **kw):
         super().__init__(learning_rate=learning_rate, name=name, **kw)
         self.momentum, self.nesterov, self.l2 = momentum, nesterov, l2
@@ -38,18 +66,20 @@ class TorchSGD(keras.optimizers.Optimizer):
             return
         super().build(var_list)
         if self.momentum:
-            self._buffers = self.add_optimizer_variables(var_list, "momentum_buffer")
+            self._buffers = self.state_variables(var_list, "momentum_buffer")
 
     def update_step(self, gradient, variable, learning_rate):
-        lr = ops.cast(learning_rate, variable.dtype)
-        g = ops.cast(gradient, variable.dtype)
+        dtype = state_dtype(variable)
+        lr = ops.cast(learning_rate, dtype)
+        g = ops.cast(gradient, dtype)
+        weight = ops.cast(variable, dtype)
         if self.l2:
-            g = g + self.l2 * variable
+            g = g + self.l2 * weight
         if self.momentum:
             buffer = self._buffers[self._get_variable_index(variable)]
             self.assign(buffer, buffer * self.momentum + g)
             g = g + self.momentum * buffer if self.nesterov else buffer
-        self.assign_sub(variable, lr * g)
+        self.set_weight(variable, weight - lr * g)
 
     def get_config(self):
         return {
@@ -60,7 +90,7 @@ class TorchSGD(keras.optimizers.Optimizer):
         }
 
 
-class TorchAdam(keras.optimizers.Optimizer):
+class TorchAdam(Float32State):
     """Adam with torch's arithmetic: ``p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)``.
 
     ``l2`` is torch.optim.Adam's weight decay (added to the gradient); the base class'
@@ -77,14 +107,16 @@ class TorchAdam(keras.optimizers.Optimizer):
         if self.built:
             return
         super().build(var_list)
-        self._m, self._v = self.add_optimizer_variables(var_list, ["exp_avg", "exp_avg_sq"])
+        self._m = self.state_variables(var_list, "exp_avg")
+        self._v = self.state_variables(var_list, "exp_avg_sq")
 
     def update_step(self, gradient, variable, learning_rate):
-        dtype = variable.dtype
+        dtype = state_dtype(variable)
         lr = ops.cast(learning_rate, dtype)
         g = ops.cast(gradient, dtype)
+        weight = ops.cast(variable, dtype)
         if self.l2:
-            g = g + self.l2 * variable
+            g = g + self.l2 * weight
         step = ops.cast(self.iterations + 1, dtype)
         b1, b2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
         m = self._m[self._get_variable_index(variable)]
@@ -94,7 +126,7 @@ class TorchAdam(keras.optimizers.Optimizer):
         bias1 = 1 - ops.power(b1, step)
         bias2 = 1 - ops.power(b2, step)
         denominator = ops.sqrt(v) / ops.sqrt(bias2) + self.epsilon
-        self.assign_sub(variable, (lr / bias1) * m / denominator)
+        self.set_weight(variable, weight - (lr / bias1) * m / denominator)
 
     def get_config(self):
         return {

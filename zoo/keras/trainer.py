@@ -23,13 +23,13 @@ def configure(trainer_cfg) -> None:
 
     accelerator = resolve_accelerator(trainer_cfg.accelerator)
     gpus = tf.config.list_physical_devices("GPU")
+    if accelerator == "gpu" and len(gpus) < trainer_cfg.devices:
+        raise SetupError(
+            f"trainer.accelerator is 'gpu' with {trainer_cfg.devices} device(s), but TensorFlow "
+            f"sees {len(gpus)} GPU(s) here; use 'cpu' or 'auto'"
+        )
     try:
         if accelerator == "gpu":
-            if len(gpus) < trainer_cfg.devices:
-                raise SetupError(
-                    f"trainer.accelerator is 'gpu' with {trainer_cfg.devices} device(s), but TensorFlow "
-                    f"sees {len(gpus)} GPU(s) here; use 'cpu' or 'auto'"
-                )
             for gpu in gpus:
                 tf.config.experimental.set_memory_growth(gpu, True)
             tf.config.set_visible_devices(gpus[: trainer_cfg.devices], "GPU")
@@ -143,4 +143,6 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None):
     test = model.evaluate(
         eval_dataset(dataset.test, data_cfg.eval_batch_size, kind), verbose=0, return_dict=True
     )
-    return model, {**{f"test_{k}": float(v) for k, v in test.items()}, "train_seconds": seconds}
+    replicas = strategy.num_replicas_in_sync if strategy else 1
+    metrics = {f"test_{k}": float(v) for k, v in test.items()}
+    return model, {**metrics, "train_seconds": seconds, "replicas": replicas}

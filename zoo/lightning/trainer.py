@@ -97,4 +97,5 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir):
     seconds = time.perf_counter() - started
     results = trainer.test(task, loader(dataset.test, data_cfg.eval_batch_size), verbose=False)[0]
     model.eval()
-    return model, {**{k: float(v) for k, v in results.items()}, "train_seconds": seconds}
+    metrics = {k: float(v) for k, v in results.items()}
+    return model, {**metrics, "train_seconds": seconds, "replicas": trainer.world_size}

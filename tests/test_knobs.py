@@ -1,0 +1,81 @@
+"""Trainer knobs mean the same thing in both frameworks: precision, accumulation,
+determinism, compile. Each value trains (loss finite and going down) or is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import max_diff
+from safetensors.numpy import load_file
+
+import zoo
+from zoo.recipe import RecipeError
+
+RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
+FRAMEWORKS = ["lightning", "keras"]
+
+
+def tiny(tmp_path, *overrides):
+    return [
+        "model.architecture=convnet-tiny", "trainer.max_epochs=2", "trainer.progress_bar=false",
+        "data.batch_size=64", "optimizer.lr=0.01", f"export.dir={tmp_path}", *overrides,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("precision", ["32-true", "64-true", "bf16-mixed", "bf16-true"])
+def test_each_precision_trains(framework, precision, tmp_path):
+    result = zoo.train(RECIPE, framework, tiny(tmp_path, f"trainer.precision={precision}"))
+    losses = [float(row["train_loss"]) for row in result.history]
+    assert all(np.isfinite(losses)) and losses[1] < losses[0]
+    assert result.metrics["test_accuracy"] > 0.5
+    # The exported checkpoint is float32 whatever the training precision.
+    tensors = load_file(result.checkpoint)
+    assert {str(t.dtype) for t in tensors.values()} == {"float32"}
+
+
+@pytest.mark.parametrize("precision", ["16-mixed", "16-true"])
+def test_float16_is_refused_on_cpu(precision):
+    with pytest.raises(RecipeError, match=f"trainer.precision: '{precision}' needs a GPU"):
+        zoo.load_recipe(RECIPE, [f"trainer.precision={precision}", "trainer.accelerator=cpu"])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_asking_for_a_missing_gpu_is_a_clear_error(framework, tmp_path):
+    from zoo.hardware import SetupError, gpu_count
+
+    if gpu_count():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(SetupError, match=r"trainer\.accelerator is 'gpu'"):
+        zoo.train(RECIPE, framework, tiny(tmp_path, "trainer.accelerator=gpu"))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_accumulating_4_batches_of_16_is_one_batch_of_64(framework, tmp_path, even_npz):
+    common = ["data.name=npz", f"data.path={even_npz}", "optimizer.name=sgd", "optimizer.lr=0.1"]
+    big = zoo.train(RECIPE, framework, tiny(tmp_path, *common, "data.batch_size=64"))
+    small = zoo.train(
+        RECIPE, framework, tiny(tmp_path, *common, "data.batch_size=16", "trainer.accumulate_grad_batches=4")
+    )
+    a, b = load_file(big.checkpoint), load_file(small.checkpoint)
+    assert max(max_diff(a[k], b[k]) for k in a) <= 1e-5
+    assert [r["step"] for r in big.history] == [r["step"] for r in small.history] == ["4", "8"]
+
+
+def test_accumulation_that_splits_an_epoch_unevenly_is_refused(tmp_path):
+    from zoo.hardware import SetupError
+
+    with pytest.raises(SetupError, match="accumulate_grad_batches 3 does not divide the 20 training batches"):
+        zoo.train(RECIPE, "lightning", tiny(tmp_path, "trainer.accumulate_grad_batches=3"))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_same_seed_same_weights(framework, tmp_path):
+    runs = [
+        zoo.train(RECIPE, framework, tiny(tmp_path, "trainer.deterministic=true", "trainer.seed=5"))
+        for _ in range(2)
+    ]
+    a, b = (load_file(r.checkpoint) for r in runs)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
