@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from zoo import registry
 from zoo.recipe import Recipe, load_recipe, normalize_framework
 from zoo.runs import RunDir, is_primary_process
 
+log = logging.getLogger("zoo")
 BACKENDS = {"lightning": "zoo.lightning.trainer", "keras": "zoo.keras.trainer"}
 
 
@@ -59,13 +61,25 @@ def train(
         raw = recipe.model_dump(mode="json", by_alias=True, exclude_unset=True)
         recipe = Recipe.model_validate({**raw, "trainer": {**raw.get("trainer", {}), "framework": framework}})
     family = registry.get_family(recipe.model.architecture)
-    dataset = load_dataset(recipe.data, family.input_kind)
-    config = recipe.model.bind(dataset.info)
+    init = None
+    if recipe.init.from_ is not None:
+        from zoo import finetune
+
+        checkpoint, base = finetune.base_config(recipe, family)
+        vocab = checkpoint.json("task_info", {}).get("vocab")
+        dataset = load_dataset(recipe.data, family.input_kind, vocab=vocab, extend_vocab=True)
+        config = base.bind(dataset.info)
+        init = finetune.plan(recipe, family, checkpoint, config)
+        log.info(init.describe())
+    else:
+        dataset = load_dataset(recipe.data, family.input_kind)
+        config = recipe.model.bind(dataset.info)
     recipe = recipe.model_copy(update={"model": config})
     primary = is_primary_process()
     run = _run_dir(recipe, framework) if primary else None
     started = time.perf_counter()
-    model, metrics = importlib.import_module(BACKENDS[framework]).fit(recipe, config, family, dataset, run)
+    backend = importlib.import_module(BACKENDS[framework])
+    model, metrics = backend.fit(recipe, config, family, dataset, run, init)
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         shared = Path(os.environ.get(RUN_DIR_VARIABLE, "."))
         return TrainResult(shared, shared / "model.safetensors", metrics, framework)
@@ -103,6 +117,36 @@ def load_checkpoint(path, framework: str = "lightning", architecture: str | None
     from zoo.checkpoint import load_checkpoint as load
 
     return load(path, _framework(framework), architecture)
+
+
+def evaluate(
+    checkpoint: str | Path,
+    recipe: Recipe | str | Path | dict,
+    framework: str = "lightning",
+    overrides: list[str] | tuple = (),
+) -> dict[str, float]:
+    """Metrics of a checkpoint on the test split of a recipe's data, in either framework."""
+    from zoo.checkpoint import CheckpointError, read_checkpoint
+    from zoo.data import load_dataset
+
+    framework = _framework(framework)
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe, overrides)
+    found = read_checkpoint(checkpoint)
+    vocab = found.json("task_info", {}).get("vocab")
+    dataset = load_dataset(recipe.data, found.family.input_kind, vocab=vocab)
+    task = getattr(found.config, "task", "classification")
+    if task != dataset.task:
+        raise CheckpointError(f"{checkpoint}: a {task} model cannot be evaluated on data for {dataset.task}")
+    try:
+        found.config.bind(dataset.info)
+    except ValueError as error:
+        raise CheckpointError(f"{checkpoint}: does not fit the recipe's data: {error}") from None
+    model = load_checkpoint(checkpoint, framework)
+    backend = importlib.import_module(BACKENDS[framework])
+    if framework == "keras":
+        return backend.evaluate(model, dataset, found.family.input_kind, recipe.data.eval_batch_size)
+    return backend.evaluate(model, dataset, recipe.data.eval_batch_size)
 
 
 def inspect_checkpoint(path) -> dict[str, Any]:

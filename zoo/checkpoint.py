@@ -155,6 +155,18 @@ def _versions(framework: str) -> dict[str, str]:
     return found
 
 
+def load_tensors(model: Any, tensors: dict[str, np.ndarray]) -> None:
+    """Put canonical tensors into a built twin of either framework."""
+    config = model.zoo_config
+    family = registry.get_family(config.architecture)
+    if framework_of(model) == "keras":
+        tensors_to_keras(model, family.weight_table(config), tensors)
+        return
+    import torch
+
+    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in tensors.items()}, strict=True)
+
+
 # ------------------------------------------------------------------------------- read
 
 
@@ -253,16 +265,10 @@ def load_checkpoint(path: str | Path, framework: str = "lightning", architecture
     from zoo.recipe import normalize_framework
 
     framework = normalize_framework(framework)
+    if framework not in ("lightning", "keras"):
+        raise ValueError(f"framework {framework!r} is not one of: lightning (torch), keras")
     checkpoint = read_checkpoint(path, architecture)
-    tensors = checkpoint.tensors()
-    if framework == "keras":
-        model = checkpoint.family.build_keras(checkpoint.config)
-        tensors_to_keras(model, checkpoint.family.weight_table(checkpoint.config), tensors)
-        return model
-    if framework == "lightning":
-        import torch
-
-        model = checkpoint.family.build_torch(checkpoint.config)
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=True)
-        return model
-    raise ValueError(f"framework {framework!r} is not one of: lightning (torch), keras")
+    family, config = checkpoint.family, checkpoint.config
+    model = family.build_keras(config) if framework == "keras" else family.build_torch(config)
+    load_tensors(model, checkpoint.tensors())
+    return model

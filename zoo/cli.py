@@ -21,27 +21,28 @@ EXIT_USAGE = 2
 
 
 def user_errors(fn):
-    """Turn the errors a user can fix into a message and exit code 2."""
+    """Errors a user can fix end with a message and exit code 2; a run that stops, with 1."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from zoo.checkpoint import CheckpointError
         from zoo.data import DataError
         from zoo.hardware import SetupError
+        from zoo.runs import NonFiniteLoss
+        from zoo.sample import PromptError
 
-        handled: tuple[type[Exception], ...] = (
-            SetupError,
-            RecipeError, DataError, registry.UnknownArchitectureError, FileNotFoundError,
-            *((ValueError,) if fn.__name__ == "sample" else ()),
+        fixable = (
+            SetupError, RecipeError, DataError, CheckpointError, registry.UnknownArchitectureError,
+            FileNotFoundError, PromptError,
         )  # fmt: skip
-        if "zoo.checkpoint" in sys.modules or fn.__name__ in ("inspect", "train", "sample"):
-            from zoo.checkpoint import CheckpointError
-
-            handled += (CheckpointError,)
         try:
             return fn(*args, **kwargs)
-        except handled as error:
+        except fixable as error:
             click.echo(f"error: {error}", err=True)
             sys.exit(EXIT_USAGE)
+        except NonFiniteLoss as error:
+            click.echo(f"training stopped: {error}", err=True)
+            sys.exit(1)
 
     return wrapper
 
@@ -60,6 +61,13 @@ framework_option = click.option(
 @click.version_option(package_name="zoo")
 def main() -> None:
     """Train, fine-tune and compare architectures in PyTorch/Lightning and Keras 3."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("zoo: %(message)s"))
+    logger = logging.getLogger("zoo")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 @main.command("list")
@@ -131,9 +139,28 @@ def schema(output: Path | None) -> None:
 def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> None:
     """Train a recipe, evaluate on its test split, export the common checkpoint."""
     from zoo.api import train as run_training
+
+    _train(load_recipe(recipe, overrides), framework)
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--from", "source", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="A common checkpoint from either framework.")  # fmt: skip
+@click.option("--freeze-backbone", is_flag=True, help="Train only the head.")
+@framework_option
+@overrides_option
+@user_errors
+def finetune(recipe: Path, source: Path, freeze_backbone: bool, framework, overrides) -> None:
+    """Train a recipe starting from a checkpoint (new head where the data changes its shape)."""
+    extra = [f"init.from={source}", *(["init.freeze_backbone=true"] if freeze_backbone else [])]
+    _train(load_recipe(recipe, [*overrides, *extra]), framework)
+
+
+def _train(resolved, framework: str | None) -> None:
+    from zoo.api import train as run_training
     from zoo.runs import is_primary_process
 
-    resolved = load_recipe(recipe, overrides)
     result = run_training(resolved, framework)
     if not is_primary_process():
         return  # the other ranks of a data-parallel run: rank 0 reports
@@ -144,6 +171,21 @@ def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> No
     ))  # fmt: skip
     click.echo(f"trained in {metrics['train_seconds']:.1f} s; run folder {result.run_dir}")
     click.echo(f"checkpoint {result.checkpoint}")
+
+
+@main.command()
+@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--recipe", "recipe", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The recipe whose data's test split is used.")  # fmt: skip
+@framework_option
+@overrides_option
+@user_errors
+def evaluate(checkpoint: Path, recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> None:
+    """Metrics of a checkpoint on a recipe's test split, in either framework."""
+    from zoo.api import evaluate as run_evaluation
+
+    metrics = run_evaluation(checkpoint, recipe, framework or "lightning", overrides)
+    click.echo(", ".join(f"{k} {v:.6g}" for k, v in sorted(metrics.items())))
 
 
 @main.command()

@@ -73,6 +73,18 @@ class DigitsData(DataBase):
     val_fraction: float = Field(0.1, ge=0, lt=0.5, description="Share of the data held out for validation.")
     test_fraction: float = Field(0.2, gt=0, lt=0.5, description="Share of the data held out for testing.")
     split_seed: int = Field(0, description="Seed of the fixed stratified split (not the training seed).")
+    classes: list[Annotated[int, Field(ge=0, le=9)]] | None = Field(
+        None, min_length=2, description="Keep only these digits, relabelled 0..k-1 in this order (transfer)."
+    )
+    train_per_class: PositiveInt | None = Field(
+        None, description="Keep only this many training samples of each class (few-shot fine-tuning)."
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        if self.classes is not None and len(set(self.classes)) != len(self.classes):
+            raise ValueError(f"data.classes {self.classes} names a digit twice")
+        return self
 
 
 class NpzData(DataBase):
@@ -317,9 +329,25 @@ class TrainerConfig(Section):
 
 
 class InitConfig(Section):
-    from_: Annotated[Path | None, not_yet(None, "init.from")] = Field(
-        None, alias="from", description="A common checkpoint to start from (fine-tuning)."
+    from_: Path | None = Field(
+        None, alias="from", description="A common checkpoint (from either framework) to start from."
     )
+    freeze_backbone: bool = Field(
+        False, description="Train only the head (the tensors whose shape follows the data)."
+    )
+    head_lr: PositiveFloat | None = Field(
+        None, description="Learning rate of the head; None uses optimizer.lr."
+    )
+
+    @model_validator(mode="after")
+    def _source(self):
+        if self.from_ is None and (self.freeze_backbone or self.head_lr is not None):
+            raise ValueError(
+                "init.freeze_backbone and init.head_lr need init.from (a checkpoint to start from)"
+            )
+        if self.from_ is not None and not self.from_.is_file():
+            raise ValueError(f"init.from {str(self.from_)!r} is not a file; give a .safetensors checkpoint")
+        return self
 
 
 class ExportConfig(Section):

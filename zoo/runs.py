@@ -100,3 +100,19 @@ def _format(value: Any) -> str:
 def read_metrics(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training stopped because the loss stopped being a number."""
+
+    def __init__(self, value: float, step: int, last_finite: tuple[int, float] | None):
+        before = (
+            f"the last finite loss was {last_finite[1]:.6g} at step {last_finite[0]}"
+            if last_finite
+            else "no step had a finite loss"
+        )
+        super().__init__(
+            f"the training loss became {value} at step {step}; {before}. Lower optimizer.lr, "
+            "add schedule.warmup_steps, or use trainer.precision '32-true'."
+        )
+        self.step = step

@@ -13,6 +13,10 @@ import numpy as np
 from zoo.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 
 
+class PromptError(ValueError):
+    """A prompt or sampling setting the model cannot take."""
+
+
 def sample(
     path: str | Path,
     prompt: str = "",
@@ -29,11 +33,11 @@ def sample(
     if not vocab:
         raise CheckpointError(f"{path}: its metadata has no vocabulary (task_info.vocab)")
     if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+        raise PromptError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
     lookup = {c: i for i, c in enumerate(vocab)}
     unknown = sorted(set(prompt) - set(lookup))
     if unknown:
-        raise ValueError(f"the prompt has characters the model never saw: {''.join(unknown)!r}")
+        raise PromptError(f"the prompt has characters the model never saw: {''.join(unknown)!r}")
     ids = [lookup[c] for c in prompt] or [lookup.get("\n", 0)]
     window = getattr(checkpoint.config, "max_len", None) or 256
     forward = _forward(load_checkpoint(path, framework))

@@ -39,7 +39,9 @@ class DataError(ValueError):
     """User data that cannot be used, with what was expected instead."""
 
 
-def load_dataset(cfg, input_kind: str) -> Dataset:
+def load_dataset(cfg, input_kind: str, vocab: str | None = None, extend_vocab: bool = False) -> Dataset:
+    """``vocab`` (a checkpoint's) keeps a language model's token ids when it meets new text;
+    ``extend_vocab`` appends the characters it lacks instead of refusing them."""
     if cfg.name == "digits":
         from zoo.data.digits import load_digits
 
@@ -47,7 +49,7 @@ def load_dataset(cfg, input_kind: str) -> Dataset:
     if cfg.name == "text":
         from zoo.data.text import load_text
 
-        return load_text(cfg)
+        return load_text(cfg, vocab, extend_vocab)
     if cfg.name == "npz":
         from zoo.data.npz import load_npz
 

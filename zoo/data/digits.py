@@ -23,6 +23,15 @@ def load_digits(cfg, input_kind: str) -> Dataset:
         )
     else:
         train, val = rest, rest[:0]
+    if cfg.classes is not None:
+        relabel = {digit: i for i, digit in enumerate(cfg.classes)}
+        keep = np.isin(y, cfg.classes)
+        train, val, test = (part[keep[part]] for part in (train, val, test))
+        y = np.array([relabel.get(int(d), -1) for d in y], dtype=np.int64)
+    if cfg.train_per_class is not None:
+        # The first n of each class in a seeded order: the same few samples for every run.
+        order = np.random.default_rng(cfg.split_seed).permutation(train)
+        train = np.concatenate([order[y[order] == c][: cfg.train_per_class] for c in np.unique(y[train])])
     if input_kind == "image":
         x = x[:, None]  # (N, 1, 8, 8)
         info = image_info(x, [y])

@@ -40,10 +40,13 @@ def windows(ids: np.ndarray, seq_len: int) -> Split:
     return Split(np.ascontiguousarray(chunks[:, :-1]), np.ascontiguousarray(chunks[:, 1:]))
 
 
-def load_text(cfg, vocab: str | None = None) -> Dataset:
-    """``vocab`` (from a checkpoint) fixes the id of every character; by default it is the text's own."""
+def load_text(cfg, vocab: str | None = None, extend: bool = False) -> Dataset:
+    """``vocab`` (from a checkpoint) fixes the id of every character; by default it is the
+    text's own. ``extend`` appends characters the vocabulary lacks (fine-tuning on new text)."""
     text = read_text(cfg)
     vocab = vocab or "".join(sorted(set(text)))
+    if extend:
+        vocab += "".join(sorted(set(text) - set(vocab)))
     lookup = {c: i for i, c in enumerate(vocab)}
     unknown = sorted(set(text) - set(lookup))
     if unknown:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import keras
 
-from zoo.runs import MetricsLog
+from zoo.runs import MetricsLog, NonFiniteLoss
 
 
 class EpochMetrics(keras.callbacks.Callback):
@@ -32,3 +33,19 @@ class EpochMetrics(keras.callbacks.Callback):
         row["lr"] = float(optimizer.learning_rate)  # the rate of the next update
         row["epoch_seconds"] = time.perf_counter() - self.started
         self.metrics_log.append(row)
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stop at the first non-finite training loss (Keras logs the epoch's running mean,
+    which turns non-finite with the first bad batch), saying where and what came before."""
+
+    def __init__(self):
+        super().__init__()
+        self.last_finite: tuple[int, float] | None = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = float((logs or {}).get("loss", 0.0))
+        step = int(self.model.optimizer.iterations.numpy())
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(loss, step, self.last_finite)
+        self.last_finite = (step, loss)

@@ -38,7 +38,19 @@ def state_dtype(variable) -> str:
 
 
 class Float32State(keras.optimizers.Optimizer):
-    """Creates slots in :func:`state_dtype` and writes updates back in the weight's dtype."""
+    """Creates slots in :func:`state_dtype` and writes updates back in the weight's dtype.
+
+    ``lr_multipliers`` (variable path -> factor) give some variables their own rate, as
+    torch's parameter groups do (a fine-tuned head's ``init.head_lr``).
+    """
+
+    def __init__(self, *args, lr_multipliers: dict[str, float] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lr_multipliers = dict(lr_multipliers or {})
+
+    def rate(self, learning_rate, variable):
+        lr = ops.cast(learning_rate, state_dtype(variable))
+        return lr * self.lr_multipliers.get(variable.path, 1.0)
 
     def state_variables(self, var_list, name: str):
         return [
@@ -70,7 +82,7 @@ class TorchSGD(Float32State):
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = state_dtype(variable)
-        lr = ops.cast(learning_rate, dtype)
+        lr = self.rate(learning_rate, variable)
         g = ops.cast(gradient, dtype)
         weight = ops.cast(variable, dtype)
         if self.l2:
@@ -112,7 +124,7 @@ class TorchAdam(Float32State):
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = state_dtype(variable)
-        lr = ops.cast(learning_rate, dtype)
+        lr = self.rate(learning_rate, variable)
         g = ops.cast(gradient, dtype)
         weight = ops.cast(variable, dtype)
         if self.l2:
@@ -135,11 +147,16 @@ class TorchAdam(Float32State):
         }  # fmt: skip
 
 
-def build_optimizer(cfg, table, accumulate: int = 1) -> keras.optimizers.Optimizer:
+def build_optimizer(
+    cfg, table, accumulate: int = 1, lr_multipliers: dict[str, float] | None = None
+) -> keras.optimizers.Optimizer:
     """``table`` holds one rate per optimizer step. With gradient accumulation Keras reads
     the schedule at its micro-step counter, so each rate is repeated ``accumulate`` times."""
     schedule = TableSchedule(np.repeat(np.asarray(table), accumulate))
-    common = {"gradient_accumulation_steps": accumulate if accumulate > 1 else None}
+    common = {
+        "gradient_accumulation_steps": accumulate if accumulate > 1 else None,
+        "lr_multipliers": lr_multipliers,
+    }
     if cfg.name == "sgd":
         return TorchSGD(schedule, cfg.momentum, cfg.nesterov, cfg.weight_decay, **common)
     beta_1, beta_2 = cfg.betas

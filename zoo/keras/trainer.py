@@ -103,11 +103,34 @@ def compile_for(model, task: str, optimizer, jit_compile: bool = False) -> None:
     )
 
 
-def fit(recipe, config, family, dataset: Dataset, run: RunDir | None):
+def initialise(model, family, init) -> dict[str, float]:
+    """Load a fine-tuning start into ``model``, freeze the backbone if asked; return the
+    learning-rate multipliers of the head's variables (by variable path)."""
+    from zoo.checkpoint import load_tensors, model_tensors
+    from zoo.finetune import merged_tensors
+    from zoo.weights import keras_layer
+
+    if init is None:
+        return {}
+    load_tensors(model, merged_tensors(init, model_tensors(model)))
+    multipliers = {}
+    for port in family.weight_table(model.zoo_config):
+        layer = keras_layer(model, port.layer)
+        in_head = any(spec.name in init.head for spec in port.tensors)
+        for name in port.variables:
+            variable = keras_layer(layer, name)
+            if not in_head and init.freeze_backbone:
+                variable.trainable = False
+            if in_head and init.head_lr:
+                multipliers[variable.path] = init.head_lr
+    return multipliers
+
+
+def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None):
     """Train, validate every epoch, test; return the trained twin and the test metrics."""
     import keras
 
-    from zoo.keras.callbacks import EpochMetrics
+    from zoo.keras.callbacks import EpochMetrics, StopOnNonFiniteLoss
     from zoo.keras.data import eval_dataset, train_dataset
     from zoo.keras.optimizers import build_optimizer
 
@@ -121,14 +144,20 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None):
     strategy = distribution_strategy(trainer_cfg)
     with strategy.scope() if strategy else contextlib.nullcontext(), dtype_policy(trainer_cfg.precision):
         model = family.build_keras(config)
-        optimizer = build_optimizer(recipe.optimizer, table, accumulate=accumulate)
+        head_rates = initialise(model, family, init)
+        multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
+        optimizer = build_optimizer(
+            recipe.optimizer, table, accumulate=accumulate, lr_multipliers=multipliers
+        )
         compile_for(model, dataset.task, optimizer, jit_compile=trainer_cfg.compile)
     kind = family.input_kind
     train = train_dataset(
         dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, trainer_cfg.max_epochs, kind
     )
     val = eval_dataset(dataset.val, data_cfg.eval_batch_size, kind) if len(dataset.val) else None
-    callbacks = [EpochMetrics(MetricsLog(run.metrics, dataset.task), batches)] if run else []
+    callbacks = [StopOnNonFiniteLoss()]
+    if run:
+        callbacks.append(EpochMetrics(MetricsLog(run.metrics, dataset.task), batches))
     started = time.perf_counter()
     model.fit(
         train,
@@ -146,3 +175,12 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None):
     replicas = strategy.num_replicas_in_sync if strategy else 1
     metrics = {f"test_{k}": float(v) for k, v in test.items()}
     return model, {**metrics, "train_seconds": seconds, "replicas": replicas}
+
+
+def evaluate(model, dataset: Dataset, input_kind: str, batch_size: int) -> dict[str, float]:
+    """The task's test metrics of a built Keras twin (the same metrics ``fit`` reports)."""
+    from zoo.keras.data import eval_dataset
+
+    compile_for(model, dataset.task, optimizer="sgd")
+    results = model.evaluate(eval_dataset(dataset.test, batch_size, input_kind), verbose=0, return_dict=True)
+    return {f"test_{k}": float(v) for k, v in results.items()}

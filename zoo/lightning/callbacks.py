@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import lightning as L
 
-from zoo.runs import MetricsLog
+from zoo.runs import MetricsLog, NonFiniteLoss
 
 
 class EpochMetrics(L.Callback):
@@ -29,3 +30,16 @@ class EpochMetrics(L.Callback):
         row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
         row["epoch_seconds"] = time.perf_counter() - self.started
         self.metrics_log.append(row)
+
+
+class StopOnNonFiniteLoss(L.Callback):
+    """Stop at the first non-finite training loss, saying where and what came before."""
+
+    def __init__(self):
+        self.last_finite: tuple[int, float] | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loss = float(outputs["loss"]) if isinstance(outputs, dict) else float(outputs)
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(loss, trainer.global_step, self.last_finite)
+        self.last_finite = (trainer.global_step, loss)

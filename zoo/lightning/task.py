@@ -14,9 +14,10 @@ from zoo.lightning.optim import build_optimizer, build_scheduler
 class Task(L.LightningModule):
     """Shared training/validation/test logic; subclasses define ``loss_and_metrics``."""
 
-    def __init__(self, model: torch.nn.Module, optimizer_cfg, lr_table, compiled: bool = False):
+    def __init__(self, model: torch.nn.Module, optimizer_cfg, lr_table, compiled: bool = False, groups=None):
         super().__init__()
         self.model = model
+        self.groups = groups
         self.optimizer_cfg = optimizer_cfg
         self.lr_table = lr_table
         # The compiled wrapper shares the model's parameters; the plain module stays the one
@@ -54,7 +55,7 @@ class Task(L.LightningModule):
         self._step(batch, "test")
 
     def configure_optimizers(self):
-        optimizer = build_optimizer(self.optimizer_cfg, self.model.parameters())
+        optimizer = build_optimizer(self.optimizer_cfg, self.groups or self.model.parameters())
         scheduler = build_scheduler(optimizer, self.lr_table, self.optimizer_cfg.lr)
         return {
             "optimizer": optimizer,

@@ -13,7 +13,7 @@ import torch
 
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, resolve_accelerator
-from zoo.lightning.callbacks import EpochMetrics
+from zoo.lightning.callbacks import EpochMetrics, StopOnNonFiniteLoss
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
 from zoo.runs import MetricsLog, RunDir
@@ -59,7 +59,27 @@ def check_accelerator(trainer_cfg) -> str:
     return accelerator
 
 
-def fit(recipe, config, family, dataset: Dataset, run: RunDir):
+def initialise(model: torch.nn.Module, init) -> list[dict]:
+    """Load a fine-tuning start into ``model``; return the optimizer's parameter groups
+    (the head may have its own rate; a frozen backbone is left out)."""
+    from zoo.checkpoint import load_tensors, model_tensors
+    from zoo.finetune import merged_tensors
+
+    named = list(model.named_parameters())
+    if init is None:
+        return [{"params": [p for _, p in named]}]
+    load_tensors(model, merged_tensors(init, model_tensors(model)))
+    backbone = [p for n, p in named if n not in init.head]
+    head = [p for n, p in named if n in init.head]
+    if init.freeze_backbone:
+        for parameter in backbone:
+            parameter.requires_grad_(False)
+        backbone = []
+    groups = [{"params": backbone}] if backbone else []
+    return [*groups, {"params": head, **({"lr": init.head_lr} if init.head_lr else {})}]
+
+
+def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None):
     """Train, validate every epoch, test; return the trained twin and the test metrics."""
     quiet()
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
@@ -68,10 +88,11 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir):
         torch.set_num_threads(trainer_cfg.num_threads)
     L.seed_everything(trainer_cfg.seed, verbose=False)
     model = family.build_torch(config)
+    groups = initialise(model, init)
     batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
     steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
-    task = TASKS[dataset.task](model, recipe.optimizer, table, compiled=trainer_cfg.compile)
+    task = TASKS[dataset.task](model, recipe.optimizer, table, compiled=trainer_cfg.compile, groups=groups)
     trainer = L.Trainer(
         max_epochs=trainer_cfg.max_epochs,
         accelerator=accelerator,
@@ -87,7 +108,10 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir):
         enable_model_summary=False,
         enable_progress_bar=trainer_cfg.progress_bar,
         num_sanity_val_steps=0,
-        callbacks=[EpochMetrics(MetricsLog(run.metrics, dataset.task) if run else None)],
+        callbacks=[
+            EpochMetrics(MetricsLog(run.metrics, dataset.task) if run else None),
+            StopOnNonFiniteLoss(),
+        ],
         default_root_dir=run.path if run else None,
     )
     train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle)
@@ -99,3 +123,15 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir):
     model.eval()
     metrics = {k: float(v) for k, v in results.items()}
     return model, {**metrics, "train_seconds": seconds, "replicas": trainer.world_size}
+
+
+def evaluate(model, dataset: Dataset, batch_size: int) -> dict[str, float]:
+    """The task's test metrics of a built torch twin (the same metrics ``fit`` reports)."""
+    quiet()
+    task = TASKS[dataset.task](model, None, None)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_model_summary=False, enable_progress_bar=False,
+    )  # fmt: skip
+    results = trainer.test(task, loader(dataset.test, batch_size), verbose=False)[0]
+    return {k: float(v) for k, v in results.items()}

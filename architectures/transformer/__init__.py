@@ -1,0 +1,19 @@
+"""Transformer family: a bidirectional encoder classifier and a decoder-only causal language model."""
+
+from architectures.transformer.config import TransformerConfig
+from architectures.transformer.presets import PRESETS
+from architectures.transformer.weights import table
+from zoo.family import Family
+
+FAMILY = Family(
+    name="transformer",
+    description="Transformer blocks (pre- or post-norm): encoder classifier over feature sequences, "
+    "or causal character/token language model.",
+    config=TransformerConfig,
+    input_kind="sequence",
+    tasks=("classification", "language_modeling"),
+    weight_table=table,
+    torch_model="architectures.transformer.torch_model:build",
+    keras_model="architectures.transformer.keras_model:build",
+    presets=PRESETS,
+)

@@ -1,0 +1,126 @@
+"""The transformer family's Keras twin: the torch twin's structure and sub-layer names.
+
+Every default that differs between the frameworks is set explicitly: LayerNorm epsilon
+(Keras' is 1e-3), exact GELU, and the mask convention (Keras' ``attention_mask`` is
+True where attention is allowed, torch's ``key_padding_mask`` True where it is not).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import layers, ops
+
+from architectures.transformer.config import TransformerConfig
+from zoo.keras.layers import activation
+
+
+class Block(layers.Layer):
+    """Self-attention and a feed-forward net, each a residual branch, pre- or post-norm."""
+
+    def __init__(self, cfg: TransformerConfig, **kw):
+        super().__init__(**kw)
+        d = cfg.d_model
+        self.norm_first = cfg.norm_first
+        self.causal = cfg.causal
+        self.norm1 = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
+        self.attn = layers.MultiHeadAttention(cfg.num_heads, cfg.head_dim, dropout=cfg.dropout)
+        self.norm2 = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
+        self.ff1 = layers.Dense(cfg.ff_dim)
+        self.act = activation(cfg.activation)
+        self.dropout = layers.Dropout(cfg.dropout)  # on the feed-forward hidden layer
+        self.ff2 = layers.Dense(d)
+        self.dropout1 = layers.Dropout(cfg.dropout)  # on the attention branch
+        self.dropout2 = layers.Dropout(cfg.dropout)  # on the feed-forward branch
+
+    def call(self, x, attention_mask=None, training=False):
+        if self.norm_first:
+            x = x + self._attend(self.norm1(x), attention_mask, training)
+            return x + self._feed_forward(self.norm2(x), training)
+        x = self.norm1(x + self._attend(x, attention_mask, training))
+        return self.norm2(x + self._feed_forward(x, training))
+
+    def _attend(self, x, attention_mask, training):
+        out = self.attn(
+            x, x, x, attention_mask=attention_mask, use_causal_mask=self.causal, training=training
+        )  # query, value, key
+        return self.dropout1(out, training=training)
+
+    def _feed_forward(self, x, training):
+        hidden = self.dropout(self.act(self.ff1(x)), training=training)
+        return self.dropout2(self.ff2(hidden), training=training)
+
+
+class Transformer(keras.Model):
+    """Classification: (N, T, input_size) float -> (N, num_classes).
+    Language modelling: (N, T) integer ids -> (N, T, vocab_size), causal.
+
+    ``padding_mask`` (N, T) bool marks padding with True, as in the torch twin; as
+    there, a padding step attends to itself too, so no attention row is empty.
+    """
+
+    def __init__(self, cfg: TransformerConfig, **kw):
+        super().__init__(**kw)
+        self.zoo_config = cfg
+        d = cfg.d_model
+        small = keras.initializers.RandomNormal(stddev=0.02)
+        if cfg.causal:
+            self.embed = layers.Embedding(cfg.vocab_size, d, embeddings_initializer=small)
+        else:
+            self.embed = layers.Dense(d)
+        if cfg.positions == "learned":
+            self.pos_embed = layers.Embedding(cfg.max_len, d, embeddings_initializer=small)
+            self.pos_table = None
+        else:
+            self.pos_embed = None
+            self.pos_table = cfg.sinusoidal_table()  # a constant, not a variable: not in the checkpoint
+        self.dropout = layers.Dropout(cfg.dropout)
+        self.blocks = [Block(cfg) for _ in range(cfg.num_layers)]
+        self.norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps) if cfg.norm_first else None
+        self.head = layers.Dense(cfg.outputs)
+
+    def forward_features(self, x, padding_mask=None, training=False):
+        """The final hidden states (N, T, d_model), after the final norm of pre-norm models."""
+        static_steps = x.shape[1]
+        if static_steps is not None and static_steps > self.zoo_config.max_len:
+            raise ValueError(
+                f"sequence of {static_steps} steps is longer than max_len {self.zoo_config.max_len}; "
+                "raise model.max_len or shorten the sequences"
+            )
+        steps = ops.shape(x)[1]
+        h = self.embed(x)
+        if self.pos_embed is not None:
+            positions = self.pos_embed(ops.arange(steps))
+        else:
+            positions = ops.convert_to_tensor(self.pos_table)[:steps]
+        h = self.dropout(h + ops.cast(positions, h.dtype), training=training)
+        attention_mask = None  # True where attention is allowed; the blocks add the causal mask
+        if padding_mask is not None:  # (N, T, T): real keys, and each step itself
+            real = ops.logical_not(ops.cast(padding_mask, "bool"))[:, None, :]
+            attention_mask = ops.logical_or(real, ops.cast(ops.eye(steps), "bool")[None])
+        for block in self.blocks:
+            h = block(h, attention_mask, training=training)
+        return h if self.norm is None else self.norm(h)
+
+    def forward_head(self, h, padding_mask=None):
+        if self.zoo_config.causal:
+            return self.head(h)
+        if self.zoo_config.pooling == "first":
+            return self.head(h[:, 0])
+        if padding_mask is None:
+            return self.head(ops.mean(h, axis=1))
+        keep = ops.cast(ops.logical_not(ops.cast(padding_mask, "bool")), h.dtype)[..., None]
+        pooled = ops.sum(h * keep, axis=1) / ops.maximum(ops.sum(keep, axis=1), 1.0)
+        return self.head(pooled)
+
+    def call(self, x, padding_mask=None, training=False):
+        return self.forward_head(self.forward_features(x, padding_mask, training=training), padding_mask)
+
+
+def build(cfg: TransformerConfig) -> Transformer:
+    model = Transformer(cfg)
+    steps = cfg.example_length()
+    if cfg.causal:
+        model(ops.zeros((1, steps), dtype="int32"))
+    else:
+        model(ops.zeros((1, steps, cfg.input_size)))
+    return model

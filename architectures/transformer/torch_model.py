@@ -1,0 +1,132 @@
+"""The transformer family's torch twin: a plain ``nn.Module``, trained by zoo's Lightning task.
+
+Blocks are written out rather than taken from ``nn.TransformerEncoderLayer``: its
+inference fast path computes differently from its training path, and owning the block
+gives per-block control (gradient checkpointing) and names the Keras twin mirrors.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from architectures.transformer.config import TransformerConfig
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}  # nn.GELU is the exact erf form
+
+
+class Block(nn.Module):
+    """Self-attention and a feed-forward net, each a residual branch, pre- or post-norm."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.norm_first = cfg.norm_first
+        self.norm1 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.attn = nn.MultiheadAttention(d, cfg.num_heads, dropout=cfg.dropout, batch_first=True)
+        self.norm2 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        self.ff1 = nn.Linear(d, cfg.ff_dim)
+        self.act = ACTIVATIONS[cfg.activation]()
+        self.dropout = nn.Dropout(cfg.dropout)  # on the feed-forward hidden layer
+        self.ff2 = nn.Linear(cfg.ff_dim, d)
+        self.dropout1 = nn.Dropout(cfg.dropout)  # on the attention branch
+        self.dropout2 = nn.Dropout(cfg.dropout)  # on the feed-forward branch
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``attn_mask``: True where attention is blocked, (T, T) or (N * num_heads, T, T)."""
+        if self.norm_first:
+            x = x + self._attend(self.norm1(x), attn_mask)
+            return x + self._feed_forward(self.norm2(x))
+        x = self.norm1(x + self._attend(x, attn_mask))
+        return self.norm2(x + self._feed_forward(x))
+
+    def _attend(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        out, _ = self.attn(x, x, x, attn_mask=attn_mask, need_weights=False)
+        return self.dropout1(out)
+
+    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout2(self.ff2(self.dropout(self.act(self.ff1(x)))))
+
+
+class Transformer(nn.Module):
+    """Classification: (N, T, input_size) float -> (N, num_classes).
+    Language modelling: (N, T) int64 ids -> (N, T, vocab_size), causal.
+
+    ``padding_mask`` (N, T) bool marks padding with True (``key_padding_mask``'s
+    convention): no real step attends to it, and mean pooling skips it. A padding step
+    attends to itself as well, so no attention row is empty: torch would give NaN there
+    (left padding in an LM, an all-padding row), and the NaN would reach every step
+    through the zero attention weights.
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.zoo_config = cfg
+        d = cfg.d_model
+        if cfg.causal:
+            self.embed = nn.Embedding(cfg.vocab_size, d)
+            nn.init.normal_(self.embed.weight, std=0.02)
+        else:
+            self.embed = nn.Linear(cfg.input_size, d)
+        if cfg.positions == "learned":
+            self.pos_embed = nn.Embedding(cfg.max_len, d)
+            nn.init.normal_(self.pos_embed.weight, std=0.02)
+        else:
+            self.pos_embed = None
+            # Fixed, so not part of the state_dict (nor of the checkpoint).
+            self.register_buffer("pos_table", torch.from_numpy(cfg.sinusoidal_table()), persistent=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+        self.head = nn.Linear(d, cfg.outputs)
+
+    def forward_features(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The final hidden states (N, T, d_model), after the final norm of pre-norm models."""
+        steps = x.shape[1]
+        if steps > self.zoo_config.max_len:
+            raise ValueError(
+                f"sequence of {steps} steps is longer than max_len {self.zoo_config.max_len}; "
+                "raise model.max_len or shorten the sequences"
+            )
+        positions = self.pos_embed.weight[:steps] if self.pos_embed is not None else self.pos_table[:steps]
+        h = self.dropout(self.embed(x) + positions)
+        attn_mask = self.attention_mask(steps, padding_mask, x.device)
+        for block in self.blocks:
+            h = block(h, attn_mask)
+        return h if self.norm is None else self.norm(h)
+
+    def attention_mask(
+        self, steps: int, padding_mask: torch.Tensor | None, device: torch.device
+    ) -> torch.Tensor | None:
+        """True where attention is blocked: the future (LM), and padding keys except a step's own.
+
+        (T, T) without padding; with it (N * num_heads, T, T), the layout
+        ``nn.MultiheadAttention`` takes for a per-sample mask.
+        """
+        blocked = None
+        if self.zoo_config.causal:
+            blocked = torch.ones(steps, steps, dtype=torch.bool, device=device).triu(1)
+        if padding_mask is None:
+            return blocked
+        padding = padding_mask.to(device=device, dtype=torch.bool)[:, None, :]
+        blocked = padding if blocked is None else padding | blocked
+        blocked = blocked & ~torch.eye(steps, dtype=torch.bool, device=device)
+        return blocked.repeat_interleave(self.zoo_config.num_heads, dim=0)
+
+    def forward_head(self, h: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.zoo_config.causal:
+            return self.head(h)
+        if self.zoo_config.pooling == "first":
+            return self.head(h[:, 0])
+        if padding_mask is None:
+            return self.head(h.mean(dim=1))
+        keep = (~padding_mask.to(device=h.device, dtype=torch.bool)).unsqueeze(-1).to(h.dtype)
+        pooled = (h * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
+        return self.head(pooled)
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x, padding_mask), padding_mask)
+
+
+def build(cfg: TransformerConfig) -> Transformer:
+    return Transformer(cfg)

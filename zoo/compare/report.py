@@ -1,0 +1,225 @@
+"""The comparison report: a terminal table, report.json, report.md and report.png.
+
+The JSON holds everything (every step's loss in both frameworks, every tensor's gap);
+the table and the Markdown say what a reader needs first: each section's verdict, the
+number that decided it, and where parity broke (which tensor, which step).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo.compare.results import fmt, json_ready
+
+SECTIONS = ("weights", "forward", "gradients", "training")
+PLOT_FLOOR = 1e-12  # a loss gap of exactly 0 is drawn here on the log axis
+
+
+def title(report: dict[str, Any]) -> str:
+    model = report["model"]
+    name = model["preset"] or model["family"]
+    run = report["run"]
+    return (
+        f"zoo compare {report['recipe']}: {name} ({model['family']}, {model['task']}), "
+        f"{report['precision']}, {run['optimizer']['name']}, batch {run['batch_size']}, "
+        f"{run['steps']} steps, CPU (threads: torch {report['threads']['torch']}, "
+        f"tensorflow {report['threads']['tensorflow']})"
+    )
+
+
+def terminal_table(report: dict[str, Any], out: Path | None) -> str:
+    lines = [title(report), *(f"note: {n}" for n in report["notes"]), ""]
+    rows = [("SECTION", "VERDICT", "VALUE", "TOLERANCE", "REASON")]
+    for name in SECTIONS:
+        section = report["sections"][name]
+        rows.append(
+            (name, section["verdict"], fmt(section["value"]), fmt(section["tolerance"]), section["reason"])
+        )
+    lines += _columns(rows)
+    speed = report.get("speed")
+    if speed:
+        lines += ["", *_columns(_speed_rows(speed))]
+    passed = sum(report["sections"][n]["verdict"] == "PASS" for n in SECTIONS)
+    lines += ["", f"verdict: {report['verdict']} ({passed} of {len(SECTIONS)} parity sections pass)"]
+    if out is not None:
+        lines.append(f"report: {out / 'report.md'} (also report.json, report.png)")
+    return "\n".join(lines)
+
+
+def _speed_rows(speed: dict[str, Any]) -> list[tuple[str, ...]]:
+    t, k = speed["torch"], speed["keras"]
+    return [
+        ("SPEED", "TORCH", "KERAS"),
+        ("samples/s", f"{t['samples_per_s']:,.0f}", f"{k['samples_per_s']:,.0f}"),
+        ("ms/step (median)", f"{t['ms_per_step']:.2f}", f"{k['ms_per_step']:.2f}"),
+        ("first step (ms)", f"{t['first_step_ms']:,.1f}", f"{k['first_step_ms']:,.1f}"),
+        ("activation memory", size(t["activation_bytes"]), size(k["activation_bytes"])),
+        ("parameters", f"{t['parameters']:,}", f"{k['parameters']:,}"),
+    ]
+
+
+def size(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+# ------------------------------------------------------------------------------ files
+
+
+def write_reports(report: dict[str, Any], out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "report.json", "md": out / "report.md", "png": out / "report.png"}
+    paths["json"].write_text(json.dumps(json_ready(report), indent=2) + "\n")
+    paths["md"].write_text(markdown(report))
+    plot(report, paths["png"])
+    return paths
+
+
+def markdown(report: dict[str, Any]) -> str:
+    sections = report["sections"]
+    lines = [f"# {title(report)}", ""]
+    lines += [f"- {n}" for n in report["notes"]] + [""]
+    lines += [f"**Verdict: {report['verdict']}**", ""]
+    lines += _md_table(
+        ("section", "verdict", "measure", "value", "tolerance", "reason"),
+        [
+            (n, s["verdict"], s["measure"], fmt(s["value"]), fmt(s["tolerance"]), s["reason"])
+            for n, s in ((n, sections[n]) for n in SECTIONS)
+        ],
+    )
+    forward = sections["forward"]
+    lines += ["", "## Forward (first batch)", ""]
+    lines += _md_table(
+        ("mode", "max abs diff", "mean abs diff", "max abs output"),
+        [
+            (
+                m,
+                fmt(forward[m]["max_abs_diff"]),
+                fmt(forward[m]["mean_abs_diff"]),
+                f"{forward[m]['max_abs_output']:.3g}",
+            )
+            for m in ("train", "eval")
+        ],
+    )
+    grads = sections["gradients"]
+    lines += ["", "## Gradients (first batch), worst tensors first", ""]
+    lines += [f"Loss: torch {grads['loss']['torch']:.8g}, keras {grads['loss']['keras']:.8g}", ""]
+    lines += _tensor_table(grads["tensors"][:10], "max abs grad")
+    training = sections["training"]
+    lines += ["", f"## Training ({training['steps']} steps)", "", "![losses](report.png)", ""]
+    lines += _md_table(("step", "lr", "torch loss", "keras loss", "gap"), _loss_rows(training))
+    lines += ["", "Final tensors, worst first:", ""]
+    lines += _tensor_table(training["final_weights"], "max abs value")
+    lines += ["", "## Weights right after the copy", ""]
+    lines += _tensor_table(sections["weights"]["tensors"][:5], "max abs value")
+    speed = report.get("speed")
+    if speed:
+        lines += ["", f"## Speed and memory (recipe's config, batch {speed['batch_size']})", ""]
+        rows = _speed_rows(speed)
+        lines += _md_table(rows[0], rows[1:])
+        lines += [
+            "",
+            f"- torch activation memory: {speed['torch']['activation_measure']}",
+            f"- keras activation memory: {speed['keras']['activation_measure']}",
+            f"- ms/step per window: torch {speed['torch']['window_ms_per_step']}, "
+            f"keras {speed['keras']['window_ms_per_step']}",
+        ]
+    lines += ["", "## Tolerances", ""]
+    lines += _md_table(tuple(report["tolerances"]), [tuple(fmt(v) for v in report["tolerances"].values())])
+    return "\n".join(lines) + "\n"
+
+
+def _loss_rows(training: dict[str, Any]) -> list[tuple[str, ...]]:
+    steps = training["steps"]
+    shown = sorted({1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, steps, training["max_gap_step"]})
+    first = training["first_step_over_tolerance"]
+    if first:
+        shown = sorted({*shown, first})
+    rows = []
+    for step in (s for s in shown if s <= steps):
+        i = step - 1
+        rows.append(
+            (
+                str(step),
+                f"{training['lr'][i]:.3g}",
+                f"{training['loss']['torch'][i]:.8g}",
+                f"{training['loss']['keras'][i]:.8g}",
+                fmt(training["gap"][i]),
+            )
+        )
+    return rows
+
+
+def _tensor_table(rows: list[dict[str, Any]], scale: str) -> list[str]:
+    return _md_table(
+        ("tensor", "shape", "max abs diff", scale, "relative"),
+        [
+            (
+                r["name"],
+                "x".join(map(str, r["shape"])) or "scalar",
+                fmt(r["max_abs_diff"]),
+                fmt(r["scale"]),
+                fmt(r["relative"]),
+            )
+            for r in rows
+        ],
+    )
+
+
+def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    def line(cells) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return [line(header), line(["---"] * len(header)), *(line(r) for r in rows)]
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Both loss curves, and their absolute difference on a log axis with the tolerance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    training = report["sections"]["training"]
+    torch_loss = np.asarray(training["loss"]["torch"], dtype=float)
+    keras_loss = np.asarray(training["loss"]["keras"], dtype=float)
+    gap = np.asarray(training["gap"], dtype=float)
+    steps = np.arange(1, len(gap) + 1)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, constrained_layout=True)
+    top.plot(steps, torch_loss, label="torch (Lightning twin)", linewidth=1.5)
+    top.plot(steps, keras_loss, label="keras (TensorFlow twin)", linewidth=1.0, linestyle="--")
+    top.set_ylabel("training loss")
+    top.set_title(f"{report['recipe']}: training loss, same init and batches ({training['verdict']})")
+    top.legend()
+    top.grid(alpha=0.3)
+    shown = np.where(np.isfinite(gap), np.maximum(gap, PLOT_FLOOR), np.nan)
+    bottom.semilogy(steps, shown, color="tab:red", linewidth=1.0, marker="." if len(gap) < 50 else None)
+    bottom.axhline(
+        training["tolerance"], color="black", linestyle=":", label=f"tolerance {fmt(training['tolerance'])}"
+    )
+    if training["first_step_over_tolerance"]:
+        bottom.axvline(
+            training["first_step_over_tolerance"],
+            color="tab:orange",
+            linestyle="--",
+            label=f"first over tolerance (step {training['first_step_over_tolerance']})",
+        )
+    bottom.set_xlabel("step")
+    bottom.set_ylabel(f"|loss gap| (0 drawn at {PLOT_FLOOR:g})")
+    bottom.legend()
+    bottom.grid(alpha=0.3, which="both")
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

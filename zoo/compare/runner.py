@@ -1,0 +1,199 @@
+"""``zoo.compare``: put a recipe's two twins side by side and write the report.
+
+Order: resolve the recipe against its data, build the parity twins (dropout 0) from one
+set of initial tensors, run the sections (weights, forward, gradients, training), time
+both frameworks on the recipe's real config, then write report.json/md/png and return
+the terminal table. Everything runs on the CPU with one kernel thread per framework.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zoo.compare.results import PASS, SectionResult
+from zoo.compare.tolerances import tolerances_for
+from zoo.recipe import Recipe, load_recipe
+
+DEFAULT_SPEED_STEPS = 50
+
+
+@dataclass
+class Comparison:
+    """What ``zoo.compare`` returns: the verdicts, the whole report, and where it was written."""
+
+    recipe: str
+    sections: dict[str, SectionResult]
+    report: dict[str, Any]
+    text: str
+    out: Path | None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(section.passed for section in self.sections.values())
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        return {name: section.verdict for name, section in self.sections.items()}
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def compare(
+    recipe: Recipe | str | Path | dict,
+    steps: int = 100,
+    out: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    speed_steps: int = DEFAULT_SPEED_STEPS,
+    write: bool = True,
+) -> Comparison:
+    """Compare the recipe's PyTorch and Keras twins from the same initial weights.
+
+    ``steps`` optimizer steps are compared on the recipe's seeded batch order;
+    ``speed_steps`` training steps per framework are timed (0 skips the speed section).
+    The report goes to ``out`` (default: ``compare-<recipe>-<time>`` under the recipe's
+    ``export.dir``); ``write=False`` writes nothing and only returns the result.
+    """
+    from zoo.compare import parity
+    from zoo.compare.report import terminal_table, write_reports
+    from zoo.compare.twins import batch_indices, build_twins, prepare, single_threaded
+    from zoo.data import steps_per_epoch
+    from zoo.schedule import lr_table
+
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe, overrides)
+    elif overrides:
+        recipe = load_recipe(recipe.to_dict(), overrides)
+    started = time.perf_counter()
+    setup = prepare(recipe)
+    tolerances = tolerances_for(setup.precision, setup.config.architecture)
+    batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
+    table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
+
+    with single_threaded() as threads:
+        twins = build_twins(setup, setup.parity_config)
+        sections = {"weights": parity.check_weights(twins, tolerances)}
+        batches = batch_indices(setup, steps)
+        split = setup.dataset.train
+        sections["forward"], sections["gradients"] = parity.forward_and_gradients(
+            twins, split.x[batches[0]], split.y[batches[0]], tolerances
+        )
+        sections["training"] = parity.check_training(twins, batches, table, tolerances)
+        explain_forward(sections)
+        speed = None
+        if speed_steps > 0:
+            from zoo.compare.speed import Timing, measure_speed
+
+            speed = measure_speed(setup, table, Timing.for_steps(speed_steps))
+
+    report = build_report(setup, steps, threads, twins.checkpointing, tolerances, sections, speed)
+    report["seconds"] = round(time.perf_counter() - started, 2)
+    path = None
+    files: dict[str, Path] = {}
+    if write:
+        path = Path(out) if out is not None else default_out(recipe)
+        files = write_reports(report, path)
+    return Comparison(recipe.name, sections, report, terminal_table(report, path), path, files)
+
+
+def explain_forward(sections: dict[str, SectionResult]) -> None:
+    """A forward difference has a cause the other sections can name: a tensor that did not
+    survive the copy, or else the tensor whose gradient differs most."""
+    forward, weights, gradients = sections["forward"], sections["weights"], sections["gradients"]
+    if forward.passed:
+        return
+    if not weights.passed:
+        forward.reason += f"; {weights.details['worst_tensor']} already differs right after the copy"
+    elif gradients.details.get("worst_tensor"):
+        forward.reason += f"; the gradient that differs most is {gradients.details['worst_tensor']}'s"
+
+
+def default_out(recipe: Recipe) -> Path:
+    from zoo.runs import RunDir
+
+    return RunDir.create(recipe.export.dir, f"compare-{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}").path
+
+
+def build_report(setup, steps, threads, checkpointing, tolerances, sections, speed) -> dict[str, Any]:
+    recipe, config = setup.recipe, setup.config
+    passed = all(s.passed for s in sections.values())
+    return {
+        "recipe": recipe.name,
+        "verdict": PASS if passed else "DIFFERS",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": {
+            "family": config.architecture,
+            "preset": config.preset,
+            "task": setup.task,
+            "config": config.model_dump(mode="json"),
+            "dropout_zeroed_for_parity": setup.zeroed,
+        },
+        "precision": setup.precision,
+        "run": {
+            "steps": steps,
+            "batch_size": setup.batch_size,
+            "seed": recipe.trainer.seed,
+            "shuffle": recipe.data.shuffle,
+            "data": recipe.data.name,
+            "optimizer": recipe.optimizer.model_dump(mode="json"),
+            "schedule": recipe.schedule.model_dump(mode="json"),
+        },
+        "device": "cpu",
+        "threads": threads,
+        "gradient_checkpointing": {"requested": setup.gradient_checkpointing, **checkpointing},
+        "versions": versions(),
+        "tolerances": tolerances.as_dict(),
+        "notes": notes(setup, threads, checkpointing),
+        "sections": {name: section.as_dict() for name, section in sections.items()},
+        "speed": speed,
+    }
+
+
+def notes(setup, threads: dict[str, Any], checkpointing: dict[str, bool]) -> list[str]:
+    """What the reader must know to trust (or discount) the numbers."""
+    recipe = setup.recipe
+    found = []
+    if setup.zeroed:
+        changed = ", ".join(f"{k} {v:g} -> 0" for k, v in setup.zeroed.items())
+        found.append(
+            f"dropout set to 0 in the parity sections ({changed}): the frameworks' dropout masks can "
+            "never match; the speed section keeps the recipe's dropout"
+        )
+    else:
+        found.append("dropout is 0 in this config, so the parity sections run it unchanged")
+    if threads.get("tensorflow") != 1:
+        found.append(f"TensorFlow threads: {threads['tensorflow']}; float sums may be ordered differently")
+    if setup.gradient_checkpointing:
+        where = [name for name, done in checkpointing.items() if done] or ["neither twin"]
+        found.append(f"gradient checkpointing requested; enabled in {', '.join(where)}")
+    if recipe.trainer.accumulate_grad_batches > 1:
+        found.append(
+            f"trainer.accumulate_grad_batches is {recipe.trainer.accumulate_grad_batches}; compare "
+            "updates after every batch"
+        )
+    if recipe.trainer.world_size > 1 or recipe.trainer.strategy != "auto":
+        found.append("compare runs on one device; the recipe's strategy and devices are not used")
+    if setup.precision == "64-true":
+        found.append("the loss is computed in float64 in both frameworks")
+    else:
+        found.append("the loss is computed from logits cast to float32 in both frameworks")
+    return found
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "lightning", "tensorflow", "keras", "numpy"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found

@@ -1,0 +1,169 @@
+"""Speed and memory of one recipe in each framework, measured the same way on both sides.
+
+Both twins run the recipe's real config (dropout included) with the same plain training
+step as the parity run. Timed windows alternate between the frameworks, so load from
+other processes on a shared machine hits both alike; the figure is the median window.
+The first step is timed on its own: for TensorFlow it includes tracing the graph.
+
+Memory is what each framework can report on a CPU, and the two are different measures:
+torch counts the bytes autograd saves for backward during the forward pass and loss
+(each storage once, parameters excluded: the activations); TensorFlow reports the peak
+of its CPU allocator during a whole traced step above what was in use before it
+(activations plus gradients and temporaries).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zoo.compare.steps import KerasStep, TorchStep, torch_loss
+from zoo.compare.twins import Setup, Twins, batch_indices, build_twins, loss_dtype, torch_autocast
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long to measure: ``warmup`` untimed steps after the first, then ``windows``
+    windows of ``window_steps`` steps each."""
+
+    warmup: int = 3
+    windows: int = 5
+    window_steps: int = 10
+
+    @classmethod
+    def for_steps(cls, steps: int) -> Timing:
+        """About ``steps`` timed steps per framework in 5 windows (fewer for very few steps)."""
+        windows = min(5, max(1, steps))
+        return cls(warmup=min(3, max(1, steps // 10)), windows=windows, window_steps=max(1, steps // windows))
+
+
+@dataclass
+class FrameworkSpeed:
+    framework: str
+    samples_per_s: float
+    ms_per_step: float  # median over the windows
+    first_step_ms: float  # includes graph tracing on TensorFlow, optimizer state on both
+    activation_bytes: int | None
+    activation_measure: str
+    parameters: int
+    window_ms_per_step: list[float] = field(default_factory=list)
+
+
+def measure_speed(setup: Setup, table: np.ndarray, timing: Timing) -> dict[str, Any]:
+    """Time training steps of the recipe's config (dropout as configured) in both frameworks."""
+    twins = build_twins(setup, setup.config)
+    split = setup.dataset.train
+    distinct = batch_indices(setup, min(8, timing.warmup + 1 + timing.windows * timing.window_steps), True)
+    torch_batches = [twins.torch_batch(split.x[i], split.y[i]) for i in distinct]
+    keras_batches = [twins.keras_batch(split.x[i], split.y[i]) for i in distinct]
+    batch = len(distinct[0])
+
+    torch_first, torch_step = _first_step(lambda: TorchStep(twins, table), torch_batches[0])
+    keras_first, keras_step = _first_step(lambda: KerasStep(twins, table), keras_batches[0])
+    for i in range(timing.warmup):
+        torch_step(*torch_batches[(i + 1) % len(torch_batches)])
+        _sync(keras_step(*keras_batches[(i + 1) % len(keras_batches)]))
+    torch_windows, keras_windows = [], []
+    for _ in range(timing.windows):
+        torch_windows.append(_window(torch_step, torch_batches, timing.window_steps))
+        keras_windows.append(_window(keras_step, keras_batches, timing.window_steps))
+
+    results = {
+        "torch": _summary("torch", torch_windows, torch_first, batch, *torch_memory(twins, distinct[0])),
+        "keras": _summary(
+            "keras", keras_windows, keras_first, batch, *keras_memory(keras_step, keras_batches[0])
+        ),
+    }
+    results["torch"].parameters = sum(p.numel() for p in twins.torch_model.parameters() if p.requires_grad)
+    results["keras"].parameters = sum(int(np.prod(v.shape)) for v in twins.keras_model.trainable_variables)
+    return {
+        "batch_size": batch,
+        "timing": asdict(timing),
+        "dropout": setup.zeroed,  # kept as configured here, unlike in the parity sections
+        **{name: asdict(value) for name, value in results.items()},
+    }
+
+
+def _sync(loss: Any) -> float:
+    """Wait for the step: read its loss (both frameworks compute on the CPU synchronously
+    here, but reading the value makes that explicit and costs the same on both sides)."""
+    return float(loss)
+
+
+def _first_step(make: Callable[[], Any], batch: tuple) -> tuple[float, Any]:
+    started = time.perf_counter()
+    step = make()
+    _sync(step(*batch))
+    return (time.perf_counter() - started) * 1e3, step
+
+
+def _window(step: Callable, batches: list[tuple], count: int) -> float:
+    started = time.perf_counter()
+    loss = None
+    for i in range(count):
+        loss = step(*batches[i % len(batches)])
+    _sync(loss)
+    return (time.perf_counter() - started) * 1e3 / count
+
+
+def _summary(framework, windows, first_ms, batch, memory, measure) -> FrameworkSpeed:
+    ms = statistics.median(windows)
+    return FrameworkSpeed(
+        framework,
+        batch * 1e3 / ms if ms > 0 else float("inf"),
+        ms,
+        first_ms,
+        memory,
+        measure,
+        0,
+        [round(w, 4) for w in windows],
+    )
+
+
+def torch_memory(twins: Twins, index: np.ndarray) -> tuple[int, str]:
+    """Bytes autograd saves for backward in one forward pass and loss, each storage once."""
+    import torch
+
+    model, precision = twins.torch_model, twins.setup.precision
+    split = twins.setup.dataset.train
+    x, y = twins.torch_batch(split.x[index], split.y[index])
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
+            return tensor
+        pointer = storage.data_ptr()
+        if pointer not in parameters:
+            saved.setdefault(pointer, storage.nbytes())
+        return tensor
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        with torch_autocast(precision):
+            logits = model(x)
+        loss = torch_loss(logits, y, loss_dtype(precision))
+    del loss, logits
+    return sum(saved.values()), "saved for backward (forward + loss, parameters excluded)"
+
+
+def keras_memory(step: KerasStep, batch: tuple) -> tuple[int | None, str]:
+    """Peak of TensorFlow's CPU allocator during one traced step, above the memory before it."""
+    import tensorflow as tf
+
+    measure = "allocator peak during a step above the memory before it"
+    try:
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        _sync(step(*batch))
+        peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+    except (ValueError, RuntimeError) as error:  # an allocator without statistics
+        return None, f"not available ({error})"
+    return int(peak - before), measure

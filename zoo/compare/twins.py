@@ -1,0 +1,231 @@
+"""The two twins of a recipe, built from the same initial weights, and everything both must share.
+
+A comparison only means something if nothing but the framework differs. This module
+holds what is shared: the config bound to the data (and a copy with every dropout at 0,
+because the frameworks' dropout masks can never match), the seeded batch order, the
+precision each framework runs in, single-threaded kernels (thread count changes float
+results), and the initial tensors both twins start from and are reset to between
+sections. The torch twin is the reference: it is built with the recipe's seed and the
+Keras twin receives its tensors through the family's weight table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zoo import registry
+from zoo.data import Dataset, epoch_batches, load_dataset
+from zoo.family import ArchitectureConfig, Family
+from zoo.recipe import Recipe
+from zoo.weights import Port, keras_to_tensors, tensors_to_keras
+
+# Autocast dtype of the mixed precisions, and the parameter dtype of the "true" ones.
+MIXED = {"bf16-mixed": "bfloat16", "16-mixed": "float16"}
+TRUE = {"64-true": "float64", "bf16-true": "bfloat16", "16-true": "float16"}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A recipe resolved against its data: what both frameworks build and read."""
+
+    recipe: Recipe
+    family: Family
+    dataset: Dataset
+    config: ArchitectureConfig  # bound to the data, exactly as the recipe trains it
+    parity_config: ArchitectureConfig  # the same with every dropout field at 0
+    zeroed: dict[str, float] = field(default_factory=dict)  # dropout fields that were not 0
+
+    @property
+    def precision(self) -> str:
+        return self.recipe.trainer.precision
+
+    @property
+    def task(self) -> str:
+        return self.dataset.task
+
+    @property
+    def input_kind(self) -> str:
+        return self.family.input_kind
+
+    @property
+    def batch_size(self) -> int:
+        return self.recipe.data.batch_size
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        return bool(getattr(self.recipe.trainer, "gradient_checkpointing", False))
+
+
+def prepare(recipe: Recipe) -> Setup:
+    family = registry.get_family(recipe.model.architecture)
+    dataset = load_dataset(recipe.data, family.input_kind)
+    config = recipe.model.bind(dataset.info)
+    parity_config, zeroed = without_dropout(config)
+    return Setup(recipe, family, dataset, config, parity_config, zeroed)
+
+
+def without_dropout(config: ArchitectureConfig) -> tuple[ArchitectureConfig, dict[str, float]]:
+    """``config`` with every field whose name contains "dropout" at 0.0, and the old non-zero values."""
+    names = [name for name in type(config).model_fields if "dropout" in name]
+    zeroed = {name: getattr(config, name) for name in names if getattr(config, name)}
+    fields = {**config.model_dump(), **dict.fromkeys(names, 0.0)}
+    return type(config).model_validate(fields), zeroed
+
+
+def batch_indices(setup: Setup, count: int, full_only: bool = False) -> list[np.ndarray]:
+    """The first ``count`` training batches of the seeded order, epoch after epoch, exactly
+    as both trainers draw them. ``full_only`` skips each epoch's smaller last batch (timing
+    wants one shape)."""
+    recipe, n = setup.recipe, len(setup.dataset.train)
+    found: list[np.ndarray] = []
+    epoch = 0
+    while len(found) < count:
+        batches = epoch_batches(n, setup.batch_size, recipe.trainer.seed, epoch, recipe.data.shuffle)
+        found += [b for b in batches if not full_only or len(b) == setup.batch_size]
+        epoch += 1
+        if full_only and not found:  # a batch larger than the training set: take what there is
+            full_only = False
+    return found[:count]
+
+
+# ------------------------------------------------------------------------------ threads
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[dict[str, Any]]:
+    """One kernel thread in each framework, and TensorFlow on the CPU.
+
+    torch's thread count is restored afterwards. TensorFlow takes thread settings only
+    before its runtime starts; when it already ran in this process (an earlier model) its
+    setting stays, and the returned dict says so.
+    """
+    import tensorflow as tf
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    threads: dict[str, Any] = {"torch": 1}
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        threads["tensorflow"] = 1
+    except RuntimeError:
+        configured = tf.config.threading.get_intra_op_parallelism_threads()
+        threads["tensorflow"] = configured or "default (TensorFlow had already started in this process)"
+    try:
+        with tf.device("/CPU:0"):
+            yield threads
+    finally:
+        torch.set_num_threads(previous)
+
+
+# ---------------------------------------------------------------------------- precision
+
+
+def torch_autocast(precision: str):
+    """Lightning's mixed precision on the CPU: autocast around the forward pass."""
+    import torch
+
+    if precision in MIXED:
+        return torch.autocast("cpu", dtype=getattr(torch, MIXED[precision]))
+    return contextlib.nullcontext()
+
+
+def torch_parameter_dtype(precision: str):
+    """The dtype Lightning's "true" precisions cast the whole module to (None: float32)."""
+    import torch
+
+    return getattr(torch, TRUE[precision]) if precision in TRUE else None
+
+
+def loss_dtype(precision: str) -> str:
+    """Both frameworks compute the loss from logits cast to this dtype, so the reduction
+    itself is never a low-precision difference."""
+    return "float64" if precision == "64-true" else "float32"
+
+
+# -------------------------------------------------------------------------------- twins
+
+
+@dataclass
+class Twins:
+    """A torch and a Keras model of one config holding the same tensors (canonical layout)."""
+
+    setup: Setup
+    config: ArchitectureConfig
+    torch_model: Any
+    keras_model: Any
+    table: list[Port]
+    initial: dict[str, np.ndarray]
+    checkpointing: dict[str, bool] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Both twins back to the initial tensors (running statistics included)."""
+        import torch
+
+        state = {name: torch.from_numpy(np.array(value)) for name, value in self.initial.items()}
+        self.torch_model.load_state_dict(state, strict=True)  # copies into each tensor's own dtype
+        tensors_to_keras(self.keras_model, self.table, self.initial)
+
+    def keras_tensors(self) -> dict[str, np.ndarray]:
+        return keras_to_tensors(self.keras_model, self.table)
+
+    # Inputs in each framework's layout and dtype.
+
+    def torch_batch(self, x: np.ndarray, y: np.ndarray):
+        import torch
+
+        tx = torch.from_numpy(np.ascontiguousarray(x))
+        dtype = torch_parameter_dtype(self.setup.precision)
+        if dtype is not None and tx.is_floating_point():
+            tx = tx.to(dtype)
+        return tx, torch.from_numpy(np.ascontiguousarray(y))
+
+    def keras_batch(self, x: np.ndarray, y: np.ndarray):
+        import tensorflow as tf
+
+        from zoo.keras.data import keras_layout
+
+        return tf.constant(keras_layout(x, self.setup.input_kind)), tf.constant(y)
+
+
+def build_twins(setup: Setup, config: ArchitectureConfig) -> Twins:
+    """Torch twin from the recipe's seed, its tensors copied into a Keras twin built under
+    the recipe's dtype policy; gradient checkpointing on both where the twins offer it."""
+    import torch
+
+    from zoo.checkpoint import model_tensors
+    from zoo.keras.trainer import dtype_policy
+
+    family, precision = setup.family, setup.precision
+    torch.manual_seed(setup.recipe.trainer.seed)
+    torch_model = family.build_torch(config)
+    initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
+    dtype = torch_parameter_dtype(precision)
+    if dtype is not None:
+        torch_model = torch_model.to(dtype)
+    with dtype_policy(precision):
+        keras_model = family.build_keras(config)
+    table = family.weight_table(config)
+    tensors_to_keras(keras_model, table, initial)
+    checkpointing = {}
+    if setup.gradient_checkpointing:
+        checkpointing = enable_checkpointing(torch_model, keras_model)
+    return Twins(setup, config, torch_model, keras_model, table, initial, checkpointing)
+
+
+def enable_checkpointing(torch_model: Any, keras_model: Any) -> dict[str, bool]:
+    """Turn on block-wise recomputation where each twin offers it; say where it did."""
+    done = {"torch": False, "keras": False}
+    if hasattr(torch_model, "set_grad_checkpointing"):
+        torch_model.set_grad_checkpointing(True)
+        done["torch"] = True
+    if hasattr(keras_model, "grad_checkpointing"):
+        keras_model.grad_checkpointing = True
+        done["keras"] = True
+    return done

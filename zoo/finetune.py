@@ -1,0 +1,98 @@
+"""Starting a run from a common checkpoint of either framework (``init.from``).
+
+The checkpoint's config is the base; the recipe may change what leaves the backbone's
+tensors as they are (dropout, the data: class count, vocabulary). Tensors whose shape
+follows the data are re-initialised when the data changes them, and said so by name.
+Any other difference (another family, another width) is refused before training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.family import ArchitectureConfig, Family
+from zoo.weights import tensor_specs
+
+
+@dataclass
+class InitPlan:
+    source: Path
+    tensors: dict[str, np.ndarray]
+    reinitialised: list[str] = field(default_factory=list)
+    head: set[str] = field(default_factory=set)  # tensors that follow the data: the task head
+    freeze_backbone: bool = False
+    head_lr: float | None = None
+
+    def describe(self) -> str:
+        text = f"fine-tuning from {self.source}"
+        if self.reinitialised:
+            text += f"; re-initialised (their shape follows the data): {', '.join(self.reinitialised)}"
+        if self.freeze_backbone:
+            text += f"; training only {', '.join(sorted(self.head))}"
+        return text
+
+
+def base_config(recipe, family: Family) -> tuple[Any, ArchitectureConfig]:
+    """The checkpoint and the config to train: the checkpoint's, with the recipe's own
+    explicit model fields on top and the data-decided fields left to the data."""
+    checkpoint = read_checkpoint(recipe.init.from_)
+    if checkpoint.family.name != family.name:
+        raise CheckpointError(
+            f"{recipe.init.from_}: is a {checkpoint.family.name!r} checkpoint, but the recipe trains a "
+            f"{family.name!r} model; fine-tuning keeps the architecture"
+        )
+    data_fields = set(family.config.DATA_FIELDS)
+    fields = checkpoint.config.model_dump(exclude=data_fields)
+    user = recipe.model.model_dump(include=recipe.model.model_fields_set - data_fields - {"architecture"})
+    return checkpoint, family.config.model_validate({**fields, **user})
+
+
+def plan(recipe, family: Family, checkpoint, config: ArchitectureConfig) -> InitPlan:
+    """Check every tensor of the checkpoint against ``config`` (already bound to the data)."""
+    source = recipe.init.from_
+    new = tensor_specs(family.weight_table(config))
+    old = tensor_specs(family.weight_table(checkpoint.config))
+    data_fields = {k: getattr(checkpoint.config, k) for k in family.config.DATA_FIELDS}
+    same_data = tensor_specs(family.weight_table(config.model_copy(update=data_fields)))
+    backbone_changes = [
+        f"{name} {list(spec.shape)} -> {list(new[name].shape) if name in new else 'absent'}"
+        for name, spec in old.items()
+        if name not in same_data or same_data[name].shape != spec.shape
+    ] + [f"{name} (new)" for name in same_data if name not in old]
+    if backbone_changes:
+        raise CheckpointError(
+            f"{source}: the recipe's model does not fit the checkpoint's backbone: "
+            + "; ".join(backbone_changes[:5])
+            + ". Only the data (class count, vocabulary) may change tensor shapes when fine-tuning; "
+            "remove the model fields that change the architecture."
+        )
+    reinitialised = [name for name, spec in new.items() if old[name].shape != spec.shape]
+    return InitPlan(
+        source=Path(source),
+        tensors=checkpoint.tensors(),
+        reinitialised=reinitialised,
+        head=head_tensors(family, config),
+        freeze_backbone=recipe.init.freeze_backbone,
+        head_lr=recipe.init.head_lr,
+    )
+
+
+def head_tensors(family: Family, config: ArchitectureConfig) -> set[str]:
+    """The tensors whose shape follows the data (classifier, embedding/output for a vocabulary)."""
+    sizes = {"num_classes", "vocab_size"} & set(family.config.DATA_FIELDS)
+    grown = {key: getattr(config, key) + 1 for key in sizes}
+    if not grown:
+        return set()
+    base = tensor_specs(family.weight_table(config))
+    other = tensor_specs(family.weight_table(config.model_copy(update=grown)))
+    return {name for name, spec in base.items() if other[name].shape != spec.shape}
+
+
+def merged_tensors(plan: InitPlan, fresh: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors, except those the data re-shaped: those keep their fresh init."""
+    return {name: fresh[name] if name in plan.reinitialised else plan.tensors[name] for name in fresh}
