@@ -18,6 +18,7 @@ _API = {
     "evaluate": "zoo.api",
     "inspect_checkpoint": "zoo.api",
     "list_architectures": "zoo.api",
+    "resume": "zoo.api",
     "load_checkpoint": "zoo.api",
     "save_checkpoint": "zoo.api",
     "train": "zoo.api",

@@ -18,6 +18,7 @@ from typing import Any
 from zoo import registry
 from zoo.recipe import Recipe, load_recipe, normalize_framework
 from zoo.runs import RunDir, is_primary_process
+from zoo.state import latest_state
 
 log = logging.getLogger("zoo")
 BACKENDS = {"lightning": "zoo.lightning.trainer", "keras": "zoo.keras.trainer"}
@@ -48,8 +49,13 @@ def train(
     recipe: Recipe | str | Path | dict,
     framework: str | None = None,
     overrides: list[str] | tuple = (),
+    *,
+    resume: tuple[RunDir, Path] | None = None,
 ) -> TrainResult:
-    """Train a recipe in one framework, test it, export the common checkpoint."""
+    """Train a recipe in one framework, test it, export the common checkpoint.
+
+    ``resume`` (a run folder and one of its states; see :func:`resume`) continues a run.
+    """
     from zoo.checkpoint import save_checkpoint
     from zoo.data import load_dataset
     from zoo.runs import read_metrics
@@ -76,10 +82,22 @@ def train(
         config = recipe.model.bind(dataset.info)
     recipe = recipe.model_copy(update={"model": config})
     primary = is_primary_process()
-    run = _run_dir(recipe, framework) if primary else None
+    if resume is not None:
+        run = resume[0] if primary else None
+        os.environ[RUN_DIR_VARIABLE] = str(resume[0].path)
+    else:
+        run = _run_dir(recipe, framework) if primary else None
     started = time.perf_counter()
     backend = importlib.import_module(BACKENDS[framework])
-    model, metrics = backend.fit(recipe, config, family, dataset, run, init)
+    state = resume[1] if resume else None
+    try:
+        model, metrics = backend.fit(recipe, config, family, dataset, run, init, state)
+    except (Exception, KeyboardInterrupt) as error:
+        if run is not None and latest_state(run.path) is not None:
+            log.error(
+                f"the run stopped ({type(error).__name__}); its last state is kept: zoo resume {run.path}"
+            )
+        raise
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         shared = Path(os.environ.get(RUN_DIR_VARIABLE, "."))
         return TrainResult(shared, shared / "model.safetensors", metrics, framework)
@@ -96,6 +114,21 @@ def train(
 
 
 RUN_DIR_VARIABLE = "ZOO_RUN_DIR"
+
+
+def resume(run_dir: str | Path) -> TrainResult:
+    """Continue an interrupted run from its newest saved state, in the framework it used."""
+    from zoo.checkpoint import CheckpointError
+
+    run = RunDir(Path(run_dir))
+    if not run.recipe.is_file():
+        raise CheckpointError(f"{run_dir}: not a zoo run folder (no recipe.yaml)")
+    state = latest_state(run.path)
+    if state is None:
+        raise CheckpointError(f"{run_dir}: has no saved training state under state/ to resume from")
+    recipe = load_recipe(run.recipe)
+    log.info(f"resuming {run.path} from {state.name}")
+    return train(recipe, recipe.trainer.framework, resume=(run, state))
 
 
 def _run_dir(recipe: Recipe, framework: str) -> RunDir:

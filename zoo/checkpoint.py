@@ -217,8 +217,10 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
 
 def _refuse_pickles(path: Path) -> None:
     with open(path, "rb") as handle:
-        head = handle.read(8)
-    if head[:2] == b"PK" or head[:1] == b"\x80":
+        head = handle.read(9)
+    # A safetensors file starts with an 8-byte header length and then "{": its first byte
+    # may well be 0x80, so only a file that is not that is judged by the pickle/zip magic.
+    if head[8:9] != b"{" and (head[:2] == b"PK" or head[:1] == b"\x80"):
         raise CheckpointError(
             f"{path}: looks like a pickled PyTorch file (torch.save / a .pt or .ckpt); zoo never "
             "unpickles files. If you trust it, load it yourself with torch.load(..., "

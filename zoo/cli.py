@@ -138,7 +138,6 @@ def schema(output: Path | None) -> None:
 @user_errors
 def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> None:
     """Train a recipe, evaluate on its test split, export the common checkpoint."""
-    from zoo.api import train as run_training
 
     _train(load_recipe(recipe, overrides), framework)
 
@@ -148,25 +147,46 @@ def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> No
 @click.option("--from", "source", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="A common checkpoint from either framework.")  # fmt: skip
 @click.option("--freeze-backbone", is_flag=True, help="Train only the head.")
+@click.option("--reset-head", is_flag=True, help="Re-initialise the head even where its shape still fits.")
+@click.option("--head-lr", type=click.FloatRange(min=0, min_open=True), help="The head's own learning rate.")
 @framework_option
 @overrides_option
 @user_errors
-def finetune(recipe: Path, source: Path, freeze_backbone: bool, framework, overrides) -> None:
+def finetune(
+    recipe: Path, source: Path, freeze_backbone: bool, reset_head: bool, head_lr, framework, overrides
+):
     """Train a recipe starting from a checkpoint (new head where the data changes its shape)."""
-    extra = [f"init.from={source}", *(["init.freeze_backbone=true"] if freeze_backbone else [])]
+    extra = [f"init.from={source}"]
+    extra += ["init.freeze_backbone=true"] if freeze_backbone else []
+    extra += ["init.reset_head=true"] if reset_head else []
+    extra += [f"init.head_lr={head_lr}"] if head_lr else []
     _train(load_recipe(recipe, [*overrides, *extra]), framework)
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@user_errors
+def resume(run_dir: Path) -> None:
+    """Continue an interrupted run from its newest saved state."""
+    from zoo.api import resume as resume_run
+
+    _report(resume_run(run_dir))
 
 
 def _train(resolved, framework: str | None) -> None:
     from zoo.api import train as run_training
+
+    _report(run_training(resolved, framework))
+
+
+def _report(result) -> None:
     from zoo.runs import is_primary_process
 
-    result = run_training(resolved, framework)
     if not is_primary_process():
         return  # the other ranks of a data-parallel run: rank 0 reports
     metrics = result.metrics
     click.echo()
-    click.echo(f"{resolved.name} ({result.framework}): " + ", ".join(
+    click.echo(f"{result.run_dir.name} ({result.framework}): " + ", ".join(
         f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith("test_")
     ))  # fmt: skip
     click.echo(f"trained in {metrics['train_seconds']:.1f} s; run folder {result.run_dir}")

@@ -31,7 +31,7 @@ class InitPlan:
     def describe(self) -> str:
         text = f"fine-tuning from {self.source}"
         if self.reinitialised:
-            text += f"; re-initialised (their shape follows the data): {', '.join(self.reinitialised)}"
+            text += f"; re-initialised: {', '.join(self.reinitialised)}"
         if self.freeze_backbone:
             text += f"; training only {', '.join(sorted(self.head))}"
         return text
@@ -71,12 +71,15 @@ def plan(recipe, family: Family, checkpoint, config: ArchitectureConfig) -> Init
             + ". Only the data (class count, vocabulary) may change tensor shapes when fine-tuning; "
             "remove the model fields that change the architecture."
         )
-    reinitialised = [name for name, spec in new.items() if old[name].shape != spec.shape]
+    head = head_tensors(family, config)
+    reshaped = {name for name, spec in new.items() if old[name].shape != spec.shape}
+    reset = head if recipe.init.reset_head else set()
+    reinitialised = [name for name in new if name in reshaped | reset]
     return InitPlan(
         source=Path(source),
         tensors=checkpoint.tensors(),
         reinitialised=reinitialised,
-        head=head_tensors(family, config),
+        head=head,
         freeze_backbone=recipe.init.freeze_backbone,
         head_lr=recipe.init.head_lr,
     )

@@ -355,6 +355,11 @@ class ExportConfig(Section):
     run_name: str | None = Field(
         None, description="Name of the run folder; default '<recipe name>-<framework>-<time>'."
     )
+    state_every_n_steps: PositiveInt | None = Field(
+        None,
+        description="Also save the training state every N optimizer steps (it is always saved at epoch ends).",
+    )
+    keep_states: PositiveInt = Field(2, description="How many of the newest training states to keep.")
     dtype: Annotated[Literal["float32", "bfloat16", "float16"], not_yet("float32", "export.dtype")] = Field(
         "float32", description="Floating dtype of the exported checkpoint's tensors."
     )

@@ -77,9 +77,11 @@ class RunDir:
 class MetricsLog:
     """Appends one row per epoch; every row is flushed, so a crash keeps what was done."""
 
-    def __init__(self, path: Path, task: str):
+    def __init__(self, path: Path, task: str, append: bool = False):
         self.path = path
         self.columns = metric_columns(task)
+        if append and path.exists():
+            return  # a resumed run continues its file
         with open(path, "w", newline="") as handle:
             csv.writer(handle).writerow(self.columns)
 

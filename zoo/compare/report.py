@@ -16,7 +16,6 @@ import numpy as np
 from zoo.compare.results import fmt, json_ready
 
 SECTIONS = ("weights", "forward", "gradients", "training")
-PLOT_FLOOR = 1e-12  # a loss gap of exactly 0 is drawn here on the log axis
 
 
 def title(report: dict[str, Any]) -> str:
@@ -121,6 +120,9 @@ def markdown(report: dict[str, Any]) -> str:
     training = sections["training"]
     lines += ["", f"## Training ({training['steps']} steps)", "", "![losses](report.png)", ""]
     lines += _md_table(("step", "lr", "torch loss", "keras loss", "gap"), _loss_rows(training))
+    reference = training.get("noise_floor")
+    if reference:
+        lines += ["", f"Noise floor ({reference['reference']} on the same batches): {reference['verdict']}."]
     lines += ["", "Final tensors, worst first:", ""]
     lines += _tensor_table(training["final_weights"], "max abs value")
     lines += ["", "## Weights right after the copy", ""]
@@ -187,39 +189,50 @@ def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """Both loss curves, and their absolute difference on a log axis with the tolerance."""
+    """Both loss curves; below, their absolute difference on a log axis with the tolerance
+    and torch's own distance from its run in a higher precision (the noise floor)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     training = report["sections"]["training"]
-    torch_loss = np.asarray(training["loss"]["torch"], dtype=float)
-    keras_loss = np.asarray(training["loss"]["keras"], dtype=float)
     gap = np.asarray(training["gap"], dtype=float)
     steps = np.arange(1, len(gap) + 1)
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, constrained_layout=True)
-    top.plot(steps, torch_loss, label="torch (Lightning twin)", linewidth=1.5)
-    top.plot(steps, keras_loss, label="keras (TensorFlow twin)", linewidth=1.0, linestyle="--")
+    top.plot(steps, training["loss"]["torch"], label="torch (Lightning twin)", linewidth=1.5)
+    top.plot(steps, training["loss"]["keras"], label="keras (TensorFlow twin)", linewidth=1.0, linestyle="--")
     top.set_ylabel("training loss")
     top.set_title(f"{report['recipe']}: training loss, same init and batches ({training['verdict']})")
     top.legend()
     top.grid(alpha=0.3)
-    shown = np.where(np.isfinite(gap), np.maximum(gap, PLOT_FLOOR), np.nan)
-    bottom.semilogy(steps, shown, color="tab:red", linewidth=1.0, marker="." if len(gap) < 50 else None)
+
+    zeros = int(np.sum(gap == 0))
+    marker = "." if len(gap) <= 200 else None
+    bottom.semilogy(
+        steps, _positive(gap), color="tab:red", linewidth=1.0, marker=marker, label="|torch - keras|"
+    )
+    reference = training.get("noise_floor")
+    if reference:
+        floor = np.asarray(reference["torch_gap"], dtype=float)
+        bottom.semilogy(steps, _positive(floor), color="tab:gray", linewidth=1.0, alpha=0.8,
+                        label=f"|torch - {reference['reference']}| (noise floor)")  # fmt: skip
     bottom.axhline(
         training["tolerance"], color="black", linestyle=":", label=f"tolerance {fmt(training['tolerance'])}"
     )
-    if training["first_step_over_tolerance"]:
+    first = training["first_step_over_tolerance"]
+    if first:
         bottom.axvline(
-            training["first_step_over_tolerance"],
-            color="tab:orange",
-            linestyle="--",
-            label=f"first over tolerance (step {training['first_step_over_tolerance']})",
+            first, color="tab:orange", linestyle="--", label=f"first over tolerance (step {first})"
         )
     bottom.set_xlabel("step")
-    bottom.set_ylabel(f"|loss gap| (0 drawn at {PLOT_FLOOR:g})")
-    bottom.legend()
+    bottom.set_ylabel("|loss gap|" + (f" ({zeros} steps exactly 0, not drawn)" if zeros else ""))
+    bottom.legend(fontsize="small")
     bottom.grid(alpha=0.3, which="both")
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def _positive(values: np.ndarray) -> np.ndarray:
+    """A log axis cannot show 0 or infinity: leave those points out."""
+    return np.where(np.isfinite(values) & (values > 0), values, np.nan)

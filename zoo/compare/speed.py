@@ -63,8 +63,13 @@ def measure_speed(setup: Setup, table: np.ndarray, timing: Timing) -> dict[str, 
     keras_batches = [twins.keras_batch(split.x[i], split.y[i]) for i in distinct]
     batch = len(distinct[0])
 
-    torch_first, torch_step = _first_step(lambda: TorchStep(twins, table), torch_batches[0])
-    keras_first, keras_step = _first_step(lambda: KerasStep(twins, table), keras_batches[0])
+    optimizer, precision = setup.recipe.optimizer, setup.precision
+    torch_first, torch_step = _first_step(
+        lambda: TorchStep(twins.torch_model, optimizer, table, precision), torch_batches[0]
+    )
+    keras_first, keras_step = _first_step(
+        lambda: KerasStep(twins.keras_model, optimizer, table, precision), keras_batches[0]
+    )
     for i in range(timing.warmup):
         torch_step(*torch_batches[(i + 1) % len(torch_batches)])
         _sync(keras_step(*keras_batches[(i + 1) % len(keras_batches)]))

@@ -43,12 +43,12 @@ def dense_gradients(gradients: list[Any]) -> list[Any]:
 class TorchStep:
     """forward, loss, backward, ``optimizer.step``, ``scheduler.step``."""
 
-    def __init__(self, twins: Twins, table: np.ndarray):
+    def __init__(self, model: Any, optimizer_cfg: Any, table: np.ndarray, precision: str):
         from zoo.lightning.optim import build_optimizer, build_scheduler
 
-        cfg = twins.setup.recipe.optimizer
-        self.model = twins.torch_model
-        self.precision = twins.setup.precision
+        cfg = optimizer_cfg
+        self.model = model
+        self.precision = precision
         self.optimizer = build_optimizer(cfg, self.model.parameters())
         self.scheduler = build_scheduler(self.optimizer, table, cfg.lr)
 
@@ -71,14 +71,14 @@ class KerasStep:
     tracing; ``reduce_retracing`` keeps an epoch's smaller last batch to one extra trace.
     """
 
-    def __init__(self, twins: Twins, table: np.ndarray):
+    def __init__(self, model: Any, optimizer_cfg: Any, table: np.ndarray, precision: str):
         import tensorflow as tf
 
         from zoo.keras.optimizers import build_optimizer
 
-        self.model = twins.keras_model
-        self.dtype = loss_dtype(twins.setup.precision)
-        self.optimizer = build_optimizer(twins.setup.recipe.optimizer, table)
+        self.model = model
+        self.dtype = loss_dtype(precision)
+        self.optimizer = build_optimizer(optimizer_cfg, table)
         self.variables = list(self.model.trainable_variables)
         self.optimizer.build(self.variables)
         self.step = tf.function(self._step, reduce_retracing=True)
@@ -95,3 +95,12 @@ class KerasStep:
 
     def __call__(self, x, y):
         return self.step(x, y)
+
+
+def twin_steps(twins: Twins, table: np.ndarray) -> tuple[TorchStep, KerasStep]:
+    """The training step of each twin, with the recipe's optimizer and precision."""
+    optimizer, precision = twins.setup.recipe.optimizer, twins.setup.precision
+    return (
+        TorchStep(twins.torch_model, optimizer, table, precision),
+        KerasStep(twins.keras_model, optimizer, table, precision),
+    )

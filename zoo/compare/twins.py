@@ -22,7 +22,7 @@ from zoo import registry
 from zoo.data import Dataset, epoch_batches, load_dataset
 from zoo.family import ArchitectureConfig, Family
 from zoo.recipe import Recipe
-from zoo.weights import Port, keras_to_tensors, tensors_to_keras
+from zoo.weights import Port, keras_layer, tensors_to_keras
 
 # Autocast dtype of the mixed precisions, and the parameter dtype of the "true" ones.
 MIXED = {"bf16-mixed": "bfloat16", "16-mixed": "float16"}
@@ -172,16 +172,35 @@ class Twins:
         self.torch_model.load_state_dict(state, strict=True)  # copies into each tensor's own dtype
         tensors_to_keras(self.keras_model, self.table, self.initial)
 
-    def keras_tensors(self) -> dict[str, np.ndarray]:
-        return keras_to_tensors(self.keras_model, self.table)
+    def torch_state(self) -> dict[str, np.ndarray]:
+        """The torch twin's tensors, floating ones in float64 (exact for every precision)."""
+        return {
+            name: value.detach().cpu().double().numpy() if value.is_floating_point() else value.cpu().numpy()
+            for name, value in self.torch_model.state_dict().items()
+        }
+
+    def keras_state(self) -> dict[str, np.ndarray]:
+        """The Keras twin's variables in the canonical layout, floating ones in float64.
+
+        Unlike ``zoo.weights.keras_to_tensors`` nothing is rounded to the checkpoint's
+        float32, so a float64 run is compared at float64 resolution.
+        """
+        state: dict[str, np.ndarray] = {}
+        for port in self.table:
+            layer = keras_layer(self.keras_model, port.layer)
+            values = [_float64(keras_layer(layer, name).numpy()) for name in port.variables]
+            for spec, array in zip(port.tensors, port.to_torch(*values), strict=True):
+                state[spec.name] = np.asarray(array)
+        return state
 
     # Inputs in each framework's layout and dtype.
 
-    def torch_batch(self, x: np.ndarray, y: np.ndarray):
+    def torch_batch(self, x: np.ndarray, y: np.ndarray, precision: str | None = None):
+        """``x`` in the dtype the torch twin runs in (or in that of ``precision``)."""
         import torch
 
         tx = torch.from_numpy(np.ascontiguousarray(x))
-        dtype = torch_parameter_dtype(self.setup.precision)
+        dtype = torch_parameter_dtype(precision or self.setup.precision)
         if dtype is not None and tx.is_floating_point():
             tx = tx.to(dtype)
         return tx, torch.from_numpy(np.ascontiguousarray(y))
@@ -229,3 +248,30 @@ def enable_checkpointing(torch_model: Any, keras_model: Any) -> dict[str, bool]:
         keras_model.grad_checkpointing = True
         done["keras"] = True
     return done
+
+
+def _float64(value: Any) -> np.ndarray:
+    array = np.asarray(value)
+    return array if array.dtype.kind in "iub" else array.astype(np.float64)
+
+
+def reference_model(twins: Twins, precision: str):
+    """A copy of the torch twin in ``precision``'s dtype holding the exact initial tensors:
+    the yardstick of how much a run's own rounding moves its results."""
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(twins.torch_model).to(torch_parameter_dtype(precision) or torch.float32)
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in twins.initial.items()}, strict=True)
+    return model
+
+
+def reference_precision(precision: str) -> str | None:
+    """What a run is measured against: float32 runs against float64, low precisions
+    against float32; float64 has nothing above it here."""
+    if precision == "32-true":
+        return "64-true"
+    if precision == "64-true":
+        return None
+    return "32-true"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from pathlib import Path
 
 import keras
 
+from zoo import state
 from zoo.runs import MetricsLog, NonFiniteLoss
 
 
@@ -49,3 +52,66 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
         if not math.isfinite(loss):
             raise NonFiniteLoss(loss, step, self.last_finite)
         self.last_finite = (step, loss)
+
+
+def save_state(model, path: Path, keep: int, position: dict) -> None:
+    """Every model variable (weights, BatchNorm statistics, dropout seed-generator states)
+    and every optimizer variable, by index, plus the loop position, as one safetensors."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    tensors = {f"model/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
+    tensors |= {f"optimizer/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.optimizer.variables)}
+    tensors = {k: np.require(v, requirements="C") for k, v in tensors.items()}
+    temporary = path.with_name(f".{path.name}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(temporary), metadata={"position": json.dumps(position), "framework": "keras"})
+    state.commit(temporary, path, keep)
+
+
+def load_state(model, path: Path) -> dict:
+    """Restore what :func:`save_state` wrote into a compiled model with a built optimizer."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="np") as handle:
+        position = json.loads(handle.metadata()["position"])
+        for prefix, variables in (("model", model.variables), ("optimizer", model.optimizer.variables)):
+            names = [k for k in handle.keys() if k.startswith(prefix + "/")]  # noqa: SIM118
+            if len(names) != len(variables):
+                raise ValueError(
+                    f"{path}: {len(names)} {prefix} variables saved, the model has {len(variables)}"
+                )
+            for i, variable in enumerate(variables):
+                variable.assign(handle.get_tensor(f"{prefix}/{i}"))
+    return position
+
+
+class SaveState(keras.callbacks.Callback):
+    """The full training state every N optimizer steps and at every epoch end."""
+
+    def __init__(self, run_dir: Path, batches_per_epoch: int, every_n_steps: int | None, keep: int):
+        super().__init__()
+        self.run_dir, self.batches = Path(run_dir), batches_per_epoch
+        self.every_n_steps, self.keep = every_n_steps, keep
+        self.saved = -1
+
+    def save(self) -> None:
+        optimizer = self.model.optimizer
+        batches_done = int(optimizer._iterations.numpy())  # micro-batches, accumulation included
+        if batches_done == self.saved:
+            return
+        epoch, index = divmod(batches_done, self.batches)
+        position = {"batches_done": batches_done, "epoch": epoch, "batch": index}
+        step = int(optimizer.iterations.numpy())
+        save_state(self.model, state.state_path(self.run_dir, step, "safetensors"), self.keep, position)
+        self.saved = batches_done
+
+    def on_train_batch_end(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        accumulate = optimizer.gradient_accumulation_steps or 1
+        at_step_end = int(optimizer._iterations.numpy()) % accumulate == 0
+        if self.every_n_steps and at_step_end and int(optimizer.iterations.numpy()) % self.every_n_steps == 0:
+            self.save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.save()

@@ -48,9 +48,17 @@ class Float32State(keras.optimizers.Optimizer):
         super().__init__(*args, **kwargs)
         self.lr_multipliers = dict(lr_multipliers or {})
 
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        # By index: inside a traced step the variable handed to update_step may be the
+        # backend's own variable, which has no Keras path.
+        self._multipliers = [self.lr_multipliers.get(v.path, 1.0) for v in var_list]
+
     def rate(self, learning_rate, variable):
         lr = ops.cast(learning_rate, state_dtype(variable))
-        return lr * self.lr_multipliers.get(variable.path, 1.0)
+        return lr * self._multipliers[self._get_variable_index(variable)]
 
     def state_variables(self, var_list, name: str):
         return [

@@ -126,11 +126,15 @@ def initialise(model, family, init) -> dict[str, float]:
     return multipliers
 
 
-def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None):
-    """Train, validate every epoch, test; return the trained twin and the test metrics."""
+def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):
+    """Train, validate every epoch, test; return the trained twin and the test metrics.
+
+    ``resume`` is a state file of this run: training continues at its batch, in two
+    ``fit`` calls when it stopped mid-epoch (the rest of that epoch, then the others).
+    """
     import keras
 
-    from zoo.keras.callbacks import EpochMetrics, StopOnNonFiniteLoss
+    from zoo.keras.callbacks import EpochMetrics, SaveState, StopOnNonFiniteLoss, load_state
     from zoo.keras.data import eval_dataset, train_dataset
     from zoo.keras.optimizers import build_optimizer
 
@@ -150,24 +154,45 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None)
             recipe.optimizer, table, accumulate=accumulate, lr_multipliers=multipliers
         )
         compile_for(model, dataset.task, optimizer, jit_compile=trainer_cfg.compile)
+        epoch, skip = 0, 0
+        if resume is not None:
+            optimizer.build(model.trainable_variables)
+            position = load_state(model, resume)
+            epoch, skip = position["epoch"], position["batch"]
     kind = family.input_kind
-    train = train_dataset(
-        dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, trainer_cfg.max_epochs, kind
-    )
     val = eval_dataset(dataset.val, data_cfg.eval_batch_size, kind) if len(dataset.val) else None
     callbacks = [StopOnNonFiniteLoss()]
     if run:
-        callbacks.append(EpochMetrics(MetricsLog(run.metrics, dataset.task), batches))
+        log = MetricsLog(run.metrics, dataset.task, append=resume is not None)
+        callbacks.append(EpochMetrics(log, batches))
+    run_path = run.path if run else None
+    if run_path is not None:
+        callbacks.append(
+            SaveState(run_path, batches, recipe.export.state_every_n_steps, recipe.export.keep_states)
+        )
+
+    def train(first_epoch: int, last_epoch: int, skip: int, steps: int) -> None:
+        stream = train_dataset(
+            dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, last_epoch, kind,
+            start_epoch=first_epoch, skip=skip,
+        )  # fmt: skip
+        model.fit(
+            stream,
+            initial_epoch=first_epoch,
+            epochs=last_epoch,
+            steps_per_epoch=steps,
+            validation_data=val,
+            callbacks=callbacks,
+            shuffle=False,  # the order is zoo's, already in the dataset
+            verbose="auto" if trainer_cfg.progress_bar and run else 0,
+        )
+
     started = time.perf_counter()
-    model.fit(
-        train,
-        epochs=trainer_cfg.max_epochs,
-        steps_per_epoch=batches,
-        validation_data=val,
-        callbacks=callbacks,
-        shuffle=False,  # the order is zoo's, already in the dataset
-        verbose="auto" if trainer_cfg.progress_bar and run else 0,
-    )
+    if skip:  # the rest of the epoch the state stopped in
+        train(epoch, epoch + 1, skip, batches - skip)
+        epoch += 1
+    if epoch < trainer_cfg.max_epochs:
+        train(epoch, trainer_cfg.max_epochs, 0, batches)
     seconds = time.perf_counter() - started
     test = model.evaluate(
         eval_dataset(dataset.test, data_cfg.eval_batch_size, kind), verbose=0, return_dict=True

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import lightning as L
 
+from zoo import state
 from zoo.runs import MetricsLog, NonFiniteLoss
 
 
@@ -43,3 +45,54 @@ class StopOnNonFiniteLoss(L.Callback):
         if not math.isfinite(loss):
             raise NonFiniteLoss(loss, trainer.global_step, self.last_finite)
         self.last_finite = (trainer.global_step, loss)
+
+
+class ResumePosition(L.Callback):
+    """Continue the seeded batch order where a restored state stopped, and seed every
+    batch from its position in the run, so a resumed run replays the uninterrupted one."""
+
+    def __init__(self, sampler, batches_per_epoch: int, seed: int):
+        self.sampler, self.batches_per_epoch, self.seed = sampler, batches_per_epoch, seed
+        self.position = 0  # training batches done in the whole run
+
+    def on_train_start(self, trainer, pl_module):
+        self.position = trainer.global_step * trainer.accumulate_grad_batches
+        self.sampler.set_epoch(trainer.current_epoch)
+        self.sampler.skip = self.position - trainer.current_epoch * self.batches_per_epoch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import torch
+
+        epoch, index = divmod(self.position, self.batches_per_epoch)
+        torch.manual_seed(state.batch_seed(self.seed, epoch, index))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.position += 1
+
+
+class SaveState(L.Callback):
+    """Lightning's full training state every N optimizer steps and at every epoch end,
+    written to a temporary name and renamed (a kill mid-save keeps the previous state)."""
+
+    def __init__(self, run_dir: Path, every_n_steps: int | None, keep: int):
+        self.run_dir, self.every_n_steps, self.keep = Path(run_dir), every_n_steps, keep
+        self.saved_step = -1
+
+    def save(self, trainer) -> None:
+        if trainer.global_step == self.saved_step:
+            return
+        final = state.state_path(self.run_dir, trainer.global_step, "ckpt")
+        temporary = final.with_name(f".{final.name}.tmp")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        trainer.save_checkpoint(temporary)  # every rank takes part; rank 0 writes
+        if trainer.is_global_zero:
+            state.commit(temporary, final, self.keep)
+        self.saved_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        at_step_end = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+        if self.every_n_steps and at_step_end and trainer.global_step % self.every_n_steps == 0:
+            self.save(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.save(trainer)

@@ -20,13 +20,16 @@ class BatchOrder(Sampler):
     def __init__(self, n: int, batch_size: int, seed: int, shuffle: bool):
         self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
         self.epoch = 0
+        self.skip = 0  # batches of the current epoch already trained before a resume
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self):
         rank, world = process_group()
-        for batch in epoch_batches(self.n, self.batch_size, self.seed, self.epoch, self.shuffle):
+        batches = epoch_batches(self.n, self.batch_size, self.seed, self.epoch, self.shuffle)
+        skip, self.skip = self.skip, 0
+        for batch in batches[skip:]:
             # Data parallel: each process takes its contiguous share of the same global batch,
             # as tf.distribute splits a global batch across replicas.
             yield np.array_split(batch, world)[rank] if world > 1 else batch
@@ -57,6 +60,17 @@ class BatchIndexed(torch.utils.data.Dataset):
         return len(self.y)
 
 
+class ResumableLoader(DataLoader):
+    """Tells Lightning the loader is resumable: its position is a function of the restored
+    step (zoo's ``ResumePosition`` callback sets ``sampler.skip``), so no state is needed."""
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.sampler.epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.set_epoch(state["epoch"])
+
+
 def loader(split: Split, batch_size: int, seed: int = 0, shuffle: bool = False) -> DataLoader:
     sampler = BatchOrder(len(split), batch_size, seed, shuffle)
-    return DataLoader(BatchIndexed(split), sampler=sampler, batch_size=None)
+    return ResumableLoader(BatchIndexed(split), sampler=sampler, batch_size=None)

@@ -7,13 +7,14 @@ import os
 import time
 import warnings
 from datetime import timedelta
+from pathlib import Path
 
 import lightning as L
 import torch
 
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, resolve_accelerator
-from zoo.lightning.callbacks import EpochMetrics, StopOnNonFiniteLoss
+from zoo.lightning.callbacks import EpochMetrics, ResumePosition, SaveState, StopOnNonFiniteLoss
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
 from zoo.runs import MetricsLog, RunDir
@@ -79,7 +80,7 @@ def initialise(model: torch.nn.Module, init) -> list[dict]:
     return [*groups, {"params": head, **({"lr": init.head_lr} if init.head_lr else {})}]
 
 
-def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None):
+def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):
     """Train, validate every epoch, test; return the trained twin and the test metrics."""
     quiet()
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
@@ -93,6 +94,14 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None)
     steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
     task = TASKS[dataset.task](model, recipe.optimizer, table, compiled=trainer_cfg.compile, groups=groups)
+    train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle)
+    run_path = run.path if run else Path(os.environ.get("ZOO_RUN_DIR", "."))
+    callbacks = [
+        EpochMetrics(MetricsLog(run.metrics, dataset.task, append=resume is not None) if run else None),
+        StopOnNonFiniteLoss(),
+        ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
+        SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
+    ]
     trainer = L.Trainer(
         max_epochs=trainer_cfg.max_epochs,
         accelerator=accelerator,
@@ -108,16 +117,13 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None)
         enable_model_summary=False,
         enable_progress_bar=trainer_cfg.progress_bar,
         num_sanity_val_steps=0,
-        callbacks=[
-            EpochMetrics(MetricsLog(run.metrics, dataset.task) if run else None),
-            StopOnNonFiniteLoss(),
-        ],
+        callbacks=callbacks,
         default_root_dir=run.path if run else None,
     )
-    train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle)
     val_loader = loader(dataset.val, data_cfg.eval_batch_size) if len(dataset.val) else None
     started = time.perf_counter()
-    trainer.fit(task, train_loader, val_loader)
+    # The state is zoo's own file from this run's folder; loaded without unpickling objects.
+    trainer.fit(task, train_loader, val_loader, ckpt_path=resume, weights_only=True if resume else None)
     seconds = time.perf_counter() - started
     results = trainer.test(task, loader(dataset.test, data_cfg.eval_batch_size), verbose=False)[0]
     model.eval()
