@@ -80,7 +80,6 @@ def test_unknown_architecture_lists_what_exists():
     ("override", "message"),
     [
         ("trainer.gradient_checkpointing=true", "trainer.gradient_checkpointing: True is not supported yet"),
-        ("init.from=x.safetensors", "init.from: 'x.safetensors' is not supported yet; use None"),
         ("export.dtype=bfloat16", "export.dtype: 'bfloat16' is not supported yet; use 'float32'"),
     ],
 )
@@ -124,6 +123,13 @@ def test_data_parallel_strategies_carry_across_frameworks(framework, strategy, d
         [f"trainer.framework={framework}", f"trainer.strategy={strategy}", f"trainer.devices={devices}"],
     )
     assert recipe.trainer.resolved_strategy() == resolved
+
+
+def test_init_options_need_a_checkpoint_that_exists():
+    problems = _problems({"model": {"architecture": "cnn"}}, ["init.from=x.safetensors"])
+    assert any("init.from: 'x.safetensors' is not a file" in p for p in problems), problems
+    problems = _problems({"model": {"architecture": "cnn"}}, ["init.freeze_backbone=true"])
+    assert any("need init.from" in p for p in problems), problems
 
 
 def test_bad_overrides_and_files_are_reported():

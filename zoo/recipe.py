@@ -357,7 +357,7 @@ class ExportConfig(Section):
     )
     state_every_n_steps: PositiveInt | None = Field(
         None,
-        description="Also save the training state every N optimizer steps (it is always saved at epoch ends).",
+        description="Also save the training state every N optimizer steps (always at epoch ends).",
     )
     keep_states: PositiveInt = Field(2, description="How many of the newest training states to keep.")
     dtype: Annotated[Literal["float32", "bfloat16", "float16"], not_yet("float32", "export.dtype")] = Field(

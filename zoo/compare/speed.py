@@ -5,11 +5,13 @@ step as the parity run. Timed windows alternate between the frameworks, so load 
 other processes on a shared machine hits both alike; the figure is the median window.
 The first step is timed on its own: for TensorFlow it includes tracing the graph.
 
-Memory is what each framework can report on a CPU, and the two are different measures:
-torch counts the bytes autograd saves for backward during the forward pass and loss
-(each storage once, parameters excluded: the activations); TensorFlow reports the peak
-of its CPU allocator during a whole traced step above what was in use before it
-(activations plus gradients and temporaries).
+Activation memory is the same quantity on both sides: the bytes autograd keeps from the
+forward pass for the backward. torch reports it through ``saved_tensors_hooks`` (each
+storage once, parameters excluded); for TensorFlow it is read off the traced step's graph
+(every forward tensor a gradient op consumes, variable reads excluded, loop accumulators
+times their trip count). TensorFlow's allocator peak during a step is reported too, but
+on oneDNN builds (the default on x86) its small-allocation pool keeps no statistics, so
+small models read as almost nothing there.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.compare.steps import KerasStep, TorchStep, torch_loss
+from zoo.compare.steps import KerasStep, TorchStep, keras_loss, torch_loss
 from zoo.compare.twins import Setup, Twins, batch_indices, build_twins, loss_dtype, torch_autocast
 
 
@@ -52,6 +54,8 @@ class FrameworkSpeed:
     activation_measure: str
     parameters: int
     window_ms_per_step: list[float] = field(default_factory=list)
+    allocator_peak_bytes: int | None = None  # TensorFlow only: see keras_memory
+    allocator_measure: str | None = None
 
 
 def measure_speed(setup: Setup, table: np.ndarray, timing: Timing) -> dict[str, Any]:
@@ -81,9 +85,12 @@ def measure_speed(setup: Setup, table: np.ndarray, timing: Timing) -> dict[str, 
     results = {
         "torch": _summary("torch", torch_windows, torch_first, batch, *torch_memory(twins, distinct[0])),
         "keras": _summary(
-            "keras", keras_windows, keras_first, batch, *keras_memory(keras_step, keras_batches[0])
+            "keras", keras_windows, keras_first, batch, *keras_saved_bytes(twins, *keras_batches[0])
         ),
     }
+    results["keras"].allocator_peak_bytes, results["keras"].allocator_measure = keras_memory(
+        keras_step, keras_batches[0]
+    )
     results["torch"].parameters = sum(p.numel() for p in twins.torch_model.parameters() if p.requires_grad)
     results["keras"].parameters = sum(int(np.prod(v.shape)) for v in twins.keras_model.trainable_variables)
     return {
@@ -159,11 +166,98 @@ def torch_memory(twins: Twins, index: np.ndarray) -> tuple[int, str]:
     return sum(saved.values()), "saved for backward (forward + loss, parameters excluded)"
 
 
+# Ops whose output is (or may be) a view of their input: one buffer, counted once.
+ALIASING_OPS = {"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "Snapshot"}
+GRADIENT_SCOPE = "gradient_tape"
+
+
+def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
+    """Bytes the gradient reads from the forward pass, found in the traced step's graph:
+    every forward tensor an op of the gradient consumes (variable reads excluded, views
+    followed to their buffer), and for a ``while`` loop (recurrent layers) each tensor it
+    accumulates per iteration times the trip count. Like torch's figure, these are the
+    activations autograd keeps; TensorFlow's own allocator statistics cannot say this on
+    oneDNN builds, whose small-allocation pool keeps no statistics."""
+    import tensorflow as tf
+
+    model, variables = twins.keras_model, twins.keras_model.trainable_variables
+    dtype = loss_dtype(twins.setup.precision)
+
+    @tf.function
+    def gradients(x, y):
+        with tf.GradientTape() as tape:
+            loss = keras_loss(model(x, training=True), y, dtype)
+        return tape.gradient(loss, variables)
+
+    graph = gradients.get_concrete_function(x, y).graph
+    seen: set[str] = set()
+    total, unsized = 0, 0
+    for op in graph.get_operations():
+        if op.name.startswith(GRADIENT_SCOPE):
+            continue
+        for index, tensor in enumerate(op.outputs):
+            if not any(c.name.startswith(GRADIENT_SCOPE) for c in tensor.consumers()):
+                continue
+            if op.type in ("While", "StatelessWhile") and tensor.dtype == tf.variant:
+                size = _loop_accumulator_bytes(graph, op, index)
+            elif tensor.dtype in (tf.resource, tf.variant):
+                continue  # a variable handle or an empty list: no activation behind it
+            else:
+                root = _buffer(tensor)
+                if root.op.type in ("ReadVariableOp", "Const") or root.name in seen:
+                    continue
+                seen.add(root.name)
+                size = _bytes(root)
+            if size is None:
+                unsized += 1
+            else:
+                total += size
+    note = "saved for backward (traced graph: tensors the gradient reads, variable reads excluded)"
+    if unsized:
+        note += f"; {unsized} tensors of unknown size not counted"
+    return total, note
+
+
+def _buffer(tensor):
+    while tensor.op.type in ALIASING_OPS and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    return tensor
+
+
+def _bytes(tensor) -> int | None:
+    count = tensor.shape.num_elements()
+    return None if count is None or tensor.dtype.size == 0 else count * tensor.dtype.size
+
+
+def _loop_accumulator_bytes(graph, loop, index: int) -> int | None:
+    """A ``while`` output the gradient reads is a list the body pushes one tensor onto per
+    iteration: that tensor's size times the trip count (the loop's static iteration limit)."""
+    import numpy as np
+    import tensorflow as tf
+
+    body = graph._get_function(loop.get_attr("body").name).graph
+    pushed = body.outputs[index]
+    if pushed.op.type != "TensorListPushBack":
+        return 0  # a list the loop reads or fills in place: an input or the layer's own output
+    element = pushed.op.inputs[1]
+    if _buffer(element).op.type in ("ReadVariableOp", "Const", "Placeholder"):
+        return 0  # a weight (or a value captured from outside) pushed each step: not a new buffer
+    limit = loop.inputs[1]  # while_v2's inputs: loop counter, maximum iterations, ...
+    trips = tf.get_static_value(limit)
+    if trips is None and limit.op.type in ("Max", "Min", "Identity") and limit.op.inputs:
+        value = tf.get_static_value(limit.op.inputs[0])
+        trips = None if value is None else np.max(value)
+    size = _bytes(element)
+    return None if trips is None or size is None else int(trips) * size
+
+
 def keras_memory(step: KerasStep, batch: tuple) -> tuple[int | None, str]:
     """Peak of TensorFlow's CPU allocator during one traced step, above the memory before it."""
     import tensorflow as tf
 
-    measure = "allocator peak during a step above the memory before it"
+    measure = (
+        "allocator peak during a step above the memory before it (oneDNN's small-allocation pool not counted)"
+    )
     try:
         tf.config.experimental.reset_memory_stats("CPU:0")
         before = tf.config.experimental.get_memory_info("CPU:0")["current"]
