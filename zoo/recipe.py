@@ -335,15 +335,17 @@ class InitConfig(Section):
     freeze_backbone: bool = Field(
         False, description="Train only the head (the tensors whose shape follows the data)."
     )
-    head_lr: PositiveFloat | None = Field(
-        None, description="Learning rate of the head; None uses optimizer.lr."
+    head_lr: PositiveFloat | None = Field(None, description="The head's own learning rate.")
+    reset_head: bool = Field(
+        False, description="Re-initialise the head even where its shape fits (a new task, as many classes)."
     )
 
     @model_validator(mode="after")
     def _source(self):
-        if self.from_ is None and (self.freeze_backbone or self.head_lr is not None):
+        if self.from_ is None and (self.freeze_backbone or self.head_lr is not None or self.reset_head):
             raise ValueError(
-                "init.freeze_backbone and init.head_lr need init.from (a checkpoint to start from)"
+                "init.freeze_backbone, init.head_lr and init.reset_head need init.from "
+                "(a checkpoint to start from)"
             )
         if self.from_ is not None and not self.from_.is_file():
             raise ValueError(f"init.from {str(self.from_)!r} is not a file; give a .safetensors checkpoint")

@@ -11,6 +11,7 @@ from keras import layers, ops
 
 from architectures.cnn.config import CNNConfig
 from zoo.keras.layers import BatchNorm, activation
+from zoo.keras.remat import checkpointed_call
 
 
 class ConvBN(layers.Layer):
@@ -65,7 +66,13 @@ class Head(layers.Layer):
 
 
 class CNN(keras.Model):
-    """Input (N, H, W, C) -> logits (N, num_classes)."""
+    """Input (N, H, W, C) -> logits (N, num_classes).
+
+    With ``grad_checkpointing`` on, training keeps only the input of the stem and of each
+    block for backward and recomputes the rest there, as the torch twin does.
+    """
+
+    grad_checkpointing: bool = False
 
     def __init__(self, cfg: CNNConfig, **kw):
         super().__init__(**kw)
@@ -85,14 +92,22 @@ class CNN(keras.Model):
         self.pool = layers.MaxPooling2D(2) if cfg.downsample == "maxpool" else None
         self.head = Head(cfg)
 
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
     def forward_features(self, x, training=False):
-        x = self.stem(x, training=training)
+        x = self._block(self.stem, x, training)
         for stage in self.stages:
             for block in stage:
-                x = block(x, training=training)
+                x = self._block(block, x, training)
             if self.pool is not None:
                 x = self.pool(x)
         return x
+
+    def _block(self, block: layers.Layer, x, training):
+        if training and self.grad_checkpointing:
+            return checkpointed_call(block, x)
+        return block(x, training=training)
 
     def call(self, x, training=False):
         return self.head(self.forward_features(x, training=training), training=training)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from architectures.cnn.config import CNNConfig
+from zoo.torch_remat import checkpointed_call
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
@@ -58,7 +59,13 @@ class Head(nn.Module):
 
 
 class CNN(nn.Module):
-    """Input (N, C, H, W) -> logits (N, num_classes)."""
+    """Input (N, C, H, W) -> logits (N, num_classes).
+
+    With ``grad_checkpointing`` on, training keeps only the input of the stem and of each
+    block for backward and recomputes the rest there: less memory for more compute.
+    """
+
+    grad_checkpointing: bool = False
 
     def __init__(self, cfg: CNNConfig):
         super().__init__()
@@ -77,13 +84,22 @@ class CNN(nn.Module):
             self.stages.append(nn.Sequential(*blocks))
         self.head = Head(cfg)
 
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
+        x = self._block(self.stem, x)
         for stage in self.stages:
-            x = stage(x)
+            for block in stage:
+                x = self._block(block, x)
             if self.zoo_config.downsample == "maxpool":
                 x = F.max_pool2d(x, 2)
         return x
+
+    def _block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if self.grad_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpointed_call(block, x)
+        return block(x)
 
     def forward_head(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(x)

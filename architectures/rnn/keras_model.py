@@ -15,6 +15,7 @@ import keras
 from keras import layers, ops
 
 from architectures.rnn.config import LANGUAGE_MODELING_STEPS, RecurrentConfig, RNNConfig
+from zoo.keras.remat import checkpointed_call
 
 # () -> a Keras recurrent layer returning the whole sequence
 LayerFactory = Callable[[], layers.Layer]
@@ -57,7 +58,13 @@ class TorchRNNCell(layers.Layer):
 
 class RecurrentNet(keras.Model):
     """Classification: (N, T, input_size) float -> (N, num_classes).
-    Language modeling: (N, T) int token ids -> (N, T, vocab_size)."""
+    Language modeling: (N, T) int token ids -> (N, T, vocab_size).
+
+    With ``grad_checkpointing`` on, training keeps only each recurrent layer's input for
+    backward and reruns the layer there, as the torch twin does.
+    """
+
+    grad_checkpointing: bool = False
 
     def __init__(self, cfg: RecurrentConfig, make_layer: LayerFactory, **kwargs):
         super().__init__(**kwargs)
@@ -70,13 +77,17 @@ class RecurrentNet(keras.Model):
         self.dropout = layers.Dropout(cfg.dropout)
         self.head = layers.Dense(cfg.output_size)
 
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
     def forward_features(self, x, training=False):
         if self.embedding is not None:
             x = self.embedding(x)
+        checkpointing = training and self.grad_checkpointing
         for index, layer in enumerate(self.recurrent):
             if index:
                 x = self.dropout(x, training=training)
-            x = layer(x, training=training)
+            x = checkpointed_call(layer, x) if checkpointing else layer(x, training=training)
         return x
 
     def forward_head(self, x, training=False):

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from architectures.rnn.config import RecurrentConfig, RNNConfig
+from zoo.torch_remat import checkpointed_call
 
 # (input size of the layer) -> a single-layer, batch-first recurrent module
 LayerFactory = Callable[[int], nn.Module]
@@ -22,7 +23,13 @@ LayerFactory = Callable[[int], nn.Module]
 
 class RecurrentNet(nn.Module):
     """Classification: (N, T, input_size) float -> (N, num_classes).
-    Language modeling: (N, T) int64 token ids -> (N, T, vocab_size)."""
+    Language modeling: (N, T) int64 token ids -> (N, T, vocab_size).
+
+    With ``grad_checkpointing`` on, training keeps only each recurrent layer's input for
+    backward and reruns the layer there, instead of keeping every step's gates.
+    """
+
+    grad_checkpointing: bool = False
 
     def __init__(self, cfg: RecurrentConfig, make_layer: LayerFactory):
         super().__init__()
@@ -32,14 +39,18 @@ class RecurrentNet(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(cfg.features, cfg.output_size)
 
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The last recurrent layer's outputs at every step, (N, T, hidden * directions)."""
         if self.embedding is not None:
             x = self.embedding(x)
+        checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for index, layer in enumerate(self.recurrent):
             if index:
                 x = self.dropout(x)
-            x, _ = layer(x)
+            x, _ = checkpointed_call(layer, x) if checkpointing else layer(x)
         return x
 
     def forward_head(self, x: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,7 @@ from keras import layers, ops
 
 from architectures.transformer.config import TransformerConfig
 from zoo.keras.layers import activation
+from zoo.keras.remat import checkpointed_call
 
 
 class Block(layers.Layer):
@@ -56,7 +57,12 @@ class Transformer(keras.Model):
 
     ``padding_mask`` (N, T) bool marks padding with True, as in the torch twin; as
     there, a padding step attends to itself too, so no attention row is empty.
+
+    With ``grad_checkpointing`` on, training keeps only each block's input for backward and
+    recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
     """
+
+    grad_checkpointing: bool = False
 
     def __init__(self, cfg: TransformerConfig, **kw):
         super().__init__(**kw)
@@ -97,9 +103,16 @@ class Transformer(keras.Model):
         if padding_mask is not None:  # (N, T, T): real keys, and each step itself
             real = ops.logical_not(ops.cast(padding_mask, "bool"))[:, None, :]
             attention_mask = ops.logical_or(real, ops.cast(ops.eye(steps), "bool")[None])
+        checkpointing = training and self.grad_checkpointing
         for block in self.blocks:
-            h = block(h, attention_mask, training=training)
+            if checkpointing:
+                h = checkpointed_call(block, h, attention_mask)
+            else:
+                h = block(h, attention_mask, training=training)
         return h if self.norm is None else self.norm(h)
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
 
     def forward_head(self, h, padding_mask=None):
         if self.zoo_config.causal:

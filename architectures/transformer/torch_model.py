@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from architectures.transformer.config import TransformerConfig
+from zoo.torch_remat import checkpointed_call
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}  # nn.GELU is the exact erf form
 
@@ -57,7 +58,12 @@ class Transformer(nn.Module):
     attends to itself as well, so no attention row is empty: torch would give NaN there
     (left padding in an LM, an all-padding row), and the NaN would reach every step
     through the zero attention weights.
+
+    With ``grad_checkpointing`` on, training keeps only each block's input for backward
+    and recomputes the block there (dropout masks included: torch replays the RNG state).
     """
+
+    grad_checkpointing: bool = False
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
@@ -91,9 +97,13 @@ class Transformer(nn.Module):
         positions = self.pos_embed.weight[:steps] if self.pos_embed is not None else self.pos_table[:steps]
         h = self.dropout(self.embed(x) + positions)
         attn_mask = self.attention_mask(steps, padding_mask, x.device)
+        checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            h = block(h, attn_mask)
+            h = checkpointed_call(block, h, attn_mask) if checkpointing else block(h, attn_mask)
         return h if self.norm is None else self.norm(h)
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
 
     def attention_mask(
         self, steps: int, padding_mask: torch.Tensor | None, device: torch.device

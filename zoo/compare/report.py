@@ -56,7 +56,8 @@ def _speed_rows(speed: dict[str, Any]) -> list[tuple[str, ...]]:
         ("samples/s", f"{t['samples_per_s']:,.0f}", f"{k['samples_per_s']:,.0f}"),
         ("ms/step (median)", f"{t['ms_per_step']:.2f}", f"{k['ms_per_step']:.2f}"),
         ("first step (ms)", f"{t['first_step_ms']:,.1f}", f"{k['first_step_ms']:,.1f}"),
-        ("activation memory", size(t["activation_bytes"]), size(k["activation_bytes"])),
+        ("saved for backward", size(t["activation_bytes"]), size(k["activation_bytes"])),
+        ("allocator peak", "-", size(k.get("allocator_peak_bytes"))),
         ("parameters", f"{t['parameters']:,}", f"{k['parameters']:,}"),
     ]
 
@@ -136,6 +137,7 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             f"- torch activation memory: {speed['torch']['activation_measure']}",
             f"- keras activation memory: {speed['keras']['activation_measure']}",
+            f"- keras allocator peak: {speed['keras'].get('allocator_measure')}",
             f"- ms/step per window: torch {speed['torch']['window_ms_per_step']}, "
             f"keras {speed['keras']['window_ms_per_step']}",
         ]

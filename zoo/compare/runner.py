@@ -180,6 +180,11 @@ def notes(setup, threads: dict[str, Any], checkpointing: dict[str, bool]) -> lis
         )
     if recipe.trainer.world_size > 1 or recipe.trainer.strategy != "auto":
         found.append("compare runs on one device; the recipe's strategy and devices are not used")
+    if getattr(recipe.init, "from_", None) is not None:
+        found.append(
+            f"init.from ({recipe.init.from_}) is not applied: both twins start from the recipe's seed, "
+            "and every tensor trains at the recipe's rate"
+        )
     if setup.precision == "64-true":
         found.append("the loss is computed in float64 in both frameworks")
     else:

@@ -173,8 +173,8 @@ GRADIENT_SCOPE = "gradient_tape"
 
 def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
     """Bytes the gradient reads from the forward pass, found in the traced step's graph:
-    every forward tensor an op of the gradient consumes (variable reads excluded, views
-    followed to their buffer), and for a ``while`` loop (recurrent layers) each tensor it
+    every forward tensor a backward op consumes (variable reads excluded, views followed
+    to their buffer), and for a ``while`` loop (recurrent layers) each tensor it
     accumulates per iteration times the trip count. Like torch's figure, these are the
     activations autograd keeps; TensorFlow's own allocator statistics cannot say this on
     oneDNN builds, whose small-allocation pool keeps no statistics."""
@@ -190,13 +190,14 @@ def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
         return tape.gradient(loss, variables)
 
     graph = gradients.get_concrete_function(x, y).graph
+    backward = backward_ops(graph)
     seen: set[str] = set()
     total, unsized = 0, 0
     for op in graph.get_operations():
-        if op.name.startswith(GRADIENT_SCOPE):
+        if op in backward:
             continue
         for index, tensor in enumerate(op.outputs):
-            if not any(c.name.startswith(GRADIENT_SCOPE) for c in tensor.consumers()):
+            if not any(c in backward for c in tensor.consumers()):
                 continue
             if op.type in ("While", "StatelessWhile") and tensor.dtype == tf.variant:
                 size = _loop_accumulator_bytes(graph, op, index)
@@ -216,6 +217,23 @@ def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
     if unsized:
         note += f"; {unsized} tensors of unknown size not counted"
     return total, note
+
+
+def backward_ops(graph) -> set:
+    """The gradient's ops: those the tape created, and everything that runs after them
+    (data or control edges). Gradient checkpointing recomputes a block's forward inside the
+    backward, outside the tape's name scope; those ops follow gradient ops, so they count
+    as backward and their outputs are not activations kept from the forward pass."""
+    backward = {op for op in graph.get_operations() if op.name.startswith(GRADIENT_SCOPE)}
+    stack = list(backward)
+    while stack:
+        op = stack.pop()
+        following = [c for t in op.outputs for c in t.consumers()] + list(op._control_outputs)
+        for child in following:
+            if child not in backward:
+                backward.add(child)
+                stack.append(child)
+    return backward
 
 
 def _buffer(tensor):

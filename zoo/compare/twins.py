@@ -239,14 +239,18 @@ def build_twins(setup: Setup, config: ArchitectureConfig) -> Twins:
 
 
 def enable_checkpointing(torch_model: Any, keras_model: Any) -> dict[str, bool]:
-    """Turn on block-wise recomputation where each twin offers it; say where it did."""
-    done = {"torch": False, "keras": False}
-    if hasattr(torch_model, "set_grad_checkpointing"):
-        torch_model.set_grad_checkpointing(True)
-        done["torch"] = True
-    if hasattr(keras_model, "grad_checkpointing"):
-        keras_model.grad_checkpointing = True
-        done["keras"] = True
+    """Turn on block-wise recomputation where each twin offers it (``set_grad_checkpointing``,
+    or a ``grad_checkpointing`` attribute); say where it did."""
+    done = {}
+    for name, model in (("torch", torch_model), ("keras", keras_model)):
+        if hasattr(model, "set_grad_checkpointing"):
+            model.set_grad_checkpointing(True)
+        elif hasattr(model, "grad_checkpointing"):
+            model.grad_checkpointing = True
+        else:
+            done[name] = False
+            continue
+        done[name] = True
     return done
 
 

@@ -1,0 +1,105 @@
+"""Fine-tune from either framework's checkpoint in either framework; evaluate anywhere;
+runs that go wrong stop with a message."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import zoo
+from zoo.checkpoint import CheckpointError
+from zoo.runs import NonFiniteLoss
+
+RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
+FRAMEWORKS = ["lightning", "keras"]
+
+
+def tiny(tmp_path, *overrides):
+    return [
+        "model.architecture=convnet-tiny", "trainer.max_epochs=2", "trainer.progress_bar=false",
+        "data.batch_size=64", "optimizer.lr=0.01", f"export.dir={tmp_path}", *overrides,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """A checkpoint on the digits 0-4 from each framework."""
+    root = tmp_path_factory.mktemp("sources")
+    return {fw: zoo.train(RECIPE, fw, tiny(root, "data.classes=[0,1,2,3,4]")).checkpoint for fw in FRAMEWORKS}
+
+
+@pytest.mark.parametrize(("source", "target"), [("lightning", "keras"), ("keras", "lightning")])
+def test_finetune_across_frameworks_with_a_new_head(sources, source, target, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="zoo"):
+        result = zoo.train(
+            RECIPE, target,
+            tiny(tmp_path, "data.classes=[5,6,7]", f"init.from={sources[source]}",
+                 "init.freeze_backbone=true"),
+        )  # fmt: skip
+    assert "re-initialised: head.fc.weight, head.fc.bias" in caplog.text
+    before, after = load_file(sources[source]), load_file(result.checkpoint)
+    assert after["head.fc.weight"].shape == (3, 32) and before["head.fc.weight"].shape == (5, 32)
+    for name in before:
+        if name.startswith("head.fc"):
+            continue
+        assert np.array_equal(before[name], after[name]), f"{name}: the frozen backbone moved"
+    assert not np.array_equal(before["head.hidden.weight"], after["head.fc.weight"])
+    losses = [float(row["train_loss"]) for row in result.history]
+    assert losses[1] < losses[0]
+
+
+@pytest.mark.parametrize("target", FRAMEWORKS)
+def test_finetune_all_layers_with_a_head_rate(sources, target, tmp_path):
+    result = zoo.train(
+        RECIPE, target,
+        tiny(tmp_path, "data.classes=[5,6,7,8,9]", f"init.from={sources['lightning']}",
+             "init.reset_head=true", "init.head_lr=0.05"),
+    )  # fmt: skip
+    before, after = load_file(sources["lightning"]), load_file(result.checkpoint)
+    assert not np.array_equal(before["stem.conv.weight"], after["stem.conv.weight"])
+    assert result.metrics["test_accuracy"] > 0.5
+
+
+def test_another_family_is_refused(sources, tmp_path):
+    with pytest.raises(CheckpointError, match="is a 'cnn' checkpoint, but the recipe trains a 'lstm' model"):
+        zoo.train(RECIPE, "lightning", tiny(tmp_path, "model.architecture=lstm-tiny",
+                                            f"init.from={sources['keras']}"))  # fmt: skip
+
+
+def test_another_width_is_refused_naming_the_tensors(sources, tmp_path):
+    with pytest.raises(CheckpointError) as caught:
+        zoo.train(
+            RECIPE, "lightning", tiny(tmp_path, "model.channels=[8,24]", f"init.from={sources['keras']}")
+        )
+    message = str(caught.value)
+    assert (
+        "does not fit the checkpoint's backbone: stages.1.0.conv.weight [16, 8, 3, 3] -> [24, 8, 3, 3]"
+        in message
+    )
+    assert "Only the data (class count, vocabulary) may change tensor shapes" in message
+
+
+@pytest.mark.parametrize("source", FRAMEWORKS)
+def test_evaluate_gives_the_same_metrics_in_both_frameworks(sources, source):
+    recipe = zoo.load_recipe(RECIPE, ["data.classes=[0,1,2,3,4]"])
+    metrics = {fw: zoo.evaluate(sources[source], recipe, framework=fw) for fw in FRAMEWORKS}
+    assert metrics["lightning"].keys() == metrics["keras"].keys() == {"test_loss", "test_accuracy"}
+    assert metrics["lightning"]["test_accuracy"] == metrics["keras"]["test_accuracy"]
+    assert metrics["lightning"]["test_loss"] == pytest.approx(metrics["keras"]["test_loss"], abs=1e-5)
+
+
+def test_evaluate_refuses_data_that_does_not_fit(sources):
+    with pytest.raises(CheckpointError, match=r"does not fit the recipe's data: model\.num_classes is 5"):
+        zoo.evaluate(sources["keras"], zoo.load_recipe(RECIPE), framework="lightning")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_non_finite_loss_stops_training_with_where_and_what_before(framework, tmp_path):
+    with pytest.raises(
+        NonFiniteLoss, match=r"became nan at step \d+; the last finite loss was [\d.]+ at step"
+    ):
+        zoo.train(RECIPE, framework, tiny(tmp_path, "optimizer.name=sgd", "optimizer.lr=1e12"))

@@ -1,0 +1,305 @@
+"""Gradient checkpointing in every family and both frameworks: the same gradients, less memory.
+
+Checkpointing may change memory and time, nothing else: gradients, BatchNorm statistics and
+(with dropout on) the dropout masks must be those of the plain model. torch replays its
+RNG state in the recompute; Keras replays the seeds zoo draws before each rematerialised
+block, so in both frameworks a checkpointed step is compared with a plain step that drew
+the very same masks, and must match to 1e-6 (it is bit-identical in practice).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from zoo import registry
+from zoo.keras.data import keras_layout
+from zoo.weights import count_parameters
+
+TOLERANCE = 1e-6
+DROPOUT = 0.3  # high enough that almost every block drops something
+
+
+def _smallest_preset(family) -> str:
+    return min(
+        family.presets, key=lambda p: count_parameters(family.weight_table(registry.resolve_config(p.name)))
+    ).name
+
+
+def _cases() -> list[tuple[str, dict[str, Any]]]:
+    """The smallest preset of every family at each of its tasks, plus the variants whose blocks
+    differ: BatchNorm (resnet-8), GRU cells, pre- and post-norm transformer blocks."""
+    cases = []
+    for family in registry.families().values():
+        name = _smallest_preset(family)
+        fields = registry.resolve_config(name).model_fields
+        for task in family.tasks:
+            overrides: dict[str, Any] = {"task": task} if "task" in fields else {}
+            if "num_layers" in fields:
+                overrides["num_layers"] = 2  # two blocks, and dropout between recurrent layers
+            cases.append((name, overrides))
+    for extra in [
+        ("resnet-8", {}),
+        ("lstm-tiny", {"cell": "gru", "num_layers": 2}),
+        ("transformer-tiny", {}),
+        ("transformer-classic-tiny", {}),
+    ]:
+        if not any(name == extra[0] for name, _ in cases):
+            cases.append(extra)
+    return cases
+
+
+CASES = _cases()
+IDS = [
+    f"{name}-{o.get('task', 'classification')}{'-' + o['cell'] if 'cell' in o else ''}" for name, o in CASES
+]
+
+
+def _config(name: str, overrides: dict[str, Any], dropout: float):
+    config = registry.resolve_config(name, **overrides)
+    fields = {k: dropout for k in type(config).model_fields if "dropout" in k}
+    return registry.resolve_config(name, **{**overrides, **fields})
+
+
+def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    assert a.keys() == b.keys()
+    return max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)))) for k in a)
+
+
+def _loss(outputs):
+    """Sum of squares per sample: every output matters, and gradients are not tiny."""
+    return (
+        (outputs**2).sum() / outputs.shape[0] if isinstance(outputs, torch.Tensor) else _keras_loss(outputs)
+    )
+
+
+def _keras_loss(outputs):
+    from keras import ops
+
+    return ops.sum(ops.square(outputs)) / ops.cast(ops.shape(outputs)[0], outputs.dtype)
+
+
+def test_every_family_has_a_case():
+    assert {registry.get_family(name).name for name, _ in CASES} == set(registry.families())
+
+
+# ------------------------------------------------------------------------------------ torch
+
+
+def _torch_step(model, x: torch.Tensor, checkpointing: bool, seed: int = 7):
+    """Gradients of one train-mode step and the state after it; the model is put back."""
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.set_grad_checkpointing(checkpointing)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    _loss(model(x)).backward()
+    grads = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+    after = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    model.load_state_dict(before)
+    return grads, after
+
+
+@pytest.mark.parametrize("dropout", [0.0, DROPOUT], ids=["no-dropout", "dropout"])
+@pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
+def test_torch_gradients_are_unchanged(name, overrides, dropout):
+    family = registry.get_family(name)
+    config = _config(name, overrides, dropout)
+    torch.manual_seed(0)
+    model = family.build_torch(config)
+    x = torch.from_numpy(config.example_input(4, seed=1))
+    plain, plain_state = _torch_step(model, x, checkpointing=False)
+    checkpointed, checkpointed_state = _torch_step(model, x, checkpointing=True)
+    assert _max_diff(plain, checkpointed) <= TOLERANCE
+    # BatchNorm statistics are updated once per step, not again by the recompute.
+    assert _max_diff(plain_state, checkpointed_state) <= TOLERANCE
+    if dropout:  # the masks matter: another seed gives other gradients
+        other, _ = _torch_step(model, x, checkpointing=True, seed=8)
+        assert _max_diff(plain, other) > 1e3 * TOLERANCE
+
+
+def _saved_bytes(model, x: torch.Tensor) -> int:
+    """Bytes kept for backward by one forward pass, each storage counted once."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = _loss(model(x))
+    loss.backward()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("transformer-tiny", {"task": "language_modeling", "num_layers": 4}),
+        ("lstm-tiny", {"task": "language_modeling", "num_layers": 4}),
+    ],
+)
+def test_torch_checkpointing_saves_less(name, overrides):
+    config = registry.resolve_config(name, **overrides)
+    model = registry.get_family(name).build_torch(config).train()
+    x = torch.from_numpy(config.example_input(8, seed=1))
+    plain = _saved_bytes(model, x)
+    model.set_grad_checkpointing(True)
+    checkpointed = _saved_bytes(model, x)
+    assert checkpointed < 0.6 * plain, (plain, checkpointed)
+
+
+def test_torch_eval_and_no_grad_never_checkpoint(monkeypatch):
+    import zoo.torch_remat
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("checkpointed outside training")
+
+    monkeypatch.setattr(zoo.torch_remat, "checkpoint", refuse)
+    config = registry.resolve_config("transformer-tiny")
+    model = registry.get_family("transformer").build_torch(config)
+    model.set_grad_checkpointing(True)
+    x = torch.from_numpy(config.example_input(2))
+    model.eval()(x).sum().backward()
+    with torch.no_grad():
+        model.train()(x)
+
+
+# ------------------------------------------------------------------------------------ Keras
+
+
+def _keras_step(model, inputs: tuple, checkpointing: bool, graph: bool):
+    """Gradients of one training-mode step and every variable after it (seed-generator states
+    included); the model is then put back, so the next step draws the same dropout masks."""
+    import tensorflow as tf
+
+    before = [v.numpy() for v in model.variables]
+    model.set_grad_checkpointing(checkpointing)
+
+    def step(*inputs):
+        with tf.GradientTape() as tape:
+            loss = _loss(model(*inputs, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    # A new tf.function per call: the checkpointing flag is read while tracing.
+    grads = (tf.function(step) if graph else step)(*inputs)
+    grads = {
+        v.path: np.asarray(tf.convert_to_tensor(g))
+        for v, g in zip(model.trainable_variables, grads, strict=True)
+    }
+    after = {f"{i}:{v.path}": v.numpy() for i, v in enumerate(model.variables)}
+    for variable, value in zip(model.variables, before, strict=True):
+        variable.assign(value)
+    return grads, after
+
+
+@pytest.fixture
+def recompute_counter(monkeypatch):
+    """Counts the runs of every function given to ``keras.remat``: forward plus recompute."""
+    import keras
+
+    import zoo.keras.remat
+
+    runs = {"count": 0}
+    remat = keras.remat
+
+    def counting_remat(fn):
+        def counted(*args):
+            runs["count"] += 1
+            return fn(*args)
+
+        return remat(counted)
+
+    monkeypatch.setattr(zoo.keras.remat.keras, "remat", counting_remat)
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("dropout", "graph"),
+    [(0.0, False), (DROPOUT, True)],
+    ids=["no-dropout-eager", "dropout-tf.function"],
+)
+@pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
+def test_keras_gradients_are_unchanged(name, overrides, dropout, graph, recompute_counter):
+    family = registry.get_family(name)
+    config = _config(name, overrides, dropout)
+    model = family.build_keras(config)
+    x = keras_layout(config.example_input(4, seed=1), family.input_kind)
+    plain, plain_state = _keras_step(model, (x,), checkpointing=False, graph=graph)
+    assert recompute_counter["count"] == 0
+    checkpointed, checkpointed_state = _keras_step(model, (x,), checkpointing=True, graph=graph)
+    assert recompute_counter["count"] >= 4  # at least two blocks, each run twice
+    assert _max_diff(plain, checkpointed) <= TOLERANCE
+    # BatchNorm statistics once per step, and every seed generator advanced as without remat.
+    assert _max_diff(plain_state, checkpointed_state) <= TOLERANCE
+
+
+def test_keras_test_would_see_redrawn_masks(monkeypatch):
+    """Without the seed replay, remat redraws the masks and the comparison above fails."""
+    import zoo.keras.remat
+
+    config = _config("transformer-tiny", {"task": "language_modeling"}, DROPOUT)
+    model = registry.get_family("transformer").build_keras(config)
+    x = config.example_input(4, seed=1)
+    plain, _ = _keras_step(model, (x,), checkpointing=False, graph=False)
+    monkeypatch.setattr(zoo.keras.remat._SeedsReplayed, "__enter__", lambda self: None)
+    monkeypatch.setattr(zoo.keras.remat._SeedsReplayed, "__exit__", lambda self, *exc: None)
+    redrawn, _ = _keras_step(model, (x,), checkpointing=True, graph=False)
+    assert _max_diff(plain, redrawn) > 1e3 * TOLERANCE
+
+
+@pytest.mark.parametrize("name", ["transformer-tiny"])
+def test_keras_fit_step_is_unchanged(name):
+    """One ``fit`` step, compiled as zoo's Keras trainer compiles: same weights and statistics."""
+    import keras
+
+    from zoo.keras.trainer import compile_for
+
+    family = registry.get_family(name)
+    task = "language_modeling" if family.name == "transformer" else "classification"
+    overrides = {"task": task} if family.name == "transformer" else {}
+    config = _config(name, overrides, DROPOUT)
+    model = family.build_keras(config)
+    x = keras_layout(config.example_input(8, seed=1), family.input_kind)
+    y = np.random.default_rng(2).integers(0, 10, size=x.shape[:2] if task == "language_modeling" else (8,))
+    start = [v.numpy() for v in model.variables]
+    results = []
+    for checkpointing in (False, True):
+        for variable, value in zip(model.variables, start, strict=True):
+            variable.assign(value)
+        model.set_grad_checkpointing(checkpointing)
+        compile_for(model, task, keras.optimizers.SGD(0.5))
+        model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+        results.append({f"{i}:{v.path}": v.numpy() for i, v in enumerate(model.variables)})
+    assert _max_diff(*results) <= TOLERANCE
+
+
+def test_keras_padding_mask_reaches_checkpointed_blocks():
+    """The boolean attention mask is closed over, not passed through ``recompute_grad``."""
+    config = _config("transformer-tiny", {}, DROPOUT)
+    model = registry.get_family("transformer").build_keras(config)
+    x = config.example_input(4, seed=1)
+    padding = np.zeros((4, x.shape[1]), dtype=bool)
+    padding[:, -3:] = True
+    plain, _ = _keras_step(model, (x, padding), checkpointing=False, graph=True)
+    checkpointed, _ = _keras_step(model, (x, padding), checkpointing=True, graph=True)
+    assert _max_diff(plain, checkpointed) <= TOLERANCE
+
+
+def test_keras_inference_never_rematerialises(monkeypatch):
+    import keras
+
+    def refuse(fn):
+        raise AssertionError("rematerialised outside training")
+
+    monkeypatch.setattr(keras, "remat", refuse)
+    config = registry.resolve_config("transformer-tiny")
+    model = registry.get_family("transformer").build_keras(config)
+    model.set_grad_checkpointing(True)
+    x = config.example_input(2)
+    model(x)
+    model.predict(x, verbose=0)
