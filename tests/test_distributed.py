@@ -57,3 +57,61 @@ def test_two_replicas_match_one_device(recipe, tmp_path, framework, strategy):
     worst = max(max_diff(single[k], parallel[k]) for k in single)
     assert worst <= 1e-5
     assert not (tmp_path / "parallel-2").exists(), "the second rank must not create a run folder"
+
+
+def free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def launch_nodes(recipe, tmp_path, name, framework, node_env) -> list[subprocess.CompletedProcess]:
+    """Start one ``zoo train`` per node on this machine, the way a cluster launcher would."""
+    command = [sys.executable, "-m", "zoo.cli", "train", str(recipe), "--set", f"export.dir={tmp_path}",
+               "--set", f"export.run_name={name}", "--set", f"trainer.framework={framework}",
+               "--set", "trainer.num_nodes=2"]  # fmt: skip
+    base = {**os.environ, "ZOO_DDP_TIMEOUT_S": "60", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    nodes = [
+        subprocess.Popen(
+            command, env={**base, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for env in node_env
+    ]
+    try:
+        return [subprocess.CompletedProcess(n.args, n.wait(timeout=240), *n.communicate()) for n in nodes]
+    finally:
+        for node in nodes:  # never leave a worker behind, whatever happened
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+
+
+def test_keras_multi_worker_mirrored_with_two_local_workers(recipe, tmp_path):
+    single, _ = train(recipe, tmp_path, "single", "trainer.framework=keras")
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    node_env = [{"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})}
+                for i in range(2)]  # fmt: skip
+    for done in launch_nodes(recipe, tmp_path, "workers", "keras", node_env):
+        assert done.returncode == 0, done.stderr[-3000:]
+    workers = load_file(tmp_path / "workers" / "model.safetensors")
+    assert json.loads((tmp_path / "workers" / "summary.json").read_text())["metrics"]["replicas"] == 2
+    assert max(max_diff(single[k], workers[k]) for k in single) <= 1e-5
+
+
+def test_lightning_two_nodes_as_under_torchrun(recipe, tmp_path):
+    single, _ = train(recipe, tmp_path, "single", "trainer.framework=lightning")
+    (port,) = free_ports(1)
+    common = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
+    node_env = [{**common, "NODE_RANK": str(i), "RANK": str(i)} for i in range(2)]
+    for done in launch_nodes(recipe, tmp_path, "nodes", "lightning", node_env):
+        assert done.returncode == 0, done.stderr[-3000:]
+    nodes = load_file(tmp_path / "nodes" / "model.safetensors")
+    assert json.loads((tmp_path / "nodes" / "summary.json").read_text())["metrics"]["replicas"] == 2
+    assert max(max_diff(single[k], nodes[k]) for k in single) <= 1e-5

@@ -70,7 +70,7 @@ def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
 
 
 def _loss(outputs):
-    """Sum of squares per sample: every output matters, and gradients are not tiny."""
+    """Sum of squares per sample (either framework): every output counts, gradients are not tiny."""
     return (
         (outputs**2).sum() / outputs.shape[0] if isinstance(outputs, torch.Tensor) else _keras_loss(outputs)
     )
@@ -103,16 +103,34 @@ def _torch_step(model, x: torch.Tensor, checkpointing: bool, seed: int = 7):
     return grads, after
 
 
+@pytest.fixture
+def checkpoint_counter(monkeypatch):
+    """Counts the blocks run under ``torch.utils.checkpoint.checkpoint``."""
+    import zoo.torch_remat
+
+    calls = {"count": 0}
+    checkpoint = zoo.torch_remat.checkpoint
+
+    def counting_checkpoint(*args, **kwargs):
+        calls["count"] += 1
+        return checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(zoo.torch_remat, "checkpoint", counting_checkpoint)
+    return calls
+
+
 @pytest.mark.parametrize("dropout", [0.0, DROPOUT], ids=["no-dropout", "dropout"])
 @pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
-def test_torch_gradients_are_unchanged(name, overrides, dropout):
+def test_torch_gradients_are_unchanged(name, overrides, dropout, checkpoint_counter):
     family = registry.get_family(name)
     config = _config(name, overrides, dropout)
     torch.manual_seed(0)
     model = family.build_torch(config)
     x = torch.from_numpy(config.example_input(4, seed=1))
     plain, plain_state = _torch_step(model, x, checkpointing=False)
+    assert checkpoint_counter["count"] == 0
     checkpointed, checkpointed_state = _torch_step(model, x, checkpointing=True)
+    assert checkpoint_counter["count"] >= 2
     assert _max_diff(plain, checkpointed) <= TOLERANCE
     # BatchNorm statistics are updated once per step, not again by the recompute.
     assert _max_diff(plain_state, checkpointed_state) <= TOLERANCE
@@ -252,29 +270,27 @@ def test_keras_test_would_see_redrawn_masks(monkeypatch):
     assert _max_diff(plain, redrawn) > 1e3 * TOLERANCE
 
 
-@pytest.mark.parametrize("name", ["transformer-tiny"])
-def test_keras_fit_step_is_unchanged(name):
-    """One ``fit`` step, compiled as zoo's Keras trainer compiles: same weights and statistics."""
+def test_keras_fit_step_is_unchanged(recompute_counter):
+    """One ``fit`` step of a language model with dropout, compiled as zoo's Keras trainer
+    compiles: the same weights and seed-generator states with and without remat."""
     import keras
 
     from zoo.keras.trainer import compile_for
 
-    family = registry.get_family(name)
-    task = "language_modeling" if family.name == "transformer" else "classification"
-    overrides = {"task": task} if family.name == "transformer" else {}
-    config = _config(name, overrides, DROPOUT)
-    model = family.build_keras(config)
-    x = keras_layout(config.example_input(8, seed=1), family.input_kind)
-    y = np.random.default_rng(2).integers(0, 10, size=x.shape[:2] if task == "language_modeling" else (8,))
+    config = _config("transformer-tiny", {"task": "language_modeling"}, DROPOUT)
+    model = registry.get_family("transformer").build_keras(config)
+    x = config.example_input(8, seed=1)
+    y = np.random.default_rng(2).integers(0, config.vocab_size, size=x.shape)
     start = [v.numpy() for v in model.variables]
     results = []
     for checkpointing in (False, True):
         for variable, value in zip(model.variables, start, strict=True):
             variable.assign(value)
         model.set_grad_checkpointing(checkpointing)
-        compile_for(model, task, keras.optimizers.SGD(0.5))
+        compile_for(model, "language_modeling", keras.optimizers.SGD(0.5))
         model.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
         results.append({f"{i}:{v.path}": v.numpy() for i, v in enumerate(model.variables)})
+    assert recompute_counter["count"] == 2 * config.num_layers
     assert _max_diff(*results) <= TOLERANCE
 
 

@@ -303,11 +303,6 @@ class TrainerConfig(Section):
                 f"(float16 kernels are ~100x slower on CPU, and Lightning would silently run bf16); "
                 f"use {better!r}"
             )
-        if self.num_nodes > 1 or self.strategy == "multi_worker_mirrored":
-            raise ValueError(
-                "trainer.num_nodes: multi-node training (num_nodes > 1, multi_worker_mirrored) "
-                "is not supported yet; use one node with trainer.devices"
-            )
         if self.strategy == "fsdp":
             if self.framework == "keras":
                 raise ValueError(

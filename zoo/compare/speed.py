@@ -183,19 +183,20 @@ def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
     model, variables = twins.keras_model, twins.keras_model.trainable_variables
     dtype = loss_dtype(twins.setup.precision)
 
+    traced: dict[str, str] = {}
+
     @tf.function
     def gradients(x, y):
         with tf.GradientTape() as tape:
             loss = keras_loss(model(x, training=True), y, dtype)
+        traced["loss"] = loss.name
         return tape.gradient(loss, variables)
 
     graph = gradients.get_concrete_function(x, y).graph
-    backward = backward_ops(graph)
+    forward, backward = forward_and_backward(graph, graph.get_tensor_by_name(traced["loss"]).op)
     seen: set[str] = set()
     total, unsized = 0, 0
-    for op in graph.get_operations():
-        if op in backward:
-            continue
+    for op in forward:
         for index, tensor in enumerate(op.outputs):
             if not any(c in backward for c in tensor.consumers()):
                 continue
@@ -219,21 +220,36 @@ def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
     return total, note
 
 
-def backward_ops(graph) -> set:
-    """The gradient's ops: those the tape created, and everything that runs after them
-    (data or control edges). Gradient checkpointing recomputes a block's forward inside the
-    backward, outside the tape's name scope; those ops follow gradient ops, so they count
-    as backward and their outputs are not activations kept from the forward pass."""
-    backward = {op for op in graph.get_operations() if op.name.startswith(GRADIENT_SCOPE)}
+def forward_and_backward(graph, loss_op) -> tuple[set, set]:
+    """Split a traced training step into the forward pass and the backward pass.
+
+    Forward: the loss and everything it depends on. Backward: the ops the tape created
+    and everything that runs after them, forward ops excepted. The tape's name scope
+    alone would not do: TensorFlow creates some ops there that feed the forward pass
+    (empty loop accumulators), and gradient checkpointing recomputes a block's forward
+    inside the backward outside that scope (those ops wait on the incoming gradient, so
+    they follow tape ops and their outputs are not activations kept from the forward).
+    """
+    forward = {loss_op}
+    stack = [loss_op]
+    while stack:
+        op = stack.pop()
+        for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+            if parent not in forward:
+                forward.add(parent)
+                stack.append(parent)
+    backward = {
+        op for op in graph.get_operations() if op.name.startswith(GRADIENT_SCOPE) and op not in forward
+    }
     stack = list(backward)
     while stack:
         op = stack.pop()
         following = [c for t in op.outputs for c in t.consumers()] + list(op._control_outputs)
         for child in following:
-            if child not in backward:
+            if child not in backward and child not in forward:
                 backward.add(child)
                 stack.append(child)
-    return backward
+    return forward, backward
 
 
 def _buffer(tensor):

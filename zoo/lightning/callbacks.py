@@ -23,9 +23,10 @@ class EpochMetrics(L.Callback):
         self.started = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module):
+        # Every rank reads the metrics: with sync_dist, reading them is a collective.
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         if self.metrics_log is None or not trainer.is_global_zero:
             return
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         row = {k: metrics[k] for k in self.metrics_log.columns if k in metrics}
         row["epoch"] = trainer.current_epoch + 1
         row["step"] = trainer.global_step
@@ -84,7 +85,7 @@ class SaveState(L.Callback):
         final = state.state_path(self.run_dir, trainer.global_step, "ckpt")
         temporary = final.with_name(f".{final.name}.tmp")
         final.parent.mkdir(parents=True, exist_ok=True)
-        trainer.save_checkpoint(temporary)  # every rank takes part; rank 0 writes
+        trainer.save_checkpoint(temporary, weights_only=False)  # all ranks take part; rank 0 writes
         if trainer.is_global_zero:
             state.commit(temporary, final, self.keep)
         self.saved_step = trainer.global_step

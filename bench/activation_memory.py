@@ -1,0 +1,229 @@
+"""Activation memory and step time with and without gradient checkpointing, in both frameworks.
+
+One row per family (its small preset; the recurrent and transformer rows at 6 layers and 128
+steps, where activations dominate), one training step (forward, backward, SGD update):
+
+- torch: bytes of the tensors autograd keeps for backward, each storage counted once
+  (``saved_tensors_hooks``). A checkpointed block keeps only its inputs; the recompute in
+  backward briefly holds one block's activations again, which this figure leaves out.
+- TensorFlow: peak minus resting bytes of the CPU allocator over one step of a
+  ``tf.function`` (``get_memory_info`` after ``reset_memory_stats``): the real peak,
+  gradients and the recompute included.
+
+Step times are medians on one thread (two threads swing 2-5x when anything else runs).
+The targets: at least a 50 % cut of activation memory for the LSTM and transformer rows,
+at no more than 1.5x the step time. Run ``.venv/bin/python bench/activation_memory.py``;
+the table is printed and written to ``bench/out/activation_memory.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import numpy as np  # noqa: E402
+
+from zoo import registry  # noqa: E402
+from zoo.keras.data import keras_layout  # noqa: E402
+
+MEMORY_TARGET = 0.5  # checkpointed / plain activation memory, at most
+TIME_TARGET = 1.5  # checkpointed / plain step time, at most
+OUT = Path(__file__).parent / "out" / "activation_memory.md"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    batch: int = 16
+    steps: int = 128  # sequence length of a language-modelling row
+    target: bool = False  # held to the memory and time targets
+
+
+ROWS = (
+    Row("convnet-small", {"in_channels": 3, "image_size": 32}, batch=64),
+    Row("rnn-small", {"task": "language_modeling", "num_layers": 6}),
+    Row("lstm-small", {"task": "language_modeling", "num_layers": 6}, target=True),
+    Row("transformer-small", {"task": "language_modeling", "num_layers": 6}, target=True),
+)
+
+
+@dataclass
+class Measure:
+    memory: int  # bytes
+    seconds: float  # median step time
+
+
+def batch(row: Row, config, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs in the canonical (torch) layout and integer targets: next tokens, or classes."""
+    rng = np.random.default_rng(seed)
+    if getattr(config, "task", "classification") == "language_modeling":
+        tokens = rng.integers(0, config.vocab_size, size=(row.batch, row.steps + 1))
+        return tokens[:, :-1], tokens[:, 1:]
+    x = rng.normal(size=(row.batch, *config.sample_shape())).astype(np.float32)
+    return x, rng.integers(0, config.num_classes, size=row.batch)
+
+
+def median_seconds(step: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ------------------------------------------------------------------------------------ torch
+
+
+def measure_torch(row: Row, config, checkpointing: bool, repeats: int) -> Measure:
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = registry.get_family(row.name).build_torch(config).train()
+    model.set_grad_checkpointing(checkpointing)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = (torch.from_numpy(a) for a in batch(row, config))
+
+    def loss() -> torch.Tensor:
+        out = model(x)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss().backward()
+        optimizer.step()
+
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        value = loss()
+    value.backward()
+    step()  # warm-up
+    return Measure(sum(storages.values()), median_seconds(step, repeats))
+
+
+# ------------------------------------------------------------------------------------ Keras
+
+
+def measure_keras(row: Row, config, checkpointing: bool, repeats: int) -> Measure:
+    import keras
+    import tensorflow as tf
+
+    family = registry.get_family(row.name)
+    model = family.build_keras(config)
+    model.set_grad_checkpointing(checkpointing)
+    optimizer = keras.optimizers.SGD(1e-3)
+    optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    x, y = batch(row, config)
+    x, y = tf.constant(keras_layout(x, family.input_kind)), tf.constant(y)
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    def step() -> None:
+        train_step(x, y).numpy()
+
+    step()  # trace and warm up
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    resting = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    step()
+    peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+    return Measure(peak - resting, median_seconds(step, repeats))
+
+
+# ------------------------------------------------------------------------------------ table
+
+
+def describe(row: Row, config) -> str:
+    fields = config.model_dump()
+    size = f"{fields.get('num_layers', len(fields.get('channels', [])))} layers"
+    if fields.get("task") == "language_modeling":
+        return f"{size}, LM, batch {row.batch} x {row.steps} steps"
+    return f"{size}, batch {row.batch}, {fields['image_size']}x{fields['image_size']}x{fields['in_channels']}"
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per measurement (median)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where to write the markdown table")
+    args = parser.parse_args()
+
+    import tensorflow as tf
+    import torch
+
+    torch.set_num_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+    header = (
+        "| model | size | framework | activations plain (MiB) | checkpointed (MiB) | memory ratio "
+        "| step plain (ms) | checkpointed (ms) | time ratio |"
+    )
+    lines = [header, "|" + "---|" * 9]
+    print("\n".join(lines), flush=True)
+    failures = []
+    measures = {"torch": measure_torch, "keras": measure_keras}
+    for row in ROWS:
+        config = registry.resolve_config(row.name, **row.overrides)
+        for framework, measure in measures.items():
+            plain = measure(row, config, False, args.repeats)
+            checkpointed = measure(row, config, True, args.repeats)
+            memory = checkpointed.memory / plain.memory
+            slowdown = checkpointed.seconds / plain.seconds
+            lines.append(
+                f"| {row.name} | {describe(row, config)} | {framework} | {mib(plain.memory)} "
+                f"| {mib(checkpointed.memory)} | {memory:.2f} | {plain.seconds * 1e3:.0f} "
+                f"| {checkpointed.seconds * 1e3:.0f} | {slowdown:.2f} |"
+            )
+            print(lines[-1], flush=True)
+            if row.target and (memory > MEMORY_TARGET or slowdown > TIME_TARGET):
+                failures.append(f"{row.name} ({framework}): memory x{memory:.2f}, time x{slowdown:.2f}")
+
+    verdict = (
+        f"Targets hold: every LSTM and transformer row keeps at most {MEMORY_TARGET:.0%} of its "
+        f"activation memory at no more than {TIME_TARGET}x the step time."
+        if not failures
+        else "Targets do NOT hold: " + "; ".join(failures) + "."
+    )
+    print(verdict)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    notes = (
+        "torch: bytes saved for backward (each storage once). Keras/TensorFlow: peak minus resting "
+        "CPU allocator bytes over one tf.function training step. Step times: median of "
+        f"{args.repeats} steps on one thread, SGD update included."
+    )
+    args.out.write_text(
+        "# Activation memory with gradient checkpointing\n\n"
+        + "\n".join(lines)
+        + f"\n\n{notes}\n\n{verdict}\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
