@@ -32,7 +32,8 @@ def patch_keras() -> None:
     if not keras.__version__.startswith(PATCHED_FOR):
         raise RuntimeError(
             f"zoo's multi-worker fix is for Keras {PATCHED_FOR}.x, this is {keras.__version__}; "
-            "check whether Keras fixed fit under MultiWorkerMirroredStrategy and update zoo/keras/multi_worker.py"
+            "check whether Keras fixed fit under MultiWorkerMirroredStrategy and update "
+            "zoo/keras/multi_worker.py"
         )
 
     def local(value):
