@@ -30,10 +30,10 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from zoo import registry  # noqa: E402
-from zoo.keras.data import keras_layout  # noqa: E402
+from zoo import registry
+from zoo.keras.data import keras_layout
 
 MEMORY_TARGET = 0.5  # checkpointed / plain activation memory, at most
 TIME_TARGET = 1.5  # checkpointed / plain step time, at most
@@ -51,6 +51,7 @@ class Row:
 
 ROWS = (
     Row("convnet-small", {"in_channels": 3, "image_size": 32}, batch=64),
+    Row("resnet-8", {"in_channels": 3, "image_size": 32}, batch=64),
     Row("rnn-small", {"task": "language_modeling", "num_layers": 6}),
     Row("lstm-small", {"task": "language_modeling", "num_layers": 6}, target=True),
     Row("transformer-small", {"task": "language_modeling", "num_layers": 6}, target=True),
@@ -158,10 +159,10 @@ def measure_keras(row: Row, config, checkpointing: bool, repeats: int) -> Measur
 
 def describe(row: Row, config) -> str:
     fields = config.model_dump()
-    size = f"{fields.get('num_layers', len(fields.get('channels', [])))} layers"
     if fields.get("task") == "language_modeling":
-        return f"{size}, LM, batch {row.batch} x {row.steps} steps"
-    return f"{size}, batch {row.batch}, {fields['image_size']}x{fields['image_size']}x{fields['in_channels']}"
+        return f"{fields['num_layers']} layers, LM, batch {row.batch} x {row.steps} steps"
+    image = f"{fields['image_size']}x{fields['image_size']}x{fields['in_channels']}"
+    return f"{len(fields['channels'])} stages, batch {row.batch}, {image}"
 
 
 def mib(n: int) -> str:

@@ -151,3 +151,22 @@ def test_overwriting_a_checkpoint_replaces_it_whole(saved, tmp_path):
     model = zoo.load_checkpoint(target, framework="torch")  # tensors mapped from the old file
     zoo.save_checkpoint(model, target, metrics={"test_accuracy": 0.75})
     assert zoo.inspect_checkpoint(target)["metadata"]["metrics"] == {"test_accuracy": 0.75}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_low_precision_export_loads_into_both_twins(tmp_path, dtype):
+    model = zoo.create_model("convnet-tiny", framework="torch")
+    path = zoo.save_checkpoint(model, tmp_path / "low.safetensors", dtype=dtype)
+    full = zoo.save_checkpoint(model, tmp_path / "full.safetensors")
+    assert path.stat().st_size < 0.6 * full.stat().st_size
+    info = zoo.inspect_checkpoint(path)
+    assert info["metadata"]["dtype"] == dtype
+    x = np.random.default_rng(0).normal(size=(4, 1, 8, 8)).astype(np.float32)
+    import torch
+
+    with torch.no_grad():
+        reference = model.eval()(torch.from_numpy(x)).numpy()
+        low = zoo.load_checkpoint(path, "torch").eval()(torch.from_numpy(x)).numpy()
+    keras_low = np.asarray(zoo.load_checkpoint(path, "keras")(x.transpose(0, 2, 3, 1)))
+    assert np.abs(low - keras_low).max() <= 1e-5
+    assert np.abs(low - reference).max() <= 0.05  # bf16 keeps ~3 significant digits

@@ -56,7 +56,7 @@ def test_lr_tables():
     assert np.all(np.diff(table[10:]) <= 0)
     step = lr_table(Step(step_epochs=2, gamma=0.5), 0.4, steps_per_epoch=3, epochs=5)
     np.testing.assert_allclose(step, [0.4] * 6 + [0.2] * 6 + [0.1] * 3, rtol=1e-6)
-    np.testing.assert_array_equal(lr_table(Constant(), 0.3, 4, 2), np.full(8, 0.3, np.float32))
+    np.testing.assert_array_equal(lr_table(Constant(), 0.3, 4, 2), np.full(8, 0.3))
 
 
 def test_both_frameworks_read_the_same_rates():

@@ -217,13 +217,11 @@ def _keras_step(model, inputs: tuple, checkpointing: bool, graph: bool):
 
 @pytest.fixture
 def recompute_counter(monkeypatch):
-    """Counts the runs of every function given to ``keras.remat``: forward plus recompute."""
-    import keras
-
+    """Counts the runs of every rematerialised block: forward plus recompute."""
     import zoo.keras.remat
 
     runs = {"count": 0}
-    remat = keras.remat
+    remat = zoo.keras.remat.recompute_grad
 
     def counting_remat(fn):
         def counted(*args):
@@ -232,7 +230,7 @@ def recompute_counter(monkeypatch):
 
         return remat(counted)
 
-    monkeypatch.setattr(zoo.keras.remat.keras, "remat", counting_remat)
+    monkeypatch.setattr(zoo.keras.remat, "recompute_grad", counting_remat)
     return runs
 
 
@@ -307,12 +305,12 @@ def test_keras_padding_mask_reaches_checkpointed_blocks():
 
 
 def test_keras_inference_never_rematerialises(monkeypatch):
-    import keras
+    import zoo.keras.remat
 
     def refuse(fn):
         raise AssertionError("rematerialised outside training")
 
-    monkeypatch.setattr(keras, "remat", refuse)
+    monkeypatch.setattr(zoo.keras.remat, "recompute_grad", refuse)
     config = registry.resolve_config("transformer-tiny")
     model = registry.get_family("transformer").build_keras(config)
     model.set_grad_checkpointing(True)

@@ -77,18 +77,6 @@ def test_unknown_architecture_lists_what_exists():
 
 
 @pytest.mark.parametrize(
-    ("override", "message"),
-    [
-        ("trainer.gradient_checkpointing=true", "trainer.gradient_checkpointing: True is not supported yet"),
-        ("export.dtype=bfloat16", "export.dtype: 'bfloat16' is not supported yet; use 'float32'"),
-    ],
-)
-def test_knobs_not_driven_yet_are_refused_not_ignored(override, message):
-    problems = _problems({"model": {"architecture": "cnn"}}, [override])
-    assert any(message in p for p in problems), problems
-
-
-@pytest.mark.parametrize(
     ("overrides", "message"),
     [
         (["trainer.precision=16-mixed", "trainer.accelerator=cpu"],

@@ -22,6 +22,8 @@ _API = {
     "load_checkpoint": "zoo.api",
     "save_checkpoint": "zoo.api",
     "train": "zoo.api",
+    "Comparison": "zoo.compare",
+    "compare": "zoo.compare",
     "Recipe": "zoo.recipe",
     "RecipeError": "zoo.recipe",
     "load_recipe": "zoo.recipe",

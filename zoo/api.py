@@ -102,7 +102,12 @@ def train(
         shared = Path(os.environ.get(RUN_DIR_VARIABLE, "."))
         return TrainResult(shared, shared / "model.safetensors", metrics, framework)
     checkpoint = save_checkpoint(
-        model, run.checkpoint, recipe=recipe.to_dict(), metrics=metrics, vocab=dataset.vocab
+        model,
+        run.checkpoint,
+        recipe=recipe.to_dict(),
+        metrics=metrics,
+        vocab=dataset.vocab,
+        dtype=recipe.export.dtype,
     )
     run.write_summary({
         "recipe": recipe.name, "framework": framework, "architecture": config.architecture,

@@ -117,6 +117,7 @@ def save_checkpoint(
     recipe: dict[str, Any] | None = None,
     metrics: dict[str, float] | None = None,
     vocab: str | None = None,
+    dtype: str = "float32",
 ) -> Path:
     """Export a zoo model (either twin) as the common checkpoint.
 
@@ -140,7 +141,20 @@ def save_checkpoint(
         "versions": json.dumps(_versions(framework)),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    return write_safetensors(path, model_tensors(model), metadata)
+    metadata["dtype"] = dtype
+    tensors = {k: _as_export_dtype(v, dtype) for k, v in model_tensors(model).items()}
+    return write_safetensors(path, tensors, metadata)
+
+
+def _as_export_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+    """Floating tensors in the export dtype (bfloat16 through ml_dtypes); integers as they are."""
+    if not np.issubdtype(array.dtype, np.floating) or dtype == "float32":
+        return array
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return array.astype(ml_dtypes.bfloat16)
+    return array.astype(dtype)
 
 
 def _versions(framework: str) -> dict[str, str]:
@@ -159,6 +173,10 @@ def load_tensors(model: Any, tensors: dict[str, np.ndarray]) -> None:
     """Put canonical tensors into a built twin of either framework."""
     config = model.zoo_config
     family = registry.get_family(config.architecture)
+    # A bfloat16/float16 export goes back into float32 weights.
+    tensors = {
+        k: v.astype(np.float32) if v.dtype.name in ("bfloat16", "float16") else v for k, v in tensors.items()
+    }
     if framework_of(model) == "keras":
         tensors_to_keras(model, family.weight_table(config), tensors)
         return
@@ -211,7 +229,7 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
         config = family.config.model_validate_json(metadata.get("config", "{}"))
     except ValueError as error:
         raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
-    _check_tensors(path, found, family.weight_table(config))
+    _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
     return Checkpoint(path, metadata, family, config)
 
 
@@ -233,7 +251,7 @@ def _describe_slice(piece) -> tuple[tuple[int, ...], str]:
     return tuple(piece.get_shape()), SAFETENSORS_DTYPES.get(dtype, dtype)
 
 
-def _check_tensors(path: Path, found: dict[str, tuple], table) -> None:
+def _check_tensors(path: Path, found: dict[str, tuple], table, float_dtype: str) -> None:
     expected = tensor_specs(table)
     problems = []
     missing = [n for n in expected if n not in found]
@@ -248,8 +266,8 @@ def _check_tensors(path: Path, found: dict[str, tuple], table) -> None:
         shape, dtype = found[name]
         if shape != spec.shape:
             problems.append(f"{name} has shape {list(shape)}, the config needs {list(spec.shape)}")
-        elif dtype != spec.dtype:
-            problems.append(f"{name} has dtype {dtype}, expected {spec.dtype}")
+        elif dtype != (expected := float_dtype if spec.dtype == "float32" else spec.dtype):
+            problems.append(f"{name} has dtype {dtype}, expected {expected}")
     if problems:
         raise CheckpointError(f"{path}: tensors do not match the architecture: " + "; ".join(problems[:6]))
 

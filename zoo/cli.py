@@ -227,6 +227,29 @@ def sample(checkpoint: Path, prompt: str, length: int, temperature: float, seed:
 
 
 @main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--steps", default=100, show_default=True, type=click.IntRange(1),
+              help="Training steps compared, on the recipe's seeded batch order.")  # fmt: skip
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Report folder (default: compare-<recipe>-<time> in export.dir).")  # fmt: skip
+@click.option("--speed-steps", default=50, show_default=True, type=click.IntRange(0),
+              help="Timed training steps per framework; 0 skips speed and memory.")  # fmt: skip
+@overrides_option
+@user_errors
+def compare(recipe: Path, steps: int, out: Path | None, speed_steps: int, overrides: tuple[str, ...]) -> None:
+    """Both frameworks from the same init on the same batches: parity, speed and memory.
+
+    Exits 1 when a parity section DIFFERS (the report says at which tensor or step).
+    """
+    from zoo.compare import compare as run_compare
+
+    result = run_compare(load_recipe(recipe, overrides), steps=steps, out=out, speed_steps=speed_steps)
+    click.echo(result.text)
+    if not result.passed:
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @user_errors

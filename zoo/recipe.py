@@ -2,9 +2,9 @@
 
 Sections: ``model`` (a family config, chosen by ``architecture``, which may also name a
 preset), ``data``, ``optimizer``, ``schedule``, ``trainer``, ``init``, ``export``.
-Unknown keys are errors everywhere. Fields that exist for knobs zoo does not drive yet
-are validated like the others and refuse any value but their default, so a recipe never
-asks for something that is silently ignored.
+Unknown keys are errors everywhere, and a combination that cannot work is refused with
+the field, the value and what would, so a recipe never asks for something that is
+silently ignored.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -39,18 +38,6 @@ def normalize_framework(value: Any) -> Any:
 
 
 Framework = Annotated[Literal["lightning", "keras"], BeforeValidator(normalize_framework)]
-
-
-def not_yet(default: Any, what: str):
-    """Refuse any value but ``default`` for a knob this version of zoo does not drive yet."""
-
-    def check(value: Any) -> Any:
-        if value != default:
-            shown = repr(str(value)) if isinstance(value, Path) else repr(value)
-            raise ValueError(f"{what} {shown} is not supported yet; use {default!r}")
-        return value
-
-    return AfterValidator(check)
 
 
 class Section(BaseModel):
@@ -272,8 +259,9 @@ class TrainerConfig(Section):
         description="ddp / fsdp (Lightning), mirrored / multi_worker_mirrored (Keras); a data-parallel "
         "strategy written for one framework runs data-parallel in the other.",
     )
-    gradient_checkpointing: Annotated[bool, not_yet(False, "trainer.gradient_checkpointing")] = Field(
-        False, description="Recompute activations block by block in the backward pass."
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute activations block by block in the backward pass (less memory, more time).",
     )
     accumulate_grad_batches: PositiveInt = Field(
         1, description="Average the gradients of this many batches per optimizer step."
@@ -357,7 +345,7 @@ class ExportConfig(Section):
         description="Also save the training state every N optimizer steps (always at epoch ends).",
     )
     keep_states: PositiveInt = Field(2, description="How many of the newest training states to keep.")
-    dtype: Annotated[Literal["float32", "bfloat16", "float16"], not_yet("float32", "export.dtype")] = Field(
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Floating dtype of the exported checkpoint's tensors."
     )
 

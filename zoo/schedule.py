@@ -26,7 +26,7 @@ def lr_table(schedule, base_lr: float, steps_per_epoch: int, epochs: int) -> np.
         raise ValueError(f"schedule.name {schedule.name!r} has no formula")
     if warmup:
         factor = factor * np.minimum(1.0, (step + 1) / warmup)
-    return (base_lr * factor).astype(np.float32)
+    return base_lr * factor  # float64: torch's rates are Python doubles, and so are these
 
 
 def optimizer_steps(batches: int, accumulate: int) -> int:

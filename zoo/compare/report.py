@@ -205,7 +205,9 @@ def plot(report: dict[str, Any], path: Path) -> None:
     top.plot(steps, training["loss"]["torch"], label="torch (Lightning twin)", linewidth=1.5)
     top.plot(steps, training["loss"]["keras"], label="keras (TensorFlow twin)", linewidth=1.0, linestyle="--")
     top.set_ylabel("training loss")
-    top.set_title(f"{report['recipe']}: training loss, same init and batches ({training['verdict']})")
+    model = report["model"]["preset"] or report["model"]["family"]
+    title = f"{report['recipe']} ({model}, {report['precision']}): training loss, same init and batches"
+    top.set_title(f"{title} - {training['verdict']}", fontsize="medium")
     top.legend()
     top.grid(alpha=0.3)
 

@@ -3,7 +3,7 @@
 Keras' own SGD folds the learning rate into its momentum buffer, its Adam puts epsilon
 inside the bias correction, and its ``weight_decay`` is always decoupled. torch's SGD and
 Adam add an L2 term to the gradient instead. These classes do exactly what
-``torch.optim`` does; AdamW is decoupled in both and uses Keras' own decay.
+``torch.optim`` does, scalars in float64 as torch's Python doubles are.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ class TableSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """The rate of update ``step`` is ``table[step]`` (zoo.schedule builds the table)."""
 
     def __init__(self, table):
-        self.values = [float(v) for v in np.asarray(table, dtype=np.float32)]
-        self.table = ops.convert_to_tensor(np.asarray(self.values, dtype=np.float32))
+        # float64, as torch's rates are: a float32 rate is a few ulps off at every step.
+        self.values = [float(v) for v in np.asarray(table, dtype=np.float64)]
+        self.table = ops.convert_to_tensor(np.asarray(self.values, dtype=np.float64))
 
     def __call__(self, step):
         index = ops.minimum(ops.cast(step, "int32"), len(self.values) - 1)
@@ -57,8 +58,8 @@ class Float32State(keras.optimizers.Optimizer):
         self._multipliers = [self.lr_multipliers.get(v.path, 1.0) for v in var_list]
 
     def rate(self, learning_rate, variable):
-        lr = ops.cast(learning_rate, state_dtype(variable))
-        return lr * self._multipliers[self._get_variable_index(variable)]
+        """This variable's rate, in float64 (torch's rates are Python doubles)."""
+        return ops.cast(learning_rate, "float64") * self._multipliers[self._get_variable_index(variable)]
 
     def state_variables(self, var_list, name: str):
         return [
@@ -90,7 +91,7 @@ class TorchSGD(Float32State):
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = state_dtype(variable)
-        lr = self.rate(learning_rate, variable)
+        lr = ops.cast(self.rate(learning_rate, variable), dtype)
         g = ops.cast(gradient, dtype)
         weight = ops.cast(variable, dtype)
         if self.l2:
@@ -113,15 +114,24 @@ class TorchSGD(Float32State):
 class TorchAdam(Float32State):
     """Adam with torch's arithmetic: ``p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)``.
 
-    ``l2`` is torch.optim.Adam's weight decay (added to the gradient); the base class'
-    ``weight_decay`` is the decoupled decay of AdamW.
+    ``l2`` is torch.optim.Adam's weight decay (added to the gradient); ``decoupled_decay``
+    is AdamW's (the weights shrink by ``lr * decay`` before the step).
     """
 
     def __init__(
-        self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-8, l2=0.0, name="torch_adam", **kw
+        self,
+        learning_rate,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        l2=0.0,
+        decoupled_decay=0.0,
+        name="torch_adam",
+        **kw,
     ):
         super().__init__(learning_rate=learning_rate, name=name, **kw)
         self.beta_1, self.beta_2, self.epsilon, self.l2 = beta_1, beta_2, epsilon, l2
+        self.decoupled_decay = decoupled_decay
 
     def build(self, var_list):
         if self.built:
@@ -131,27 +141,31 @@ class TorchAdam(Float32State):
         self._v = self.state_variables(var_list, "exp_avg_sq")
 
     def update_step(self, gradient, variable, learning_rate):
+        # torch computes the scalars (1 - beta, bias corrections, lr / bc1) in Python
+        # doubles and only the tensor arithmetic in float32; so does this, in float64.
         dtype = state_dtype(variable)
-        lr = self.rate(learning_rate, variable)
         g = ops.cast(gradient, dtype)
         weight = ops.cast(variable, dtype)
         if self.l2:
             g = g + self.l2 * weight
-        step = ops.cast(self.iterations + 1, dtype)
-        b1, b2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+        step = ops.cast(self.iterations + 1, "float64")
+        lr = self.rate(learning_rate, variable)
+        if self.decoupled_decay:  # AdamW, as torch: param *= 1 - lr * wd, then the Adam step
+            weight = weight * ops.cast(1 - lr * self.decoupled_decay, dtype)
+        beta_1, beta_2 = (ops.convert_to_tensor(b, dtype="float64") for b in (self.beta_1, self.beta_2))
+        step_size = ops.cast(lr / (1 - ops.power(beta_1, step)), dtype)
+        bias2_sqrt = ops.cast(ops.sqrt(1 - ops.power(beta_2, step)), dtype)
         m = self._m[self._get_variable_index(variable)]
         v = self._v[self._get_variable_index(variable)]
-        self.assign(m, m * b1 + g * (1 - b1))
-        self.assign(v, v * b2 + ops.square(g) * (1 - b2))
-        bias1 = 1 - ops.power(b1, step)
-        bias2 = 1 - ops.power(b2, step)
-        denominator = ops.sqrt(v) / ops.sqrt(bias2) + self.epsilon
-        self.set_weight(variable, weight - (lr / bias1) * m / denominator)
+        self.assign(m, m + (g - m) * (1.0 - self.beta_1))  # torch: exp_avg.lerp_(grad, 1 - beta1)
+        self.assign(v, v * self.beta_2 + ops.square(g) * (1.0 - self.beta_2))
+        denominator = ops.sqrt(v) / bias2_sqrt + self.epsilon
+        self.set_weight(variable, weight - step_size * (m / denominator))
 
     def get_config(self):
         return {
             **super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2,
-            "epsilon": self.epsilon, "l2": self.l2,
+            "epsilon": self.epsilon, "l2": self.l2, "decoupled_decay": self.decoupled_decay,
         }  # fmt: skip
 
 
@@ -170,5 +184,6 @@ def build_optimizer(
     beta_1, beta_2 = cfg.betas
     if cfg.name == "adam":
         return TorchAdam(schedule, beta_1, beta_2, cfg.eps, l2=cfg.weight_decay, **common)
-    decay = cfg.weight_decay or None
-    return TorchAdam(schedule, beta_1, beta_2, cfg.eps, weight_decay=decay, name="torch_adamw", **common)
+    return TorchAdam(
+        schedule, beta_1, beta_2, cfg.eps, decoupled_decay=cfg.weight_decay, name="torch_adamw", **common
+    )

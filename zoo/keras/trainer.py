@@ -148,6 +148,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     strategy = distribution_strategy(trainer_cfg)
     with strategy.scope() if strategy else contextlib.nullcontext(), dtype_policy(trainer_cfg.precision):
         model = family.build_keras(config)
+        model.set_grad_checkpointing(trainer_cfg.gradient_checkpointing)
         head_rates = initialise(model, family, init)
         multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
         optimizer = build_optimizer(
