@@ -41,11 +41,13 @@ class BatchNorm(keras.layers.Layer):
         channels = (int(input_shape[-1]),)
         self.gamma = self.add_weight(shape=channels, initializer="ones", name="gamma")
         self.beta = self.add_weight(shape=channels, initializer="zeros", name="beta")
+        # Under a tf.distribute strategy each replica updates the statistics from its own
+        # batch (as torch DDP does without SyncBatchNorm); the aggregation says how to merge.
         self.moving_mean = self.add_weight(
-            shape=channels, initializer="zeros", trainable=False, name="moving_mean"
+            shape=channels, initializer="zeros", trainable=False, name="moving_mean", aggregation="mean"
         )
         self.moving_variance = self.add_weight(
-            shape=channels, initializer="ones", trainable=False, name="moving_variance"
+            shape=channels, initializer="ones", trainable=False, name="moving_variance", aggregation="mean"
         )
         self.num_batches_tracked = self.add_weight(
             shape=(),
@@ -53,23 +55,27 @@ class BatchNorm(keras.layers.Layer):
             dtype="int64",
             trainable=False,
             name="num_batches_tracked",
+            aggregation="only_first_replica",
         )
 
     def call(self, x, training=False):
-        x32 = ops.cast(x, "float32")
+        # Statistics in float32 at least (float64 under a float64 policy), as torch does.
+        dtype = "float64" if self.variable_dtype == "float64" else "float32"
+        x_ = ops.cast(x, dtype)
         axes = list(range(len(x.shape) - 1))
         if training:
-            mean = ops.mean(x32, axis=axes)
-            variance = ops.var(x32, axis=axes)
-            count = math.prod(x.shape[a] for a in axes[1:]) * ops.cast(ops.shape(x)[0], "float32")
+            mean = ops.mean(x_, axis=axes)
+            variance = ops.var(x_, axis=axes)
+            count = math.prod(x.shape[a] for a in axes[1:]) * ops.cast(ops.shape(x)[0], dtype)
             unbiased = variance * count / ops.maximum(count - 1.0, 1.0)
             m = self.momentum
-            self.moving_mean.assign(self.moving_mean * (1 - m) + mean * m)
-            self.moving_variance.assign(self.moving_variance * (1 - m) + unbiased * m)
+            for stat, batch in ((self.moving_mean, mean), (self.moving_variance, unbiased)):
+                stat.assign(ops.cast(ops.cast(stat, dtype) * (1 - m) + batch * m, stat.dtype))
             self.num_batches_tracked.assign_add(ops.cast(1, "int64"))
         else:
-            mean, variance = self.moving_mean, self.moving_variance
-        y = (x32 - mean) * ops.rsqrt(variance + self.epsilon) * self.gamma + self.beta
+            mean, variance = (ops.cast(v, dtype) for v in (self.moving_mean, self.moving_variance))
+        gamma, beta = ops.cast(self.gamma, dtype), ops.cast(self.beta, dtype)
+        y = (x_ - mean) * ops.rsqrt(variance + self.epsilon) * gamma + beta
         return ops.cast(y, self.compute_dtype)
 
     def get_config(self):
