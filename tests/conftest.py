@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,16 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 from zoo import registry
 
 ALL_NAMES = registry.names()
+RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
+FRAMEWORKS = ["lightning", "keras"]
+
+
+def tiny(tmp_path, *overrides):
+    """Overrides that turn the default recipe into a seconds-long run writing under tmp_path."""
+    return [
+        "model.architecture=convnet-tiny", "trainer.max_epochs=2", "trainer.progress_bar=false",
+        "data.batch_size=64", "optimizer.lr=0.01", f"export.dir={tmp_path}", *overrides,
+    ]  # fmt: skip
 
 
 def pytest_configure(config):

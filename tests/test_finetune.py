@@ -4,25 +4,15 @@ runs that go wrong stop with a message."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FRAMEWORKS, RECIPE, tiny
 from safetensors.numpy import load_file
 
 import zoo
 from zoo.checkpoint import CheckpointError
 from zoo.runs import NonFiniteLoss
-
-RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
-FRAMEWORKS = ["lightning", "keras"]
-
-
-def tiny(tmp_path, *overrides):
-    return [
-        "model.architecture=convnet-tiny", "trainer.max_epochs=2", "trainer.progress_bar=false",
-        "data.batch_size=64", "optimizer.lr=0.01", f"export.dir={tmp_path}", *overrides,
-    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,13 @@ determinism, compile. Each value trains (loss finite and going down) or is refus
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from conftest import max_diff
+from conftest import FRAMEWORKS, RECIPE, max_diff, tiny
 from safetensors.numpy import load_file
 
 import zoo
 from zoo.recipe import RecipeError
-
-RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
-FRAMEWORKS = ["lightning", "keras"]
-
-
-def tiny(tmp_path, *overrides):
-    return [
-        "model.architecture=convnet-tiny", "trainer.max_epochs=2", "trainer.progress_bar=false",
-        "data.batch_size=64", "optimizer.lr=0.01", f"export.dir={tmp_path}", *overrides,
-    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
