@@ -41,14 +41,15 @@ def _cases() -> list[tuple[str, dict[str, Any]]]:
             if "num_layers" in fields:
                 overrides["num_layers"] = 2  # two blocks, and dropout between recurrent layers
             cases.append((name, overrides))
-    for extra in [
+    for name, overrides in [
         ("resnet-8", {}),
         ("lstm-tiny", {"cell": "gru", "num_layers": 2}),
         ("transformer-tiny", {}),
         ("transformer-classic-tiny", {}),
     ]:
-        if not any(name == extra[0] for name, _ in cases):
-            cases.append(extra)
+        config = registry.resolve_config(name, **overrides)
+        if all(config != registry.resolve_config(n, **o) for n, o in cases):
+            cases.append((name, overrides))
     return cases
 
 
