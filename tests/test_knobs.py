@@ -11,14 +11,18 @@ from safetensors.numpy import load_file
 import zoo
 from zoo.recipe import RecipeError
 
+TINY_PRESETS = ["convnet-tiny", "rnn-tiny", "lstm-tiny", "transformer-tiny"]
 
+
+@pytest.mark.parametrize("architecture", TINY_PRESETS)
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("precision", ["32-true", "64-true", "bf16-mixed", "bf16-true"])
-def test_each_precision_trains(framework, precision, tmp_path):
-    result = zoo.train(RECIPE, framework, tiny(tmp_path, f"trainer.precision={precision}"))
+def test_each_precision_trains_every_family(framework, precision, architecture, tmp_path):
+    overrides = [f"trainer.precision={precision}", f"model.architecture={architecture}", "optimizer.lr=0.02"]
+    result = zoo.train(RECIPE, framework, tiny(tmp_path, *overrides))
     losses = [float(row["train_loss"]) for row in result.history]
     assert all(np.isfinite(losses)) and losses[1] < losses[0]
-    assert result.metrics["test_accuracy"] > 0.5
+    assert result.metrics["test_accuracy"] > 0.2  # 10 classes: chance is 0.1
     # The exported checkpoint is float32 whatever the training precision.
     tensors = load_file(result.checkpoint)
     assert {str(t.dtype) for t in tensors.values()} == {"float32"}
@@ -67,3 +71,18 @@ def test_same_seed_same_weights(framework, tmp_path):
     ]
     a, b = (load_file(r.checkpoint) for r in runs)
     assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("architecture", TINY_PRESETS)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_gradient_checkpointing_from_the_recipe(framework, architecture, tmp_path):
+    plain = zoo.train(
+        RECIPE, framework, tiny(tmp_path, f"model.architecture={architecture}", "trainer.seed=1")
+    )
+    checkpointed = zoo.train(
+        RECIPE, framework,
+        tiny(tmp_path, f"model.architecture={architecture}", "trainer.seed=1",
+             "trainer.gradient_checkpointing=true"),
+    )  # fmt: skip
+    a, b = load_file(plain.checkpoint), load_file(checkpointed.checkpoint)
+    assert max(max_diff(a[k], b[k]) for k in a) <= 1e-5  # recomputing changes memory, not training

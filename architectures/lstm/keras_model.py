@@ -11,6 +11,7 @@ from keras import layers, ops
 
 from architectures.lstm.config import LSTMConfig
 from architectures.rnn.keras_model import RecurrentNet, build_model
+from zoo.keras.layers import Float32Orthogonal
 
 
 def _forget_bias_one(shape, dtype=None):
@@ -39,7 +40,7 @@ class TorchLSTMCell(layers.Layer):
             shape=(input_shape[-1], 4 * self.units), initializer="glorot_uniform", name="kernel"
         )
         self.recurrent_kernel = self.add_weight(
-            shape=(self.units, 4 * self.units), initializer="orthogonal", name="recurrent_kernel"
+            shape=(self.units, 4 * self.units), initializer=Float32Orthogonal(), name="recurrent_kernel"
         )
         self.bias = self.add_weight(shape=(2, 4 * self.units), initializer=_forget_bias_one, name="bias")
 
@@ -59,7 +60,12 @@ class TorchLSTMCell(layers.Layer):
 def build(cfg: LSTMConfig) -> RecurrentNet:
     def make_layer() -> layers.Layer:
         if cfg.cell == "gru":
-            return layers.GRU(cfg.hidden_size, reset_after=True, return_sequences=True)
+            return layers.GRU(
+                cfg.hidden_size,
+                reset_after=True,
+                return_sequences=True,
+                recurrent_initializer=Float32Orthogonal(),
+            )
         return layers.RNN(TorchLSTMCell(cfg.hidden_size), return_sequences=True)
 
     return build_model(cfg, make_layer)

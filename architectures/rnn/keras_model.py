@@ -15,6 +15,7 @@ import keras
 from keras import layers, ops
 
 from architectures.rnn.config import LANGUAGE_MODELING_STEPS, RecurrentConfig, RNNConfig
+from zoo.keras.layers import Float32Orthogonal
 from zoo.keras.remat import checkpointed_call
 
 # () -> a Keras recurrent layer returning the whole sequence
@@ -42,7 +43,7 @@ class TorchRNNCell(layers.Layer):
             shape=(input_shape[-1], self.units), initializer="glorot_uniform", name="kernel"
         )
         self.recurrent_kernel = self.add_weight(
-            shape=(self.units, self.units), initializer="orthogonal", name="recurrent_kernel"
+            shape=(self.units, self.units), initializer=Float32Orthogonal(), name="recurrent_kernel"
         )
         self.bias = self.add_weight(shape=(2, self.units), initializer="zeros", name="bias")
 

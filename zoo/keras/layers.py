@@ -24,6 +24,15 @@ def activation(name: str):
     return ACTIVATIONS[name]
 
 
+@keras.saving.register_keras_serializable(package="zoo")
+class Float32Orthogonal(keras.initializers.Orthogonal):
+    """Keras' orthogonal initializer, computed in float32 and then cast: TensorFlow has no
+    bfloat16 QR kernel, so recurrent kernels could not be built under ``bf16-true``."""
+
+    def __call__(self, shape, dtype=None):
+        return ops.cast(super().__call__(shape, dtype="float32"), dtype or "float32")
+
+
 class BatchNorm(keras.layers.Layer):
     """BatchNorm over the last axis with torch's semantics.
 

@@ -73,6 +73,13 @@ class Float32State(keras.optimizers.Optimizer):
             for i, v in enumerate(var_list)
         ]
 
+    @staticmethod
+    def dense(gradient, dtype):
+        """Embedding lookups give sparse (IndexedSlices) gradients; torch's are dense."""
+        import tensorflow as tf
+
+        return ops.cast(tf.convert_to_tensor(gradient), dtype)
+
     def set_weight(self, variable, value) -> None:
         self.assign(variable, ops.cast(value, variable.dtype))
 
@@ -92,7 +99,7 @@ class TorchSGD(Float32State):
     def update_step(self, gradient, variable, learning_rate):
         dtype = state_dtype(variable)
         lr = ops.cast(self.rate(learning_rate, variable), dtype)
-        g = ops.cast(gradient, dtype)
+        g = self.dense(gradient, dtype)
         weight = ops.cast(variable, dtype)
         if self.l2:
             g = g + self.l2 * weight
@@ -144,7 +151,7 @@ class TorchAdam(Float32State):
         # torch computes the scalars (1 - beta, bias corrections, lr / bc1) in Python
         # doubles and only the tensor arithmetic in float32; so does this, in float64.
         dtype = state_dtype(variable)
-        g = ops.cast(gradient, dtype)
+        g = self.dense(gradient, dtype)
         weight = ops.cast(variable, dtype)
         if self.l2:
             g = g + self.l2 * weight
