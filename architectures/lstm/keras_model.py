@@ -11,14 +11,7 @@ from keras import layers, ops
 
 from architectures.lstm.config import LSTMConfig
 from architectures.rnn.keras_model import RecurrentNet, build_model
-from zoo.keras.layers import Float32Orthogonal
-
-
-def _forget_bias_one(shape, dtype=None):
-    """(2, 4H) biases with the input-side forget gate at 1, like Keras' ``unit_forget_bias``."""
-    units = shape[-1] // 4
-    row = ops.concatenate([ops.zeros((units,)), ops.ones((units,)), ops.zeros((2 * units,))])
-    return ops.cast(ops.stack([row, ops.zeros((4 * units,))]), dtype or "float32")
+from zoo.keras.layers import torch_recurrent_init
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -37,12 +30,18 @@ class TorchLSTMCell(layers.Layer):
 
     def build(self, input_shape):
         self.kernel = self.add_weight(
-            shape=(input_shape[-1], 4 * self.units), initializer="glorot_uniform", name="kernel"
+            shape=(input_shape[-1], 4 * self.units),
+            initializer=torch_recurrent_init(self.units),
+            name="kernel",
         )
         self.recurrent_kernel = self.add_weight(
-            shape=(self.units, 4 * self.units), initializer=Float32Orthogonal(), name="recurrent_kernel"
+            shape=(self.units, 4 * self.units),
+            initializer=torch_recurrent_init(self.units),
+            name="recurrent_kernel",
         )
-        self.bias = self.add_weight(shape=(2, 4 * self.units), initializer=_forget_bias_one, name="bias")
+        self.bias = self.add_weight(
+            shape=(2, 4 * self.units), initializer=torch_recurrent_init(self.units), name="bias"
+        )
 
     def call(self, inputs, states, training=False):
         h, c = states
@@ -64,7 +63,9 @@ def build(cfg: LSTMConfig) -> RecurrentNet:
                 cfg.hidden_size,
                 reset_after=True,
                 return_sequences=True,
-                recurrent_initializer=Float32Orthogonal(),
+                kernel_initializer=torch_recurrent_init(cfg.hidden_size),
+                recurrent_initializer=torch_recurrent_init(cfg.hidden_size),
+                bias_initializer=torch_recurrent_init(cfg.hidden_size),
             )
         return layers.RNN(TorchLSTMCell(cfg.hidden_size), return_sequences=True)
 

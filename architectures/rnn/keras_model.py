@@ -15,7 +15,7 @@ import keras
 from keras import layers, ops
 
 from architectures.rnn.config import LANGUAGE_MODELING_STEPS, RecurrentConfig, RNNConfig
-from zoo.keras.layers import Float32Orthogonal
+from zoo.keras.layers import torch_recurrent_init
 from zoo.keras.remat import checkpointed_call
 
 # () -> a Keras recurrent layer returning the whole sequence
@@ -40,12 +40,16 @@ class TorchRNNCell(layers.Layer):
 
     def build(self, input_shape):
         self.kernel = self.add_weight(
-            shape=(input_shape[-1], self.units), initializer="glorot_uniform", name="kernel"
+            shape=(input_shape[-1], self.units), initializer=torch_recurrent_init(self.units), name="kernel"
         )
         self.recurrent_kernel = self.add_weight(
-            shape=(self.units, self.units), initializer=Float32Orthogonal(), name="recurrent_kernel"
+            shape=(self.units, self.units),
+            initializer=torch_recurrent_init(self.units),
+            name="recurrent_kernel",
         )
-        self.bias = self.add_weight(shape=(2, self.units), initializer="zeros", name="bias")
+        self.bias = self.add_weight(
+            shape=(2, self.units), initializer=torch_recurrent_init(self.units), name="bias"
+        )
 
     def call(self, inputs, states, training=False):
         previous = states[0] if isinstance(states, (list, tuple)) else states
@@ -70,13 +74,28 @@ class RecurrentNet(keras.Model):
     def __init__(self, cfg: RecurrentConfig, make_layer: LayerFactory, **kwargs):
         super().__init__(**kwargs)
         self.zoo_config = cfg
-        self.embedding = layers.Embedding(cfg.vocab_size, cfg.embedding_dim) if cfg.language_model else None
+        # torch's defaults (nn.Embedding N(0, 1), nn.Linear U(+-1/sqrt(fan_in))), not Keras':
+        # Keras' small uniform embedding starts a character model far slower.
+        self.embedding = (
+            layers.Embedding(
+                cfg.vocab_size,
+                cfg.embedding_dim,
+                embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0),
+            )
+            if cfg.language_model
+            else None
+        )
         self.recurrent = [
             layers.Bidirectional(make_layer(), merge_mode="concat") if cfg.bidirectional else make_layer()
             for _ in range(cfg.num_layers)
         ]
         self.dropout = layers.Dropout(cfg.dropout)
-        self.head = layers.Dense(cfg.output_size)
+        features = cfg.hidden_size * (2 if cfg.bidirectional else 1)
+        self.head = layers.Dense(
+            cfg.output_size,
+            kernel_initializer=torch_recurrent_init(features),
+            bias_initializer=torch_recurrent_init(features),
+        )
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
