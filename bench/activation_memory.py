@@ -36,6 +36,7 @@ import numpy as np
 
 from zoo import registry
 from zoo.keras.data import keras_layout
+from zoo.memory import saved_for_backward
 
 MEMORY_TARGET = 0.5  # checkpointed / plain activation memory, at most
 TIME_TARGET = 1.5  # checkpointed / plain step time, at most
@@ -107,14 +108,7 @@ def measure_torch(row: Row, config, checkpointing: bool, repeats: int) -> Measur
         loss().backward()
         optimizer.step()
 
-    storages: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with saved_for_backward() as storages:
         value = loss()
     value.backward()
     step()  # warm-up

@@ -17,6 +17,7 @@ import torch
 
 from zoo import registry
 from zoo.keras.data import keras_layout
+from zoo.memory import saved_for_backward
 from zoo.weights import count_parameters
 
 TOLERANCE = 1e-6
@@ -142,14 +143,7 @@ def test_torch_gradients_are_unchanged(name, overrides, dropout, checkpoint_coun
 
 def _saved_bytes(model, x: torch.Tensor) -> int:
     """Bytes kept for backward by one forward pass, each storage counted once."""
-    storages: dict[int, int] = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with saved_for_backward() as storages:
         loss = _loss(model(x))
     loss.backward()
     return sum(storages.values())

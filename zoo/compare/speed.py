@@ -26,6 +26,7 @@ import numpy as np
 
 from zoo.compare.steps import KerasStep, TorchStep, keras_loss, torch_loss
 from zoo.compare.twins import Setup, Twins, batch_indices, build_twins, loss_dtype, torch_autocast
+from zoo.memory import saved_for_backward
 
 
 @dataclass(frozen=True)
@@ -139,26 +140,12 @@ def _summary(framework, windows, first_ms, batch, memory, measure) -> FrameworkS
 
 def torch_memory(twins: Twins, index: np.ndarray) -> tuple[int, str]:
     """Bytes autograd saves for backward in one forward pass and loss, each storage once."""
-    import torch
 
     model, precision = twins.torch_model, twins.setup.precision
     split = twins.setup.dataset.train
     x, y = twins.torch_batch(split.x[index], split.y[index])
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(tensor):
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
-            return tensor
-        pointer = storage.data_ptr()
-        if pointer not in parameters:
-            saved.setdefault(pointer, storage.nbytes())
-        return tensor
-
     model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    with saved_for_backward(exclude=model.parameters()) as saved:
         with torch_autocast(precision):
             logits = model(x)
         loss = torch_loss(logits, y, loss_dtype(precision))
