@@ -11,6 +11,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
 
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, resolve_accelerator
@@ -98,6 +99,9 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle)
     run_path = run.path if run else Path(os.environ.get("ZOO_RUN_DIR", "."))
     callbacks = [
+        # tqdm refreshed every few steps: Lightning's default Rich bar costs more per step
+        # than a small model's step takes.
+        *([TQDMProgressBar(refresh_rate=20)] if trainer_cfg.progress_bar else []),
         EpochMetrics(MetricsLog(run.metrics, dataset.task, append=resume is not None) if run else None),
         StopOnNonFiniteLoss(),
         ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
