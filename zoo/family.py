@@ -53,16 +53,27 @@ class ArchitectureConfig(BaseModel):
         """Shape of one input sample in the canonical (torch) layout."""
         raise NotImplementedError
 
+    @property
+    def language_model(self) -> bool:
+        """Families that do several tasks have a ``task`` field; the rest classify."""
+        return getattr(self, "task", "classification") == "language_modeling"
+
     def example_input(self, batch: int, seed: int = 0):
-        """A random batch in the canonical layout, for tests and benchmarks."""
+        """A random batch in the canonical layout, for tests and benchmarks: token ids for a
+        language model, normal floats otherwise."""
         import numpy as np
 
         rng = np.random.default_rng(seed)
-        return rng.normal(size=(batch, *self.sample_shape())).astype(np.float32)
+        shape = (batch, *self.sample_shape())
+        if self.language_model:
+            return rng.integers(0, self.vocab_size, size=shape, dtype=np.int64)
+        return rng.normal(size=shape).astype(np.float32)
 
     def task_info(self) -> dict[str, Any]:
         """What a user of a checkpoint needs besides the weights (class count, vocabulary)."""
-        return {key: getattr(self, key) for key in self.DATA_FIELDS if key.startswith("num_")}
+        if self.language_model:
+            return {"vocab_size": self.vocab_size}
+        return {"num_classes": self.num_classes}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ every step.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -79,10 +79,6 @@ class RecurrentConfig(ArchitectureConfig):
         return self.hidden_size * self.directions
 
     @property
-    def language_model(self) -> bool:
-        return self.task == "language_modeling"
-
-    @property
     def output_size(self) -> int:
         return self.vocab_size if self.language_model else self.num_classes
 
@@ -96,20 +92,6 @@ class RecurrentConfig(ArchitectureConfig):
         if self.language_model:
             return (LANGUAGE_MODELING_STEPS,)
         return (CLASSIFICATION_STEPS, self.input_size)
-
-    def example_input(self, batch: int, seed: int = 0):
-        """Float sequences for classification, int64 token ids in [0, vocab_size) for a language model."""
-        import numpy as np
-
-        rng = np.random.default_rng(seed)
-        if self.language_model:
-            return rng.integers(0, self.vocab_size, size=(batch, *self.sample_shape()), dtype=np.int64)
-        return rng.normal(size=(batch, *self.sample_shape())).astype(np.float32)
-
-    def task_info(self) -> dict[str, Any]:
-        if self.language_model:
-            return {"vocab_size": self.vocab_size}
-        return {"num_classes": self.num_classes}
 
 
 class RNNConfig(RecurrentConfig):

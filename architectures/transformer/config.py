@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import Field, PositiveInt, model_validator
@@ -88,7 +88,7 @@ class TransformerConfig(ArchitectureConfig):
     @property
     def causal(self) -> bool:
         """Language models attend only to the past; classifiers see the whole sequence."""
-        return self.task == "language_modeling"
+        return self.language_model
 
     @property
     def outputs(self) -> int:
@@ -102,18 +102,6 @@ class TransformerConfig(ArchitectureConfig):
         if self.causal:
             return (LM_EXAMPLE_LENGTH,)
         return (CLASSIFICATION_STEPS, self.input_size)
-
-    def example_input(self, batch: int, seed: int = 0) -> np.ndarray:
-        """Float features (N, 8, input_size) for a classifier, int64 ids (N, 16) for an LM."""
-        rng = np.random.default_rng(seed)
-        if self.causal:
-            return rng.integers(0, self.vocab_size, size=(batch, *self.sample_shape()), dtype=np.int64)
-        return rng.normal(size=(batch, *self.sample_shape())).astype(np.float32)
-
-    def task_info(self) -> dict[str, Any]:
-        if self.causal:
-            return {"vocab_size": self.vocab_size}
-        return {"num_classes": self.num_classes}
 
     def sinusoidal_table(self) -> np.ndarray:
         """The fixed (max_len, d_model) sine/cosine positions, computed once in numpy.
