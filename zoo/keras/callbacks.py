@@ -40,15 +40,24 @@ class EpochMetrics(keras.callbacks.Callback):
 
 class StopOnNonFiniteLoss(keras.callbacks.Callback):
     """Stop at the first non-finite training loss (Keras logs the epoch's running mean,
-    which turns non-finite with the first bad batch), saying where and what came before."""
+    which turns non-finite with the first bad batch), saying where and what came before.
+
+    The step is counted here rather than read from the optimizer: a variable read per
+    batch is a runtime call that a small model's step notices.
+    """
 
     def __init__(self):
         super().__init__()
         self.last_finite: tuple[int, float] | None = None
+        self.micro = 0
+
+    def on_train_begin(self, logs=None):
+        self.micro = int(self.model.optimizer._iterations.numpy())  # micro-batches (accumulation)
 
     def on_train_batch_end(self, batch, logs=None):
+        self.micro += 1
+        step = self.micro // (self.model.optimizer.gradient_accumulation_steps or 1)
         loss = float((logs or {}).get("loss", 0.0))
-        step = int(self.model.optimizer.iterations.numpy())
         if not math.isfinite(loss):
             raise NonFiniteLoss(loss, step, self.last_finite)
         self.last_finite = (step, loss)
@@ -106,11 +115,15 @@ class SaveState(keras.callbacks.Callback):
         save_state(self.model, state.state_path(self.run_dir, step, "safetensors"), self.keep, position)
         self.saved = batches_done
 
+    def on_train_begin(self, logs=None):
+        self.micro = int(self.model.optimizer._iterations.numpy())
+
     def on_train_batch_end(self, batch, logs=None):
-        optimizer = self.model.optimizer
-        accumulate = optimizer.gradient_accumulation_steps or 1
-        at_step_end = int(optimizer._iterations.numpy()) % accumulate == 0
-        if self.every_n_steps and at_step_end and int(optimizer.iterations.numpy()) % self.every_n_steps == 0:
+        if not self.every_n_steps:
+            return
+        self.micro += 1  # counted here: reading the optimizer's counter per batch costs a runtime call
+        steps, rest = divmod(self.micro, self.model.optimizer.gradient_accumulation_steps or 1)
+        if rest == 0 and steps % self.every_n_steps == 0:
             self.save()
 
     def on_epoch_end(self, epoch, logs=None):
