@@ -162,7 +162,7 @@ def keras_to_tensors(model, table: Sequence[Port]) -> dict[str, np.ndarray]:
     tensors: dict[str, np.ndarray] = {}
     for port in table:
         layer = keras_layer(model, port.layer)
-        values = [np.asarray(keras_layer(layer, v).numpy()) for v in port.variables]
+        values = [keras_layer(layer, v).numpy() for v in port.variables]  # copies of their own
         for spec, array in zip(port.tensors, port.to_torch(*values), strict=True):
             tensors[spec.name] = np.require(array, dtype=spec.dtype, requirements="C")
     return tensors
@@ -180,4 +180,4 @@ def tensors_to_keras(model, table: Sequence[Port], tensors: dict[str, np.ndarray
                     f"{port.layer}.{variable_name}: Keras variable has shape "
                     f"{tuple(variable.shape)}, the weight table produced {array.shape}"
                 )
-            variable.assign(array.astype(variable.dtype))
+            variable.assign(array if array.dtype == variable.dtype else array.astype(variable.dtype))
