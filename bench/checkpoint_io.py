@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import tempfile
@@ -86,10 +87,15 @@ def main() -> None:
     parser.add_argument("--frameworks", default="lightning,keras")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", action="store_true", help="one JSON line per framework")
     args = parser.parse_args()
-    print(f"{'framework':<10} {'MB':>6} {'save GB/s':>10} {'load GB/s':>10}")
+    if not args.json:
+        print(f"{'framework':<10} {'MB':>6} {'save GB/s':>10} {'load GB/s':>10}")
     for framework in args.frameworks.split(","):
         result = checkpoint_io(framework, repeats=args.repeats, threads=args.threads)
+        if args.json:
+            print(json.dumps(result))
+            continue
         print(
             f"{framework:<10} {result['bytes'] / 1e6:>6.0f} {result['save_GBps']:>10.2f} "
             f"{result['load_GBps']:>10.2f}"

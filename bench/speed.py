@@ -1,19 +1,26 @@
 """Does zoo cost anything over a hand-written loop? Throughput side by side, one run.
 
-For the digits recipe of every family (its small preset), four ways to train the same
+For the digits recipe of every family (its small preset), five ways to train the same
 model on the same data at the same batch size, one thread each (stable figures on a
 noisy 2-core machine), each in a fresh process:
 
-  raw-torch     model(x), loss, backward, step over zoo's batch order (no Lightning)
-  zoo-lightning zoo train --framework lightning (progress bar and per-epoch metrics on)
-  plain-keras   model.compile + model.fit on the numpy arrays
-  zoo-keras     zoo train --framework keras
+  raw-torch       model(x), loss, backward, step over zoo's batch order (no Lightning)
+  zoo-lightning   zoo train --framework lightning (progress bar and per-epoch metrics on)
+  lightning-floor zoo's LightningModule and loader in Trainer(barebones=True), no callbacks:
+                  what Lightning itself costs, so the gap splits into Lightning's and zoo's
+  plain-keras     model.compile + model.fit on the numpy arrays
+  zoo-keras       zoo train --framework keras
 
-Samples/s is the median over epochs after the first (warm-up, tracing). Validation is off
-for all four so an epoch is training only. Also timed: `zoo list/show/validate` start-up,
-and safetensors save/load of a ~100M-parameter checkpoint. Ends with the worst ratio.
+Samples/s is the median over epochs after the first (warm-up, tracing). The ways run
+interleaved, ``--rounds`` times, and each ratio is the median of the ratios within a round:
+this machine's speed drifts by tens of percent over minutes, which would otherwise land
+on whichever way ran in a slow minute. Validation is off, so an epoch is training only.
+Also timed: `zoo list/show/validate` start-up and the common checkpoint's save/load of a
+~100M-parameter model in both frameworks (bench/checkpoint_io.py). Ends with the worst
+ratio.
 
-    .venv/bin/python bench/speed.py [--epochs 5] [--families cnn,rnn,lstm,transformer]
+    .venv/bin/python bench/speed.py [--epochs 5] [--rounds 3] [--batch-size N]
+                                    [--families cnn,rnn,lstm,transformer]
 """
 
 from __future__ import annotations
@@ -31,21 +38,25 @@ ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {f: ROOT / "recipes" / f"{f}-digits.yaml" for f in ("cnn", "rnn", "lstm", "transformer")}
 
 
-def overrides(epochs: int) -> list[str]:
+WAYS = ("raw-torch", "zoo-lightning", "lightning-floor", "plain-keras", "zoo-keras")
+
+
+def overrides(epochs: int, batch_size: int | None) -> list[str]:
     return [
         f"trainer.max_epochs={epochs}", "trainer.num_threads=1", "data.val_fraction=0",
         "trainer.progress_bar=true", "export.dir=bench/out/runs",
+        *([f"data.batch_size={batch_size}"] if batch_size else []),
     ]  # fmt: skip
 
 
-def measure(way: str, family: str, epochs: int) -> dict:
+def measure(way: str, family: str, epochs: int, batch_size: int | None) -> dict:
     """Runs in a fresh process: one way of training, epoch times in seconds."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import zoo
     from zoo import registry
     from zoo.data import load_dataset
 
-    recipe = zoo.load_recipe(RECIPES[family], overrides(epochs))
+    recipe = zoo.load_recipe(RECIPES[family], overrides(epochs, batch_size))
     fam = registry.get_family(recipe.model.architecture)
     data = load_dataset(recipe.data, fam.input_kind)
     config = recipe.model.bind(data.info)
@@ -54,6 +65,8 @@ def measure(way: str, family: str, epochs: int) -> dict:
         times = [float(r["epoch_seconds"]) for r in result.history]
     elif way == "raw-torch":
         times = raw_torch(recipe, fam, config, data, epochs)
+    elif way == "lightning-floor":
+        times = lightning_floor(recipe, fam, config, data, epochs)
     else:
         times = plain_keras(recipe, fam, config, data, epochs)
     return {"times": times, "samples": len(data.train)}
@@ -90,6 +103,37 @@ def raw_torch(recipe, family, config, data, epochs: int) -> list[float]:
     return times
 
 
+def lightning_floor(recipe, family, config, data, epochs: int) -> list[float]:
+    import lightning as L
+    import torch
+
+    from zoo.data import steps_per_epoch
+    from zoo.lightning.data import loader
+    from zoo.lightning.task import TASKS
+    from zoo.schedule import lr_table
+
+    torch.set_num_threads(1)
+    torch.manual_seed(recipe.trainer.seed)
+    batches = steps_per_epoch(len(data.train), recipe.data.batch_size)
+    table = lr_table(recipe.schedule, recipe.optimizer.lr, batches, epochs)
+    task = TASKS[data.task](family.build_torch(config), recipe.optimizer, table)
+    times: list[float] = []
+
+    class Timer(L.Callback):
+        def on_train_epoch_start(self, trainer, module):
+            self.started = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, module):
+            times.append(time.perf_counter() - self.started)
+
+    trainer = L.Trainer(
+        max_epochs=epochs, accelerator="cpu", devices=1, barebones=True, callbacks=[Timer()],
+        use_distributed_sampler=False,
+    )  # fmt: skip
+    trainer.fit(task, loader(data.train, recipe.data.batch_size, recipe.trainer.seed, recipe.data.shuffle))
+    return times
+
+
 def plain_keras(recipe, family, config, data, epochs: int) -> list[float]:
     import keras
     import tensorflow as tf
@@ -121,8 +165,9 @@ def plain_keras(recipe, family, config, data, epochs: int) -> list[float]:
     return times
 
 
-def run_one(way: str, family: str, epochs: int) -> dict:
+def run_one(way: str, family: str, epochs: int, batch_size: int | None) -> dict:
     command = [sys.executable, __file__, "--one", way, "--families", family, "--epochs", str(epochs)]
+    command += ["--batch-size", str(batch_size)] if batch_size else []
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     if done.returncode:
         raise RuntimeError(f"{way} {family} failed:\n{done.stderr[-3000:]}")
@@ -146,72 +191,76 @@ def startup() -> dict[str, float]:
     return timings
 
 
-def checkpoint_io() -> dict[str, float]:
-    """Save and load of ~100M float32 parameters through safetensors, from the page cache."""
-    import numpy as np
-    from safetensors.numpy import load_file, save_file
-
-    tensors = {
-        f"layer{i}.weight": np.random.default_rng(i).normal(size=(2500, 4000)).astype(np.float32)
-        for i in range(10)
-    }
-    size = sum(t.nbytes for t in tensors.values())
-    path = ROOT / "bench" / "out" / "io.safetensors"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path))  # warm the page cache
-    started = time.perf_counter()
-    save_file(tensors, str(path))
-    save_s = time.perf_counter() - started
-    started = time.perf_counter()
-    loaded = load_file(str(path))
-    total = sum(float(t[0, 0]) for t in loaded.values())  # touch every tensor
-    load_s = time.perf_counter() - started
-    path.unlink()
-    del total
-    return {"bytes": size, "save_GBps": size / save_s / 1e9, "load_GBps": size / load_s / 1e9}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, help="instead of each recipe's own")
     parser.add_argument("--families", default="cnn,rnn,lstm,transformer")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.families, args.epochs)))
+        print(json.dumps(measure(args.one, args.families, args.epochs, args.batch_size)))
         return
-    rows, ratios = [], []
-    for family in args.families.split(","):
-        speed = {way: samples_per_second(run_one(way, family, args.epochs))
-                 for way in ("raw-torch", "zoo-lightning", "plain-keras", "zoo-keras")}  # fmt: skip
-        torch_ratio = speed["zoo-lightning"] / speed["raw-torch"]
-        keras_ratio = speed["zoo-keras"] / speed["plain-keras"]
-        ratios += [(torch_ratio, f"{family} lightning"), (keras_ratio, f"{family} keras")]
-        rows.append((family, speed, torch_ratio, keras_ratio, speed["zoo-lightning"] / speed["zoo-keras"]))
     lines = [
-        "| family | raw torch | zoo lightning | ratio | plain keras | zoo keras | ratio | lightning/keras |",
-        "|---|---|---|---|---|---|---|---|",
+        "| family | batch | raw torch | zoo lightning | ratio | lightning floor | ratio "
+        "| plain keras | zoo keras | ratio | lightning/keras |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for family, s, tr, kr, cross in rows:
-        lines.append(
-            f"| {family} | {s['raw-torch']:.0f} | {s['zoo-lightning']:.0f} | {tr:.2f} "
-            f"| {s['plain-keras']:.0f} | {s['zoo-keras']:.0f} | {kr:.2f} | {cross:.2f} |"
-        )
-    lines.append("\nsamples/s, median of epochs 2+, 1 thread, batch size of each recipe, validation off")
+    worst = []
+    for family in args.families.split(","):
+        rounds = [
+            {way: samples_per_second(run_one(way, family, args.epochs, args.batch_size)) for way in WAYS}
+            for _ in range(args.rounds)
+        ]
+        speed = {way: statistics.median(r[way] for r in rounds) for way in WAYS}
+
+        def ratio(way: str, base: str) -> float:
+            return statistics.median(r[way] / r[base] for r in rounds)  # noqa: B023
+
+        lightning, floor = ratio("zoo-lightning", "raw-torch"), ratio("lightning-floor", "raw-torch")
+        keras, cross = ratio("zoo-keras", "plain-keras"), ratio("zoo-lightning", "zoo-keras")
+        worst += [(lightning, f"{family} lightning"), (keras, f"{family} keras")]
+        batch = args.batch_size or zoo_batch_size(family)
+        cells = [family, batch, *(f"{speed[w]:.0f}" for w in WAYS[:2]), f"{lightning:.2f}"]
+        cells += [f"{speed['lightning-floor']:.0f}", f"{floor:.2f}"]
+        cells += [*(f"{speed[w]:.0f}" for w in WAYS[3:]), f"{keras:.2f}", f"{cross:.2f}"]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    lines.append(
+        f"\nsamples/s: median of {args.rounds} interleaved rounds, each the median of epochs "
+        f"2-{args.epochs}; 1 thread, validation off; ratios are medians of per-round ratios"
+    )
     lines.append("\n| start-up | seconds |\n|---|---|")
     lines += [f"| `{k}` | {v:.3f} |" for k, v in startup().items()]
-    io = checkpoint_io()
-    lines.append(f"\ncheckpoint I/O, {io['bytes'] / 1e6:.0f} MB: save {io['save_GBps']:.2f} GB/s, "
-                 f"load {io['load_GBps']:.2f} GB/s")  # fmt: skip
-    worst = min(ratios)
-    lines.append(f"\nworst zoo / hand-written ratio: {worst[0]:.3f} ({worst[1]})")
+    lines.append("\n| common checkpoint | size | save GB/s | load GB/s |\n|---|---|---|---|")
+    for framework in ("lightning", "keras"):
+        io = run_checkpoint_io(framework)
+        size = f"{io['bytes'] / 1e6:.0f} MB"
+        lines.append(f"| {framework} | {size} | {io['save_GBps']:.2f} | {io['load_GBps']:.2f} |")
+    low = min(worst)
+    lines.append(f"\nworst zoo / hand-written ratio: {low[0]:.3f} ({low[1]})")
     text = "\n".join(lines)
     print(text)
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "speed.md").write_text(text + "\n")
+
+
+def zoo_batch_size(family: str) -> int:
+    import yaml
+
+    return yaml.safe_load(RECIPES[family].read_text())["data"]["batch_size"]
+
+
+def run_checkpoint_io(framework: str) -> dict:
+    """In a fresh process, so one framework's import does not slow the other's."""
+    command = [sys.executable, str(ROOT / "bench" / "checkpoint_io.py"), "--json", "--frameworks", framework]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    if done.returncode:
+        raise RuntimeError(f"checkpoint_io {framework} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
