@@ -56,7 +56,11 @@ class Task(L.LightningModule):
         if sums is None:
             return
         for name, value in sums.means(self.trainer.strategy).items():
-            self.log(f"{stage}_{name}", value, prog_bar=True, on_step=False, on_epoch=True)
+            # batch_size=1: the value is already the mean; Lightning would multiply and divide.
+            self.log(f"{stage}_{name}", value, prog_bar=True, on_step=False, on_epoch=True, batch_size=1)
+
+    def on_train_epoch_start(self):
+        self.sums.pop("train", None)  # an epoch cut short (a stop, a limit) must not leak into the next
 
     def training_step(self, batch, batch_idx):
         loss = self._step(batch, "train")

@@ -25,6 +25,8 @@ from zoo.schedule import lr_table, optimizer_steps
 # add inter-process copies for in-memory arrays.
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
 warnings.filterwarnings("ignore", ".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
+# zoo's epoch metrics are reduced over the ranks before they are logged.
+warnings.filterwarnings("ignore", ".*recommended to use `self.log\\(.*sync_dist=True\\)`.*")
 
 # A collective that only some ranks enter would otherwise block for torch's default 30 min.
 DDP_TIMEOUT = timedelta(seconds=float(os.environ.get("ZOO_DDP_TIMEOUT_S", "600")))
