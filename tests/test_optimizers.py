@@ -45,3 +45,23 @@ def test_keras_and_torch_updates_match(cfg):
         k_grad = variable.numpy() - target + noise[step]
         k_opt.apply_gradients([(k_grad, variable)])
     np.testing.assert_allclose(variable.numpy(), param.detach().numpy(), rtol=0, atol=5e-7)
+
+
+def test_adam_with_a_constant_rate_matches_torch():
+    """A float rate is one Keras variable for every step: nothing computed for one update
+    (Adam's bias corrections) may be reused by the next."""
+    import keras
+
+    from zoo.keras.optimizers import TorchAdam
+
+    rng = np.random.default_rng(1)
+    start, target = (rng.normal(size=(4,)).astype(np.float32) for _ in range(2))
+    param = torch.nn.Parameter(torch.from_numpy(start.copy()))
+    t_opt = torch.optim.Adam([param], lr=0.1)
+    variable = keras.Variable(start.copy())
+    k_opt = TorchAdam(0.1)
+    for _ in range(5):
+        param.grad = param.detach() - torch.from_numpy(target)
+        t_opt.step()
+        k_opt.apply_gradients([(variable.numpy() - target, variable)])
+    np.testing.assert_allclose(variable.numpy(), param.detach().numpy(), rtol=0, atol=1e-6)

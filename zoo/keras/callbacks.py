@@ -38,6 +38,12 @@ class EpochMetrics(keras.callbacks.Callback):
         self.metrics_log.append(row)
 
 
+def training_optimizer(model):
+    """The optimizer that counts micro-batches and accumulates: under 16-mixed, Keras wraps
+    it in a LossScaleOptimizer whose own counters never move."""
+    return getattr(model.optimizer, "inner_optimizer", model.optimizer)
+
+
 class StopOnNonFiniteLoss(keras.callbacks.Callback):
     """Stop at the first non-finite training loss (Keras logs the epoch's running mean,
     which turns non-finite with the first bad batch), saying where and what came before.
@@ -52,11 +58,11 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
         self.micro = 0
 
     def on_train_begin(self, logs=None):
-        self.micro = int(self.model.optimizer._iterations.numpy())  # micro-batches (accumulation)
+        self.micro = int(training_optimizer(self.model)._iterations.numpy())  # micro-batches
 
     def on_train_batch_end(self, batch, logs=None):
         self.micro += 1
-        step = self.micro // (self.model.optimizer.gradient_accumulation_steps or 1)
+        step = self.micro // (training_optimizer(self.model).gradient_accumulation_steps or 1)
         loss = float((logs or {}).get("loss", 0.0))
         if not math.isfinite(loss):
             raise NonFiniteLoss(loss, step, self.last_finite)
@@ -103,9 +109,10 @@ class SaveState(keras.callbacks.Callback):
         self.run_dir, self.batches = Path(run_dir), batches_per_epoch
         self.every_n_steps, self.keep = every_n_steps, keep
         self.saved = -1
+        self.micro = 0
 
     def save(self) -> None:
-        optimizer = self.model.optimizer
+        optimizer = training_optimizer(self.model)
         batches_done = int(optimizer._iterations.numpy())  # micro-batches, accumulation included
         if batches_done == self.saved:
             return
@@ -116,13 +123,13 @@ class SaveState(keras.callbacks.Callback):
         self.saved = batches_done
 
     def on_train_begin(self, logs=None):
-        self.micro = int(self.model.optimizer._iterations.numpy())
+        self.micro = int(training_optimizer(self.model)._iterations.numpy())
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.every_n_steps:
             return
         self.micro += 1  # counted here: reading the optimizer's counter per batch costs a runtime call
-        steps, rest = divmod(self.micro, self.model.optimizer.gradient_accumulation_steps or 1)
+        steps, rest = divmod(self.micro, training_optimizer(self.model).gradient_accumulation_steps or 1)
         if rest == 0 and steps % self.every_n_steps == 0:
             self.save()
 
