@@ -4,8 +4,8 @@
 hands it the checkpoint's tensors, each in memory of its own; ``save_checkpoint`` writes the
 torch twin's memory without copying it first. None of that may change a single
 bit: every parameter and buffer (BatchNorm statistics, non-persistent tables), the outputs in
-train and eval mode, and a training step afterwards must equal today's path (an ordinary
-build and ``load_state_dict``).
+train and eval mode, and a training step afterwards must equal those of an ordinary build
+followed by ``load_state_dict``.
 """
 
 from __future__ import annotations
@@ -35,12 +35,8 @@ CASES = [(name, {}) for name in ALL_NAMES] + [
 IDS = [name + "".join(f"-{v}" for v in fields.values()) for name, fields in CASES]
 
 
-def _config(name, fields):
-    return parity_config(name, **fields)
-
-
 def _create(name, fields, framework):
-    fields = _config(name, fields).model_dump(exclude={"architecture", "preset"})
+    fields = parity_config(name, **fields).model_dump(exclude={"architecture", "preset"})
     return zoo.create_model(name, framework=framework, **fields)
 
 
@@ -63,7 +59,7 @@ def _keras_forward(model, x, family, training):
 
 @pytest.mark.parametrize(("name", "fields"), CASES, ids=IDS)
 def test_torch_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
-    family, config = registry.get_family(name), _config(name, fields)
+    family, config = registry.get_family(name), parity_config(name, **fields)
     torch.manual_seed(3)
     original = _create(name, fields, "lightning")
     x = config.example_input(8, seed=1)
@@ -74,7 +70,7 @@ def test_torch_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
     rng = torch.get_rng_state()
     loaded = zoo.load_checkpoint(path, framework="lightning")
     assert torch.equal(rng, torch.get_rng_state()), "built without a random initialisation"
-    reference = family.build_torch(config)  # today's path: an ordinary build, then a copy
+    reference = family.build_torch(config)  # the ordinary way: a built twin, then a copy
     reference.load_state_dict({k: v.clone() for k, v in original.state_dict().items()})
     assert not meta_tensors(loaded)
     assert loaded.training == reference.training
@@ -103,7 +99,7 @@ def test_torch_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
 
 @pytest.mark.parametrize(("name", "fields"), CASES, ids=IDS)
 def test_keras_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
-    family, config = registry.get_family(name), _config(name, fields)
+    family, config = registry.get_family(name), parity_config(name, **fields)
     original = _create(name, fields, "keras")
     x = config.example_input(8, seed=1)
     _keras_forward(original, x, family, training=True)  # moves BatchNorm statistics
@@ -129,7 +125,7 @@ def test_a_checkpoint_crosses_frameworks_bit_for_bit(name, fields, tmp_path):
         _assert_same_tensors(model_tensors(loaded), model_tensors(original))
 
 
-def test_model_tensors_is_a_snapshot(tmp_path):
+def test_model_tensors_is_a_snapshot():
     model = zoo.create_model("convnet-tiny", framework="torch")
     before = model_tensors(model)
     with torch.no_grad():

@@ -10,6 +10,7 @@ one was; nothing is ever unpickled.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -309,20 +310,23 @@ def _load_torch(checkpoint: Checkpoint):
     and all overwritten: built on the meta device (no memory, no arithmetic), then handed the
     checkpoint's tensors. Those are copied out of safetensors' memory map, so the model owns
     its memory (a file changed under a map kills the process). A twin that computes state in
-    ``__init__`` that the checkpoint does not hold would keep it on the meta device: that one
-    is built the ordinary way."""
+    ``__init__`` that the checkpoint does not hold would keep it on the meta device, and
+    tied weights would come apart: such a twin is built the ordinary way."""
     import torch
     from safetensors.torch import load_file
 
     family, config = checkpoint.family, checkpoint.config
     tensors = {
-        name: tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor.clone()
+        name: tensor.to(torch.float32 if tensor.is_floating_point() else tensor.dtype, copy=True)
         for name, tensor in load_file(checkpoint.path).items()
-    }
+    }  # float32 weights, whatever the export dtype
+    importlib.import_module(family.torch_model.partition(":")[0])  # module-level tensors stay real
     with torch.device("meta"):
         model = family.build_torch(config)
-    model.load_state_dict(tensors, strict=True, assign=True)
-    if meta_tensors(model):
+    tied = len(list(model.named_parameters(remove_duplicate=False))) != len(list(model.parameters()))
+    if not tied:
+        model.load_state_dict(tensors, strict=True, assign=True)
+    if tied or meta_tensors(model):
         model = family.build_torch(config)
         model.load_state_dict(tensors, strict=True)
     return model
