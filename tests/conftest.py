@@ -46,6 +46,22 @@ def parity_config(name: str, **overrides):
     return registry.resolve_config(name, **{**fields, **overrides})
 
 
+def forward_torch(model, x: np.ndarray, training: bool) -> np.ndarray:
+    """A torch twin's output for a canonical-layout input, in train or eval mode."""
+    import torch
+
+    model.train(training)
+    with torch.no_grad():
+        return model(torch.from_numpy(x)).numpy()
+
+
+def forward_keras(model, x: np.ndarray, family, training: bool) -> np.ndarray:
+    """A Keras twin's output for the same canonical-layout input."""
+    from zoo.keras.data import keras_layout
+
+    return np.asarray(model(keras_layout(x, family.input_kind), training=training))
+
+
 def max_diff(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
 

@@ -15,13 +15,12 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import ALL_NAMES, parity_config
+from conftest import ALL_NAMES, forward_keras, forward_torch, parity_config
 from safetensors.numpy import load_file
 
 import zoo
 from zoo import registry
 from zoo.checkpoint import _load_torch, meta_tensors, model_tensors, read_checkpoint
-from zoo.keras.data import keras_layout
 
 # Every registry entry, plus what the defaults leave out: token embeddings (language
 # models), a non-persistent sinusoidal table, bidirectional and stacked GRU layers.
@@ -47,23 +46,13 @@ def _assert_same_tensors(a: dict, b: dict):
         assert np.array_equal(a[key], b[key]), key
 
 
-def _torch_forward(model, x, training):
-    model.train(training)
-    with torch.no_grad():
-        return model(torch.from_numpy(x)).numpy()
-
-
-def _keras_forward(model, x, family, training):
-    return np.asarray(model(keras_layout(x, family.input_kind), training=training))
-
-
 @pytest.mark.parametrize(("name", "fields"), CASES, ids=IDS)
 def test_torch_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
     family, config = registry.get_family(name), parity_config(name, **fields)
     torch.manual_seed(3)
     original = _create(name, fields, "lightning")
     x = config.example_input(8, seed=1)
-    _torch_forward(original, x, training=True)  # moves BatchNorm statistics off their defaults
+    forward_torch(original, x, training=True)  # moves BatchNorm statistics off their defaults
     path = zoo.save_checkpoint(original, tmp_path / "model.safetensors")
     _assert_same_tensors(load_file(path), model_tensors(original))  # safetensors reads what zoo wrote
 
@@ -85,7 +74,7 @@ def test_torch_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
     assert len(set(pointers)) == len(pointers), "every parameter has memory of its own"
 
     for training in (False, True):
-        assert np.array_equal(_torch_forward(loaded, x, training), _torch_forward(reference, x, training))
+        assert np.array_equal(forward_torch(loaded, x, training), forward_torch(reference, x, training))
     _assert_same_tensors(model_tensors(loaded), model_tensors(reference))  # statistics after train mode
 
     for model in (loaded, reference):  # trainable, and trains the same
@@ -102,7 +91,7 @@ def test_keras_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
     family, config = registry.get_family(name), parity_config(name, **fields)
     original = _create(name, fields, "keras")
     x = config.example_input(8, seed=1)
-    _keras_forward(original, x, family, training=True)  # moves BatchNorm statistics
+    forward_keras(original, x, family, training=True)  # moves BatchNorm statistics
     path = zoo.save_checkpoint(original, tmp_path / "model.safetensors")
     _assert_same_tensors(load_file(path), model_tensors(original))
 
@@ -111,7 +100,7 @@ def test_keras_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
         assert a.dtype == b.dtype and np.array_equal(a.numpy(), b.numpy()), a.path
     for training in (False, True):
         assert np.array_equal(
-            _keras_forward(loaded, x, family, training), _keras_forward(original, x, family, training)
+            forward_keras(loaded, x, family, training), forward_keras(original, x, family, training)
         )
 
 

@@ -6,25 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import ALL_NAMES, max_diff, parity_config
+from conftest import ALL_NAMES, forward_keras, forward_torch, max_diff, parity_config
 
 import zoo
 from zoo import registry
 from zoo.checkpoint import model_tensors
-from zoo.keras.data import keras_layout
 from zoo.weights import count_parameters, tensor_specs
 
 TOLERANCE = 1e-5  # float32 twins
-
-
-def _forward_torch(model, x, training):
-    model.train(training)
-    with torch.no_grad():
-        return model(torch.from_numpy(x)).numpy()
-
-
-def _forward_keras(model, x, family, training):
-    return np.asarray(model(keras_layout(x, family.input_kind), training=training))
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)
@@ -67,8 +56,8 @@ def test_round_trip_parity(name, source, training, tmp_path):
     loaded = zoo.load_checkpoint(path, framework=target)
     x = config.example_input(16, seed=2)
     torch_model, keras_model = (original, loaded) if source == "lightning" else (loaded, original)
-    out_torch = _forward_torch(torch_model, x, training)
-    out_keras = _forward_keras(keras_model, x, family, training)
+    out_torch = forward_torch(torch_model, x, training)
+    out_keras = forward_keras(keras_model, x, family, training)
     assert max_diff(out_torch, out_keras) <= TOLERANCE
     # A train-mode pass also updates running statistics: those must agree too.
     after_torch, after_keras = model_tensors(torch_model), model_tensors(keras_model)
