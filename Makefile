@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: train test lint setup clean
+.PHONY: train test bench lint setup clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ train: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench
 	$(BIN)/python -m pytest -q
+
+# zoo against hand-written loops, start-up and checkpoint I/O (bench/RESULTS.md); ~20 min
+bench: $(STAMP)
+	$(BIN)/python bench/speed.py --rounds 5 --epochs 6
 
 lint: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench
