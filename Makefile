@@ -25,7 +25,7 @@ test: $(STAMP)
 
 # zoo against hand-written loops, start-up and checkpoint I/O (bench/RESULTS.md); ~20 min
 bench: $(STAMP)
-	$(BIN)/python bench/speed.py --rounds 5 --epochs 6
+	$(BIN)/python bench/speed.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench

@@ -21,7 +21,7 @@ Also timed: `zoo list/show/validate` start-up and the common checkpoint's save/l
 ~100M-parameter model in both frameworks (bench/checkpoint_io.py). Ends with the worst
 ratio.
 
-    .venv/bin/python bench/speed.py [--epochs 5] [--rounds 3] [--batch-size N]
+    .venv/bin/python bench/speed.py [--epochs 6] [--rounds 5] [--batch-size N]
                                     [--families cnn,rnn,lstm,transformer]
 """
 
@@ -197,8 +197,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch-size", type=int, help="instead of each recipe's own")
     parser.add_argument("--families", default="cnn,rnn,lstm,transformer")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -218,12 +218,10 @@ def main() -> None:
             for _ in range(args.rounds)
         ]
         speed = {way: max(r[way] for r in rounds) for way in WAYS}
-
-        def ratio(way: str, base: str) -> float:
-            return speed[way] / speed[base]  # noqa: B023
-
-        lightning, floor = ratio("zoo-lightning", "raw-torch"), ratio("lightning-floor", "raw-torch")
-        keras, cross = ratio("zoo-keras", "plain-keras"), ratio("zoo-lightning", "zoo-keras")
+        lightning = speed["zoo-lightning"] / speed["raw-torch"]
+        floor = speed["lightning-floor"] / speed["raw-torch"]
+        keras = speed["zoo-keras"] / speed["plain-keras"]
+        cross = speed["zoo-lightning"] / speed["zoo-keras"]
         worst += [(lightning, f"{family} lightning"), (keras, f"{family} keras")]
         batch = args.batch_size or zoo_batch_size(family)
         cells = [family, batch, *(f"{speed[w]:.0f}" for w in WAYS[:2]), f"{lightning:.2f}"]

@@ -44,25 +44,34 @@ def training_optimizer(model):
     return getattr(model.optimizer, "inner_optimizer", model.optimizer)
 
 
-class StopOnNonFiniteLoss(keras.callbacks.Callback):
-    """Stop at the first non-finite training loss (Keras logs the epoch's running mean,
-    which turns non-finite with the first bad batch), saying where and what came before.
+class BatchCounter(keras.callbacks.Callback):
+    """Counts batches in Python from where the optimizer stood when ``fit`` began: reading
+    the optimizer's counter every batch is a runtime call that a small model's step notices."""
 
-    The step is counted here rather than read from the optimizer: a variable read per
-    batch is a runtime call that a small model's step notices.
-    """
+    def __init__(self):
+        super().__init__()
+        self.micro = 0  # batches, not optimizer steps: they differ under accumulation
+
+    def on_train_begin(self, logs=None):
+        self.micro = int(training_optimizer(self.model)._iterations.numpy())
+
+    def count_batch(self) -> tuple[int, bool]:
+        """Optimizer steps done after this batch, and whether this batch ended one."""
+        self.micro += 1
+        steps, rest = divmod(self.micro, training_optimizer(self.model).gradient_accumulation_steps or 1)
+        return steps, rest == 0
+
+
+class StopOnNonFiniteLoss(BatchCounter):
+    """Stop at the first non-finite training loss (Keras logs the epoch's running mean,
+    which turns non-finite with the first bad batch), saying where and what came before."""
 
     def __init__(self):
         super().__init__()
         self.last_finite: tuple[int, float] | None = None
-        self.micro = 0
-
-    def on_train_begin(self, logs=None):
-        self.micro = int(training_optimizer(self.model)._iterations.numpy())  # micro-batches
 
     def on_train_batch_end(self, batch, logs=None):
-        self.micro += 1
-        step = self.micro // (training_optimizer(self.model).gradient_accumulation_steps or 1)
+        step, _ = self.count_batch()
         loss = float((logs or {}).get("loss", 0.0))
         if not math.isfinite(loss):
             raise NonFiniteLoss(loss, step, self.last_finite)
@@ -101,7 +110,7 @@ def load_state(model, path: Path) -> dict:
     return position
 
 
-class SaveState(keras.callbacks.Callback):
+class SaveState(BatchCounter):
     """The full training state every N optimizer steps and at every epoch end."""
 
     def __init__(self, run_dir: Path, batches_per_epoch: int, every_n_steps: int | None, keep: int):
@@ -109,7 +118,6 @@ class SaveState(keras.callbacks.Callback):
         self.run_dir, self.batches = Path(run_dir), batches_per_epoch
         self.every_n_steps, self.keep = every_n_steps, keep
         self.saved = -1
-        self.micro = 0
 
     def save(self) -> None:
         optimizer = training_optimizer(self.model)
@@ -122,15 +130,11 @@ class SaveState(keras.callbacks.Callback):
         save_state(self.model, state.state_path(self.run_dir, step, "safetensors"), self.keep, position)
         self.saved = batches_done
 
-    def on_train_begin(self, logs=None):
-        self.micro = int(training_optimizer(self.model)._iterations.numpy())
-
     def on_train_batch_end(self, batch, logs=None):
         if not self.every_n_steps:
             return
-        self.micro += 1  # counted here: reading the optimizer's counter per batch costs a runtime call
-        steps, rest = divmod(self.micro, training_optimizer(self.model).gradient_accumulation_steps or 1)
-        if rest == 0 and steps % self.every_n_steps == 0:
+        steps, at_step_end = self.count_batch()
+        if at_step_end and steps % self.every_n_steps == 0:
             self.save()
 
     def on_epoch_end(self, epoch, logs=None):
