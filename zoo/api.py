@@ -28,11 +28,22 @@ def list_architectures() -> list[registry.Entry]:
     return registry.list_architectures()
 
 
-def create_model(name: str, framework: str = "lightning", **config: Any):
-    """A torch ``nn.Module`` or a built ``keras.Model`` of a family or preset."""
+def create_model(name: str, framework: str = "lightning", seed: int | None = None, **config: Any):
+    """A torch ``nn.Module`` or a built ``keras.Model`` of a family or preset.
+
+    With a ``seed``, both frameworks return the very same initial tensors (torch's
+    initialisation under that seed, as ``zoo train`` starts from); without one, each
+    framework initialises its own way.
+    """
+    from zoo import initial_weights
+
     framework = _framework(framework)
     family = registry.get_family(name)
     cfg = registry.resolve_config(name, **config)
+    if seed is not None:
+        if framework == "keras":
+            return initial_weights.seeded_keras_model(family, cfg, seed)
+        return initial_weights.seeded_torch_model(family, cfg, seed)
     return family.build_keras(cfg) if framework == "keras" else family.build_torch(cfg)
 
 

@@ -134,6 +134,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     """
     import keras
 
+    from zoo.initial_weights import seeded_keras_model
     from zoo.keras.callbacks import EpochMetrics, SaveState, StopOnNonFiniteLoss, load_state
     from zoo.keras.data import eval_dataset, train_dataset
     from zoo.keras.optimizers import build_optimizer
@@ -147,7 +148,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
     strategy = distribution_strategy(trainer_cfg)
     with strategy.scope() if strategy else contextlib.nullcontext(), dtype_policy(trainer_cfg.precision):
-        model = family.build_keras(config)
+        model = seeded_keras_model(family, config, trainer_cfg.seed)
         model.set_grad_checkpointing(trainer_cfg.gradient_checkpointing)
         head_rates = initialise(model, family, init)
         multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}

@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, resolve_accelerator
+from zoo.initial_weights import seeded_torch_model
 from zoo.lightning.callbacks import EpochMetrics, ResumePosition, SaveState, StopOnNonFiniteLoss
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
@@ -91,7 +92,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     if trainer_cfg.num_threads:
         torch.set_num_threads(trainer_cfg.num_threads)
     L.seed_everything(trainer_cfg.seed, verbose=False)
-    model = family.build_torch(config)
+    model = seeded_torch_model(family, config, trainer_cfg.seed)
     model.set_grad_checkpointing(trainer_cfg.gradient_checkpointing)
     groups = initialise(model, init)
     batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)

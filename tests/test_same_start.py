@@ -1,0 +1,80 @@
+"""The twins start identical: one seeded initialisation for both frameworks.
+
+A recipe and seed give the same initial tensors in Lightning and Keras (torch's
+initialisation, loaded into Keras through the weight table), so two runs differ only by
+dropout masks and kernel rounding. With dropout off and determinism on, that is nothing
+a test accuracy on the digits can see.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import zoo
+from zoo import registry
+from zoo.initial_weights import initial_tensors
+
+RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
+DIGITS = [p for p in RECIPES if zoo.load_recipe(p).data.name == "digits"]
+QUIET = ["trainer.progress_bar=false"]
+
+
+def _dropout_off(recipe_path: Path) -> list[str]:
+    """Overrides that set every dropout field of the recipe's model config to 0."""
+    config = zoo.load_recipe(recipe_path).model
+    return [f"model.{name}=0" for name in type(config).model_fields if "dropout" in name]
+
+
+def _weights(result) -> dict[str, np.ndarray]:
+    return safetensors.numpy.load_file(result.checkpoint)
+
+
+@pytest.mark.parametrize("name", [e.name for e in registry.list_architectures()])
+def test_create_model_with_a_seed_gives_equal_tensors_in_both_frameworks(name):
+    from zoo.checkpoint import model_tensors
+
+    torch_model = zoo.create_model(name, framework="torch", seed=3)
+    keras_model = zoo.create_model(name, framework="keras", seed=3)
+    torch_tensors, keras_tensors = model_tensors(torch_model), model_tensors(keras_model)
+    assert torch_tensors.keys() == keras_tensors.keys()
+    for key, value in torch_tensors.items():
+        np.testing.assert_array_equal(keras_tensors[key], value, err_msg=key)
+    other = initial_tensors(registry.get_family(name), torch_model.zoo_config, seed=4)
+    assert any(not np.array_equal(other[k], v) for k, v in torch_tensors.items())
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_train_starts_both_frameworks_from_the_same_tensors(recipe, tmp_path):
+    """One epoch of plain SGD at a rate of 1e-12 leaves every weight where it started (to
+    float32 resolution), so the two exports show each framework's starting point; random
+    initialisations of either framework would differ by ~0.1."""
+    overrides = [
+        *QUIET, f"export.dir={tmp_path}", "trainer.max_epochs=1", "optimizer.name=sgd",
+        "optimizer.lr=1e-12", "schedule.name=constant", "schedule.warmup_steps=0",
+    ]  # fmt: skip
+    if zoo.load_recipe(recipe).data.name == "text":  # a short text: one epoch of seconds
+        text = tmp_path / "text.txt"
+        text.write_text("def train(recipe, framework):\n    return zoo.train(recipe)\n" * 60)
+        overrides.append(f"data.path={text}")
+    results = {fw: zoo.train(recipe, framework=fw, overrides=overrides) for fw in ("lightning", "keras")}
+    lightning, keras = (_weights(results[fw]) for fw in ("lightning", "keras"))
+    assert lightning.keys() == keras.keys()
+    for key, value in lightning.items():
+        # Running statistics do move (the same batches in both, so only by rounding).
+        atol = 1e-5 if "running" in key else 1e-9
+        np.testing.assert_allclose(keras[key], value, rtol=0, atol=atol, err_msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", DIGITS, ids=lambda p: p.stem)
+def test_without_dropout_both_frameworks_reach_the_same_test_accuracy(recipe, tmp_path):
+    overrides = [*QUIET, f"export.dir={tmp_path}", "trainer.deterministic=true", *_dropout_off(recipe)]
+    accuracy = {
+        fw: zoo.train(recipe, framework=fw, overrides=overrides).metrics["test_accuracy"]
+        for fw in ("lightning", "keras")
+    }
+    assert accuracy["lightning"] == pytest.approx(accuracy["keras"], abs=1e-9), accuracy
