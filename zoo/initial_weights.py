@@ -35,8 +35,6 @@ def initial_tensors(family: Family, config: ArchitectureConfig, seed: int) -> di
 
 def seeded_keras_model(family: Family, config: ArchitectureConfig, seed: int) -> Any:
     """The Keras twin holding exactly the tensors :func:`seeded_torch_model` draws."""
-    from zoo.checkpoint import load_tensors
+    from zoo.keras.precision import build_keras
 
-    model = family.build_keras(config)
-    load_tensors(model, initial_tensors(family, config, seed))
-    return model
+    return build_keras(family, config, "32-true", initial_tensors(family, config, seed))

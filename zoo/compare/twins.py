@@ -216,22 +216,19 @@ class Twins:
 def build_twins(setup: Setup, config: ArchitectureConfig) -> Twins:
     """Torch twin from the recipe's seed, its tensors copied into a Keras twin built under
     the recipe's dtype policy; gradient checkpointing on both where the twins offer it."""
-    import torch
 
     from zoo.checkpoint import model_tensors
-    from zoo.keras.trainer import dtype_policy
+    from zoo.initial_weights import seeded_torch_model
+    from zoo.keras.precision import build_keras
 
     family, precision = setup.family, setup.precision
-    torch.manual_seed(setup.recipe.trainer.seed)
-    torch_model = family.build_torch(config)
+    torch_model = seeded_torch_model(family, config, setup.recipe.trainer.seed)
     initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
     dtype = torch_parameter_dtype(precision)
     if dtype is not None:
         torch_model = torch_model.to(dtype)
-    with dtype_policy(precision):
-        keras_model = family.build_keras(config)
+    keras_model = build_keras(family, config, precision, initial)
     table = family.weight_table(config)
-    tensors_to_keras(keras_model, table, initial)
     checkpointing = {}
     if setup.gradient_checkpointing:
         checkpointing = enable_checkpointing(torch_model, keras_model)

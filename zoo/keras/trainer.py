@@ -7,7 +7,6 @@ import time
 
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, resolve_accelerator
-from zoo.recipe import KERAS_POLICIES
 from zoo.runs import MetricsLog, RunDir
 from zoo.schedule import lr_table, optimizer_steps
 
@@ -71,19 +70,6 @@ def distribution_strategy(trainer_cfg):
     return None
 
 
-@contextlib.contextmanager
-def dtype_policy(precision: str):
-    """Build layers under the recipe's dtype policy without leaking it to later models."""
-    import keras
-
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(KERAS_POLICIES[precision])
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
-
-
 def compile_for(model, task: str, optimizer, jit_compile: bool = False) -> None:
     """Loss and metrics per task, the same quantities the Lightning tasks log."""
     import keras
@@ -134,10 +120,11 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     """
     import keras
 
-    from zoo.initial_weights import seeded_keras_model
+    from zoo.initial_weights import initial_tensors
     from zoo.keras.callbacks import EpochMetrics, SaveState, StopOnNonFiniteLoss, load_state
     from zoo.keras.data import eval_dataset, train_dataset
     from zoo.keras.optimizers import build_optimizer
+    from zoo.keras.precision import build_keras
 
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
     configure(trainer_cfg)
@@ -147,8 +134,9 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     steps = optimizer_steps(batches, accumulate)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
     strategy = distribution_strategy(trainer_cfg)
-    with strategy.scope() if strategy else contextlib.nullcontext(), dtype_policy(trainer_cfg.precision):
-        model = seeded_keras_model(family, config, trainer_cfg.seed)
+    initial = initial_tensors(family, config, trainer_cfg.seed)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        model = build_keras(family, config, trainer_cfg.precision, initial)
         model.set_grad_checkpointing(trainer_cfg.gradient_checkpointing)
         head_rates = initialise(model, family, init)
         multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
