@@ -1,8 +1,10 @@
 """The transformer family's Keras twin: the torch twin's structure and sub-layer names.
 
 Every default that differs between the frameworks is set explicitly: LayerNorm epsilon
-(Keras' is 1e-3), exact GELU, and the mask convention (Keras' ``attention_mask`` is
-True where attention is allowed, torch's ``key_padding_mask`` True where it is not).
+(Keras' is 1e-3) and exact GELU. Attention is zoo's own (``zoo.nn.keras.SelfAttention``),
+not ``keras.layers.MultiHeadAttention``, whose bias addition is wrong on TensorFlow when
+a head has one feature (docs/keras-bias-add-bug.md); masks are "blocked" masks, True
+where attention is not allowed, as in the torch twin.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from keras import layers, ops
 from architectures.transformer.config import TransformerConfig
 from zoo.keras.layers import activation
 from zoo.keras.remat import checkpointed_call
+from zoo.nn.errors import InputError, sequence_length_message
+from zoo.nn.keras import Embedding, SelfAttention, blocked_mask, require
 
 
 class Block(layers.Layer):
@@ -22,9 +26,8 @@ class Block(layers.Layer):
         super().__init__(**kw)
         d = cfg.d_model
         self.norm_first = cfg.norm_first
-        self.causal = cfg.causal
         self.norm1 = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
-        self.attn = layers.MultiHeadAttention(cfg.num_heads, cfg.head_dim, dropout=cfg.dropout)
+        self.attn = SelfAttention(d, cfg.num_heads, dropout=cfg.dropout)
         self.norm2 = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
         self.ff1 = layers.Dense(cfg.ff_dim)
         self.act = activation(cfg.activation)
@@ -33,18 +36,16 @@ class Block(layers.Layer):
         self.dropout1 = layers.Dropout(cfg.dropout)  # on the attention branch
         self.dropout2 = layers.Dropout(cfg.dropout)  # on the feed-forward branch
 
-    def call(self, x, attention_mask=None, training=False):
+    def call(self, x, blocked=None, training=False):
+        """``blocked``: True where attention is blocked, (T, T) or (N, 1, T, T)."""
         if self.norm_first:
-            x = x + self._attend(self.norm1(x), attention_mask, training)
+            x = x + self._attend(self.norm1(x), blocked, training)
             return x + self._feed_forward(self.norm2(x), training)
-        x = self.norm1(x + self._attend(x, attention_mask, training))
+        x = self.norm1(x + self._attend(x, blocked, training))
         return self.norm2(x + self._feed_forward(x, training))
 
-    def _attend(self, x, attention_mask, training):
-        out = self.attn(
-            x, x, x, attention_mask=attention_mask, use_causal_mask=self.causal, training=training
-        )  # query, value, key
-        return self.dropout1(out, training=training)
+    def _attend(self, x, blocked, training):
+        return self.dropout1(self.attn(x, blocked, training=training), training=training)
 
     def _feed_forward(self, x, training):
         hidden = self.dropout(self.act(self.ff1(x)), training=training)
@@ -56,7 +57,9 @@ class Transformer(keras.Model):
     Language modelling: (N, T) integer ids -> (N, T, vocab_size), causal.
 
     ``padding_mask`` (N, T) bool marks padding with True, as in the torch twin; as
-    there, a padding step attends to itself too, so no attention row is empty.
+    there, a padding step attends to itself too, so no attention row is empty. Token ids
+    outside the vocabulary and sequences longer than ``max_len`` are refused with the torch
+    twin's :class:`zoo.nn.errors.InputError` (inside a graph: the step fails with its message).
 
     With ``grad_checkpointing`` on, training keeps only each block's input for backward and
     recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
@@ -70,7 +73,7 @@ class Transformer(keras.Model):
         d = cfg.d_model
         small = keras.initializers.RandomNormal(stddev=0.02)
         if cfg.causal:
-            self.embed = layers.Embedding(cfg.vocab_size, d, embeddings_initializer=small)
+            self.embed = Embedding(cfg.vocab_size, d, embeddings_initializer=small)
         else:
             self.embed = layers.Dense(d)
         if cfg.positions == "learned":
@@ -86,29 +89,27 @@ class Transformer(keras.Model):
 
     def forward_features(self, x, padding_mask=None, training=False):
         """The final hidden states (N, T, d_model), after the final norm of pre-norm models."""
-        static_steps = x.shape[1]
-        if static_steps is not None and static_steps > self.zoo_config.max_len:
-            raise ValueError(
-                f"sequence of {static_steps} steps is longer than max_len {self.zoo_config.max_len}; "
-                "raise model.max_len or shorten the sequences"
-            )
-        steps = ops.shape(x)[1]
+        max_len = self.zoo_config.max_len
+        steps = x.shape[1]
+        if steps is None:  # known only when the graph runs
+            steps = ops.shape(x)[1]
+            x = require(steps <= max_len, sequence_length_message(max_len), x)
+        elif steps > max_len:
+            raise InputError(sequence_length_message(max_len, steps))
         h = self.embed(x)
         if self.pos_embed is not None:
             positions = self.pos_embed(ops.arange(steps))
         else:
             positions = ops.convert_to_tensor(self.pos_table)[:steps]
         h = self.dropout(h + ops.cast(positions, h.dtype), training=training)
-        attention_mask = None  # True where attention is allowed; the blocks add the causal mask
-        if padding_mask is not None:  # (N, T, T): real keys, and each step itself
-            real = ops.logical_not(ops.cast(padding_mask, "bool"))[:, None, :]
-            attention_mask = ops.logical_or(real, ops.cast(ops.eye(steps), "bool")[None])
+        blocked = blocked_mask(steps, padding_mask, self.zoo_config.causal)
         checkpointing = training and self.grad_checkpointing
         for block in self.blocks:
-            if checkpointing:
-                h = checkpointed_call(block, h, attention_mask)
-            else:
-                h = block(h, attention_mask, training=training)
+            h = (
+                checkpointed_call(block, h, blocked)
+                if checkpointing
+                else block(h, blocked, training=training)
+            )
         return h if self.norm is None else self.norm(h)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:

@@ -3,6 +3,8 @@
 Blocks are written out rather than taken from ``nn.TransformerEncoderLayer``: its
 inference fast path computes differently from its training path, and owning the block
 gives per-block control (gradient checkpointing) and names the Keras twin mirrors.
+Attention is zoo's own (``zoo.nn.torch.SelfAttention``, ``nn.MultiheadAttention``'s
+tensors), computed exactly as the Keras twin's.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import torch
 from torch import nn
 
 from architectures.transformer.config import TransformerConfig
+from zoo.nn.errors import InputError, sequence_length_message
+from zoo.nn.torch import Embedding, SelfAttention, blocked_mask
 from zoo.torch_remat import checkpointed_call
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}  # nn.GELU is the exact erf form
@@ -24,7 +28,7 @@ class Block(nn.Module):
         d = cfg.d_model
         self.norm_first = cfg.norm_first
         self.norm1 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.attn = nn.MultiheadAttention(d, cfg.num_heads, dropout=cfg.dropout, batch_first=True)
+        self.attn = SelfAttention(d, cfg.num_heads, dropout=cfg.dropout)
         self.norm2 = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.ff1 = nn.Linear(d, cfg.ff_dim)
         self.act = ACTIVATIONS[cfg.activation]()
@@ -33,17 +37,16 @@ class Block(nn.Module):
         self.dropout1 = nn.Dropout(cfg.dropout)  # on the attention branch
         self.dropout2 = nn.Dropout(cfg.dropout)  # on the feed-forward branch
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``attn_mask``: True where attention is blocked, (T, T) or (N * num_heads, T, T)."""
+    def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
+        """``blocked``: True where attention is blocked, (T, T) or (N, 1, T, T)."""
         if self.norm_first:
-            x = x + self._attend(self.norm1(x), attn_mask)
+            x = x + self._attend(self.norm1(x), blocked)
             return x + self._feed_forward(self.norm2(x))
-        x = self.norm1(x + self._attend(x, attn_mask))
+        x = self.norm1(x + self._attend(x, blocked))
         return self.norm2(x + self._feed_forward(x))
 
-    def _attend(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        out, _ = self.attn(x, x, x, attn_mask=attn_mask, need_weights=False)
-        return self.dropout1(out)
+    def _attend(self, x: torch.Tensor, blocked: torch.Tensor | None) -> torch.Tensor:
+        return self.dropout1(self.attn(x, blocked))
 
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout2(self.ff2(self.dropout(self.act(self.ff1(x)))))
@@ -55,9 +58,9 @@ class Transformer(nn.Module):
 
     ``padding_mask`` (N, T) bool marks padding with True (``key_padding_mask``'s
     convention): no real step attends to it, and mean pooling skips it. A padding step
-    attends to itself as well, so no attention row is empty: torch would give NaN there
-    (left padding in an LM, an all-padding row), and the NaN would reach every step
-    through the zero attention weights.
+    attends to itself as well, so no attention row is empty (``zoo.nn.torch.blocked_mask``).
+    Token ids outside the vocabulary and sequences longer than ``max_len`` are refused with
+    :class:`zoo.nn.errors.InputError`, in the Keras twin's words.
 
     With ``grad_checkpointing`` on, training keeps only each block's input for backward
     and recomputes the block there (dropout masks included: torch replays the RNG state).
@@ -70,7 +73,7 @@ class Transformer(nn.Module):
         self.zoo_config = cfg
         d = cfg.d_model
         if cfg.causal:
-            self.embed = nn.Embedding(cfg.vocab_size, d)
+            self.embed = Embedding(cfg.vocab_size, d)
             nn.init.normal_(self.embed.weight, std=0.02)
         else:
             self.embed = nn.Linear(cfg.input_size, d)
@@ -90,38 +93,17 @@ class Transformer(nn.Module):
         """The final hidden states (N, T, d_model), after the final norm of pre-norm models."""
         steps = x.shape[1]
         if steps > self.zoo_config.max_len:
-            raise ValueError(
-                f"sequence of {steps} steps is longer than max_len {self.zoo_config.max_len}; "
-                "raise model.max_len or shorten the sequences"
-            )
+            raise InputError(sequence_length_message(self.zoo_config.max_len, steps))
         positions = self.pos_embed.weight[:steps] if self.pos_embed is not None else self.pos_table[:steps]
         h = self.dropout(self.embed(x) + positions)
-        attn_mask = self.attention_mask(steps, padding_mask, x.device)
+        blocked = blocked_mask(steps, padding_mask, self.zoo_config.causal, x.device)
         checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            h = checkpointed_call(block, h, attn_mask) if checkpointing else block(h, attn_mask)
+            h = checkpointed_call(block, h, blocked) if checkpointing else block(h, blocked)
         return h if self.norm is None else self.norm(h)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
-
-    def attention_mask(
-        self, steps: int, padding_mask: torch.Tensor | None, device: torch.device
-    ) -> torch.Tensor | None:
-        """True where attention is blocked: the future (LM), and padding keys except a step's own.
-
-        (T, T) without padding; with it (N * num_heads, T, T), the layout
-        ``nn.MultiheadAttention`` takes for a per-sample mask.
-        """
-        blocked = None
-        if self.zoo_config.causal:
-            blocked = torch.ones(steps, steps, dtype=torch.bool, device=device).triu(1)
-        if padding_mask is None:
-            return blocked
-        padding = padding_mask.to(device=device, dtype=torch.bool)[:, None, :]
-        blocked = padding if blocked is None else padding | blocked
-        blocked = blocked & ~torch.eye(steps, dtype=torch.bool, device=device)
-        return blocked.repeat_interleave(self.zoo_config.num_heads, dim=0)
 
     def forward_head(self, h: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.zoo_config.causal:

@@ -1,0 +1,7 @@
+"""zoo's shared building blocks as Keras 3 layers on TensorFlow (the torch twins are in ``zoo.nn.torch``)."""
+
+from zoo.nn.keras.attention import SelfAttention, blocked_mask
+from zoo.nn.keras.checks import require
+from zoo.nn.keras.embedding import Embedding, checked_token_ids
+
+__all__ = ["Embedding", "SelfAttention", "blocked_mask", "checked_token_ids", "require"]

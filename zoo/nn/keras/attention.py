@@ -1,0 +1,111 @@
+"""Multi-head self-attention, the twin of ``zoo.nn.torch.attention`` step for step.
+
+Not ``keras.layers.MultiHeadAttention``: on TensorFlow its per-head bias, added as
+``x (N, T, heads, head_dim) + b (heads, head_dim)``, goes through ``keras.ops.add``,
+which turns a bias that squeezes to one axis into ``tf.nn.bias_add`` and, when head_dim
+is 1 and the sequence is as long as there are heads, adds it along the time axis
+(docs/keras-bias-add-bug.md). Here the query/key/value projection is one fused
+E -> 3E matmul with a 1-D bias on the last axis, which ``bias_add`` gets right, and the
+heads are split by explicit reshapes.
+
+Same arithmetic, same order as the torch twin: matrix products in the compute dtype
+(bfloat16 under mixed precision), scaling, masking and softmax in float32 at least,
+dropout on the probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import layers, ops
+
+
+class SelfAttention(layers.Layer):
+    """Self-attention over (N, T, E) with ``num_heads`` heads of E / num_heads features.
+
+    Variables: ``in_proj_kernel`` (E, 3E), query, key and value side by side (torch's
+    ``in_proj_weight`` transposed), ``in_proj_bias`` (3E,), and the ``out_proj`` Dense.
+    Initialised from torch's distributions: Xavier-uniform projection, the output kernel
+    U(+-1/sqrt(E)) (``nn.Linear``'s default), zero biases.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.rate = dropout
+        bound = 1.0 / math.sqrt(embed_dim)
+        self.out_proj = layers.Dense(
+            embed_dim,
+            kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
+            bias_initializer="zeros",
+        )
+        self.dropout = layers.Dropout(dropout)  # on the attention probabilities
+
+    def build(self, input_shape):
+        e = self.embed_dim
+        if input_shape[-1] is not None and input_shape[-1] != e:
+            raise ValueError(f"SelfAttention({e}) got inputs with {input_shape[-1]} features")
+        self.in_proj_kernel = self.add_weight(
+            shape=(e, 3 * e), initializer="glorot_uniform", name="in_proj_kernel"
+        )
+        self.in_proj_bias = self.add_weight(shape=(3 * e,), initializer="zeros", name="in_proj_bias")
+        self.out_proj.build((*input_shape[:-1], e))
+
+    def call(self, x, blocked=None, training=False):
+        """(N, T, E) -> (N, T, E). ``blocked``: True where a query may not attend to a key,
+        broadcastable to (N, heads, T, T): (T, T) or (N, 1, T, T), see :func:`blocked_mask`."""
+        steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
+        # A 1-D bias on the last axis: keras.ops.add's bias_add path is right for this one.
+        qkv = ops.add(ops.matmul(x, self.in_proj_kernel), self.in_proj_bias)
+        q, k, v = (self._heads(part, steps) for part in ops.split(qkv, 3, axis=-1))
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (N, heads, T, T)
+        probs = attention_probabilities(scores, blocked, self.head_dim)
+        out = ops.matmul(self.dropout(probs, training=training), v)
+        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, steps, self.embed_dim))
+        return self.out_proj(out)
+
+    def _heads(self, x, steps):
+        """(N, T, E) -> (N, heads, T, head_dim)."""
+        return ops.transpose(ops.reshape(x, (-1, steps, self.num_heads, self.head_dim)), (0, 2, 1, 3))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "embed_dim": self.embed_dim,
+            "num_heads": self.num_heads,
+            "dropout": self.rate,
+        }
+
+
+def attention_probabilities(scores, blocked, head_dim: int):
+    """Scaled, masked softmax in float32 at least (float64 stays float64), back in the scores' dtype."""
+    dtype = "float64" if keras.backend.standardize_dtype(scores.dtype) == "float64" else "float32"
+    logits = ops.multiply(ops.cast(scores, dtype), ops.cast(head_dim**-0.5, dtype))
+    if blocked is not None:
+        logits = ops.where(blocked, ops.cast(float("-inf"), dtype), logits)
+    return ops.cast(ops.softmax(logits, axis=-1), scores.dtype)
+
+
+def blocked_mask(steps, padding_mask=None, causal: bool = False):
+    """True where attention is blocked, as ``zoo.nn.torch.attention.blocked_mask``: later keys
+    (``causal``) and padding keys (``padding_mask`` (N, T), True at padding) except a step's own.
+
+    ``None`` when nothing is blocked, (T, T) without padding, (N, 1, T, T) with it.
+    """
+    if padding_mask is None and not causal:
+        return None
+    index = ops.arange(steps)
+    blocked = ops.greater(index[None, :], index[:, None]) if causal else None  # key after query
+    if padding_mask is None:
+        return blocked
+    padding = ops.cast(padding_mask, "bool")[:, None, None, :]
+    blocked = padding if blocked is None else ops.logical_or(padding, blocked)
+    return ops.logical_and(blocked, ops.not_equal(index[None, :], index[:, None]))

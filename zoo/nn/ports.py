@@ -1,0 +1,36 @@
+"""Weight ports of the shared building blocks: torch tensors <-> Keras variables, pure numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zoo.weights import Arrays, Port, TensorSpec
+
+SELF_ATTENTION_VARIABLES = ("in_proj_kernel", "in_proj_bias", "out_proj.kernel", "out_proj.bias")
+
+
+def self_attention(name: str, embed_dim: int) -> Port:
+    """``zoo.nn.torch.SelfAttention`` <-> ``zoo.nn.keras.SelfAttention``.
+
+    The torch tensors are ``nn.MultiheadAttention``'s (so its checkpoints load unchanged):
+    a fused (3E, E) query/key/value projection that multiplies from the left, its (3E,)
+    bias, and the output Linear. The Keras layer keeps the same fused projection as an
+    (E, 3E) kernel that multiplies from the right: every matrix is a transpose, every
+    bias the same vector.
+    """
+    e = embed_dim
+    tensors = (
+        TensorSpec(f"{name}.in_proj_weight", (3 * e, e)),
+        TensorSpec(f"{name}.in_proj_bias", (3 * e,)),
+        TensorSpec(f"{name}.out_proj.weight", (e, e)),
+        TensorSpec(f"{name}.out_proj.bias", (e,)),
+    )
+
+    return Port(tensors, name, SELF_ATTENTION_VARIABLES, _transpose_matrices, _transpose_matrices)
+
+
+def _transpose_matrices(
+    in_matrix: np.ndarray, in_bias: np.ndarray, out_matrix: np.ndarray, out_bias: np.ndarray
+) -> Arrays:
+    """Either direction: torch's (out, in) weights are the transposed (in, out) kernels."""
+    return in_matrix.T, in_bias, out_matrix.T, out_bias

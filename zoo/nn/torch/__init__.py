@@ -1,0 +1,7 @@
+"""zoo's shared building blocks as torch modules (the Keras twins are in ``zoo.nn.keras``)."""
+
+from zoo.nn.torch.attention import SelfAttention, blocked_mask
+from zoo.nn.torch.embedding import Embedding, check_token_ids
+from zoo.nn.torch.norm import BatchNorm2d
+
+__all__ = ["BatchNorm2d", "Embedding", "SelfAttention", "blocked_mask", "check_token_ids"]
