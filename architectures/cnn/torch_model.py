@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from architectures.cnn.config import CNNConfig
+from zoo.nn.torch import BatchNorm2d
 from zoo.torch_remat import checkpointed_call
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
@@ -16,7 +17,8 @@ class ConvBN(nn.Module):
     def __init__(self, cfg: CNNConfig, cin: int, cout: int, kernel: int, stride: int, act: bool):
         super().__init__()
         self.conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=not cfg.batch_norm)
-        self.bn = nn.BatchNorm2d(cout, cfg.bn_eps, cfg.bn_momentum) if cfg.batch_norm else None
+        # nn.BatchNorm2d that refuses one value per channel in training with the Keras twin's message.
+        self.bn = BatchNorm2d(cout, cfg.bn_eps, cfg.bn_momentum) if cfg.batch_norm else None
         self.act = ACTIVATIONS[cfg.activation]() if act else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ from keras import layers, ops
 from architectures.rnn.config import LANGUAGE_MODELING_STEPS, RecurrentConfig, RNNConfig
 from zoo.keras.layers import torch_recurrent_init
 from zoo.keras.remat import checkpointed_call
+from zoo.nn.keras import Embedding
 
 # () -> a Keras recurrent layer returning the whole sequence
 LayerFactory = Callable[[], layers.Layer]
@@ -75,9 +76,10 @@ class RecurrentNet(keras.Model):
         super().__init__(**kwargs)
         self.zoo_config = cfg
         # torch's defaults (nn.Embedding N(0, 1), nn.Linear U(+-1/sqrt(fan_in))), not Keras':
-        # Keras' small uniform embedding starts a character model far slower.
+        # Keras' small uniform embedding starts a character model far slower. zoo's Embedding
+        # refuses ids outside the vocabulary (Keras' own wraps a negative id round) as torch does.
         self.embedding = (
-            layers.Embedding(
+            Embedding(
                 cfg.vocab_size,
                 cfg.embedding_dim,
                 embeddings_initializer=keras.initializers.RandomNormal(stddev=1.0),

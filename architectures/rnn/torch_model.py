@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from architectures.rnn.config import RecurrentConfig, RNNConfig
+from zoo.nn.torch import Embedding
 from zoo.torch_remat import checkpointed_call
 
 # (input size of the layer) -> a single-layer, batch-first recurrent module
@@ -34,7 +35,8 @@ class RecurrentNet(nn.Module):
     def __init__(self, cfg: RecurrentConfig, make_layer: LayerFactory):
         super().__init__()
         self.zoo_config = cfg
-        self.embedding = nn.Embedding(cfg.vocab_size, cfg.embedding_dim) if cfg.language_model else None
+        # zoo's Embedding: nn.Embedding that refuses ids outside the vocabulary as the Keras twin does.
+        self.embedding = Embedding(cfg.vocab_size, cfg.embedding_dim) if cfg.language_model else None
         self.recurrent = nn.ModuleList(make_layer(cfg.layer_input_size(i)) for i in range(cfg.num_layers))
         self.dropout = nn.Dropout(cfg.dropout)
         self.head = nn.Linear(cfg.features, cfg.output_size)

@@ -12,6 +12,9 @@ import math
 import keras
 from keras import ops
 
+from zoo.nn.errors import InputError, batchnorm_message
+from zoo.nn.keras import require
+
 ACTIVATIONS = {
     "relu": keras.activations.relu,
     "gelu": functools.partial(keras.activations.gelu, approximate=False),
@@ -42,6 +45,12 @@ class BatchNorm(keras.layers.Layer):
     Normalises with the biased batch variance, updates the running variance with the
     unbiased one, weighs the new batch by ``momentum`` (torch convention) and counts
     batches in ``num_batches_tracked``, so a torch ``BatchNorm2d`` state round-trips.
+
+    In training it refuses a batch with one value per channel (a batch of 1 with 1x1 maps:
+    its variance says nothing) with the torch twin's :class:`zoo.nn.errors.InputError`,
+    where Keras' own would go on silently. Only shapes are checked: where the static shape
+    settles it, at trace time; where the batch size is known only when the graph runs, by
+    an assertion on the shape (host-side, no device synchronisation).
     """
 
     def __init__(self, momentum: float = 0.1, epsilon: float = 1e-5, **kwargs):
@@ -76,6 +85,7 @@ class BatchNorm(keras.layers.Layer):
         x_ = ops.cast(x, dtype)
         axes = list(range(len(x.shape) - 1))
         if training:
+            x_ = _with_values_per_channel(x_)
             mean = ops.mean(x_, axis=axes)
             variance = ops.var(x_, axis=axes)
             count = math.prod(x.shape[a] for a in axes[1:]) * ops.cast(ops.shape(x)[0], dtype)
@@ -92,3 +102,14 @@ class BatchNorm(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "momentum": self.momentum, "epsilon": self.epsilon}
+
+
+def _with_values_per_channel(x):
+    """``x`` (N, ..., C), checked to hold more than one value per channel, as torch's BatchNorm requires."""
+    sizes = x.shape[:-1]  # the batch and the spatial sizes
+    if any(size is not None and size > 1 for size in sizes):
+        return x
+    message = batchnorm_message(len(sizes) - 1)
+    if all(size is not None for size in sizes):  # every size is 1
+        raise InputError(message)
+    return require(ops.prod(ops.shape(x)[:-1]) > 1, message, x)

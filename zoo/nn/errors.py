@@ -38,6 +38,13 @@ class InputError(DataError):
     A ``DataError`` (so a ``ValueError``): the ``zoo`` command reports it as a user error.
     """
 
+    # Raised while TensorFlow traces a graph, or from a Keras layer's call, an exception is
+    # re-raised as another type (AutoGraph's StagingError) or with the call's arguments
+    # appended to its message, unless it carries these markers. With them it arrives as it
+    # was raised: the same type and the same words as from the torch twin.
+    ag_pass_through = True
+    _keras_call_info_injected = True
+
 
 def token_ids_message(vocab_size: int) -> str:
     return (
@@ -78,5 +85,5 @@ def input_error(error: BaseException) -> InputError | None:
     for pattern in _PATTERNS:
         found = pattern.search(text)
         if found:
-            return InputError(found.group(0))
+            return InputError(found.group(0).replace("\\'", "'"))  # TensorFlow escapes quotes
     return None
