@@ -1,16 +1,16 @@
 """The parity sections: weights after the copy, forward outputs, gradients, training.
 
 Every section starts from the twins' initial tensors and leaves them there (``reset``),
-so the order of sections never changes a result. Gradients of the Keras twin are mapped
-into the canonical (torch) layout with the weight table's ``to_torch`` transforms: those
-are pure re-layouts (transposes, reshapes, gate reorders, splits), so the function that
-maps a weight maps its gradient too.
+so the order of sections never changes a result. Two pairs of twins take part: the
+recipe's precision and the reference precision (float64 for float32 runs, float32 for
+bf16/fp16 runs). Each figure's bound is both frameworks' own rounding, measured against
+their own reference run, plus a fixed allowance (``zoo.compare.tolerances``).
 
-A run's own rounding is measured against a torch copy in a higher precision (float64 for
-float32 runs, float32 for bf16/fp16 runs): the "noise floor". In low precision two
-frameworks cannot agree better than either agrees with float32, so there a section's
-bound is the larger of its tolerance and twice the floor. Float32 bounds stay fixed; the
-floor only explains a training gap (rounding amplified by training, or a real difference).
+Training is chaotic, so a loss gap beyond its bound is not yet a verdict: the run is
+re-synchronised (``zoo.compare.resync``) at its first step over the bound and at fixed
+points along it, and one step from the torch twin's state decides. If every such step
+agrees, the drift is amplified rounding; if one does not, the twins compute something
+different there, and the report names the step and the tensor.
 """
 
 from __future__ import annotations
@@ -19,27 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from zoo.compare.results import SectionResult, TensorGap, fmt, max_abs_diff, tensor_gaps
-from zoo.compare.steps import TorchStep, dense_gradients, keras_loss, torch_loss, twin_steps
-from zoo.compare.tolerances import LOW_PRECISIONS, Tolerances
-from zoo.compare.twins import Twins, loss_dtype, reference_model, reference_precision, torch_autocast
-from zoo.weights import keras_layer
+from zoo.compare.results import Bounded, SectionResult, TensorGap, fmt, tensor_gaps
+from zoo.compare.resync import Checker, PointCheck, Snapshot, snapshot
+from zoo.compare.steps import KerasStep, TorchStep
+from zoo.compare.tolerances import Tolerances
+from zoo.compare.twins import Twins
 
 WORST = 10  # tensors listed per section in the report
-# A gradient below this fraction of the largest one is float noise around zero (see tensor_gaps).
-GRADIENT_FLOOR = 1e-6
-FLOOR_FACTOR = 2.0  # low precision: the twins may differ by this many times torch's own rounding
+RESYNC_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # besides step 1 and the first step over the bound
 
 
 def gap_rows(gaps: list[TensorGap], limit: int | None = WORST) -> list[dict[str, Any]]:
     return [g.__dict__ for g in (gaps if limit is None else gaps[:limit])]
-
-
-def bound(tolerance: float, floor: float | None, precision: str) -> float:
-    """The limit a low-precision section is held to: its tolerance, or twice the noise floor."""
-    if floor is None or precision not in LOW_PRECISIONS:
-        return tolerance
-    return max(tolerance, FLOOR_FACTOR * floor)
 
 
 # ------------------------------------------------------------------------------ weights
@@ -81,217 +72,195 @@ def check_weights(twins: Twins, tolerances: Tolerances) -> SectionResult:
 # ------------------------------------------------------------------- forward + gradients
 
 
-def torch_pass(model, x, y, precision: str) -> dict[str, Any]:
-    """Eval-mode outputs, then train-mode outputs, loss and every parameter's gradient."""
-    import torch
-
-    model.eval()
-    with torch.no_grad(), torch_autocast(precision):
-        evaluated = model(x).double().numpy()
-    model.train()
-    model.zero_grad(set_to_none=True)
-    with torch_autocast(precision):
-        trained = model(x)
-    loss = torch_loss(trained, y, loss_dtype(precision))
-    loss.backward()
-    gradients = {
-        name: (np.zeros(p.shape) if p.grad is None else p.grad.detach().double().numpy())
-        for name, p in model.named_parameters()
-    }
-    return {
-        "eval": evaluated,
-        "train": trained.detach().double().numpy(),
-        "loss": float(loss.detach()),
-        "gradients": gradients,
-    }
-
-
-def keras_pass(twins: Twins, x, y) -> dict[str, Any]:
-    import tensorflow as tf
-
-    model = twins.keras_model
-    evaluated = np.asarray(model(x, training=False)).astype(np.float64)
-    with tf.GradientTape() as tape:
-        trained = model(x, training=True)
-        loss = keras_loss(trained, y, loss_dtype(twins.setup.precision))
-    return {
-        "eval": evaluated,
-        "train": np.asarray(trained).astype(np.float64),
-        "loss": float(loss),
-        "gradients": keras_gradients(twins, tape, loss),
-    }
-
-
-def keras_gradients(twins: Twins, tape, loss) -> dict[str, np.ndarray]:
-    """The gradient of every trainable canonical tensor, computed on the Keras twin and
-    mapped into the torch layout by each port's ``to_torch``."""
-    ports = []
-    for port in twins.table:
-        layer = keras_layer(twins.keras_model, port.layer)
-        ports.append((port, [keras_layer(layer, name) for name in port.variables]))
-    trainable = [v for _, variables in ports for v in variables if v.trainable]
-    gradients = dense_gradients(tape.gradient(loss, trainable))
-    by_variable = {id(v): g for v, g in zip(trainable, gradients, strict=True)}
-    mapped: dict[str, np.ndarray] = {}
-    for port, variables in ports:
-        arrays = []
-        for variable in variables:
-            gradient = by_variable.get(id(variable))
-            if variable.trainable and gradient is not None:
-                arrays.append(np.asarray(gradient).astype(np.float64))
-            elif variable.trainable:  # not on the loss path: torch leaves it at zero too
-                arrays.append(np.zeros(variable.shape))
-            else:  # running statistics: no gradient; their value keeps to_torch's shapes right
-                arrays.append(np.asarray(variable.numpy()).astype(np.float64))
-        for spec, array in zip(port.tensors, port.to_torch(*arrays), strict=True):
-            if spec.trainable:
-                mapped[spec.name] = np.asarray(array)
-    return mapped
-
-
 def forward_and_gradients(
-    twins: Twins, x: np.ndarray, y: np.ndarray, tolerances: Tolerances
-) -> tuple[SectionResult, SectionResult]:
-    """Outputs in eval and train mode on one batch, and the loss gradient of every tensor.
-
-    The train-mode outputs and the gradients come from the same pass; a train pass moves
-    BatchNorm's running statistics, so the twins are reset afterwards.
-    """
-    precision = twins.setup.precision
-    torch_side = torch_pass(twins.torch_model, *twins.torch_batch(x, y), precision)
-    keras_side = keras_pass(twins, *twins.keras_batch(x, y))
-    twins.reset()
-    reference = None
-    if precision in LOW_PRECISIONS:  # the floor that bf16/fp16 rounding alone sets
-        above = reference_precision(precision)
-        reference = torch_pass(reference_model(twins, above), *twins.torch_batch(x, y, above), above)
-    forward = _forward_section(torch_side, keras_side, reference, len(y), tolerances, precision)
-    gradients = _gradient_section(torch_side, keras_side, reference, tolerances, precision)
-    return forward, gradients
+    checker: Checker, x: np.ndarray, y: np.ndarray
+) -> tuple[SectionResult, SectionResult, PointCheck]:
+    """Outputs in eval and train mode on one batch, and the loss gradient of every tensor,
+    from the initial tensors, in both pairs of twins."""
+    point = checker.check(1, x, y, None)
+    return _forward_section(point, len(y), checker), _gradient_section(point, checker), point
 
 
-def _forward_section(torch_side, keras_side, reference, batch, tolerances, precision) -> SectionResult:
-    modes = {}
-    for mode in ("train", "eval"):
-        a, b = torch_side[mode], keras_side[mode]
-        diff = np.abs(a - b) if a.shape == b.shape else np.array([np.inf])
-        modes[mode] = {
-            "max_abs_diff": max_abs_diff(a, b),
-            "mean_abs_diff": float(diff.mean()) if np.all(np.isfinite(diff)) else float("inf"),
-            "max_abs_output": float(np.max(np.abs(a))) if a.size else 0.0,
-            "shape": list(a.shape),
-        }
-    floor = None
-    if reference is not None:
-        floor = max(max_abs_diff(torch_side[m], reference[m]) for m in ("train", "eval"))
-    limit = bound(tolerances.forward, floor, precision)
-    worst_mode = max(modes, key=lambda m: modes[m]["max_abs_diff"])
-    value = modes[worst_mode]["max_abs_diff"]
-    passed = value <= limit
-    train, eval_ = (fmt(modes[m]["max_abs_diff"]) for m in ("train", "eval"))
-    summary = f"max |diff| {train} (train), {eval_} (eval)"
-    limit_text = _limit_text(limit, tolerances.forward, floor)
-    reason = (
-        f"{summary} <= {limit_text}"
-        if passed
-        else f"{worst_mode}-mode outputs differ: {summary} > {limit_text}"
+def _bound_text(gap: Bounded, relative: bool, reference: str | None) -> str:
+    """How a limit is made up, in words."""
+    limit = gap.relative_limit if relative else gap.limit
+    if reference is None:
+        return fmt(limit)
+    scale = gap.scale if relative else 1.0
+    return (
+        f"{fmt(limit)} (torch's own rounding {fmt(gap.torch_rounding / scale)} + keras's "
+        f"{fmt(gap.keras_rounding / scale)} from their {reference} runs + {fmt(gap.allowance / scale)})"
     )
+
+
+def _forward_section(point: PointCheck, batch: int, checker: Checker) -> SectionResult:
+    reference = _reference_name(checker)
+    modes = {g.name: g for g in point.forward}
+    worst = point.forward[0]
+    train, eval_ = (fmt(modes[m].gap) for m in ("train", "eval"))
+    summary = f"max |diff| {train} (train), {eval_} (eval)"
+    limit_text = _bound_text(worst, False, reference)
+    passed = all(g.passed for g in point.forward)
+    if passed:
+        reason = f"{summary} <= {limit_text}"
+    else:
+        reason = f"{worst.name}-mode outputs differ: {summary}; {fmt(worst.gap)} > {limit_text}"
+        if worst.reference_gap is not None:
+            reason += f"; the {reference} twins already differ by {fmt(worst.reference_gap)}"
+    details = {
+        "batch_size": int(batch),
+        "reference": reference,
+        "loss": point.loss.as_dict(),
+        **{m: modes[m].as_dict() for m in ("train", "eval")},
+    }
     return SectionResult(
         "forward",
         "max |diff| of the outputs on the first batch (train / eval mode)",
-        value,
-        limit,
+        worst.gap,
+        worst.limit,
         passed,
         reason,
-        {"batch_size": int(batch), "noise_floor": floor, **modes},
+        details,
     )
 
 
-def _limit_text(limit: float, tolerance: float, floor: float | None) -> str:
-    if limit == tolerance:
-        return fmt(limit)
-    return f"{fmt(limit)} (twice torch's own distance from float32, {fmt(floor)})"
-
-
-def _gradient_section(torch_side, keras_side, reference, tolerances, precision) -> SectionResult:
-    torch_grads, keras_grads = torch_side["gradients"], keras_side["gradients"]
-    common = [name for name in torch_grads if name in keras_grads]
-    gaps = tensor_gaps(
-        {n: torch_grads[n] for n in common}, {n: keras_grads[n] for n in common}, GRADIENT_FLOOR
-    )
-    floor = None
-    if reference is not None:
-        own = tensor_gaps(reference["gradients"], torch_grads, GRADIENT_FLOOR)
-        floor = own[0].relative if own else 0.0
-    limit = bound(tolerances.gradient, floor, precision)
-    missing = sorted(set(torch_grads) ^ set(keras_grads))
-    over = [g for g in gaps if g.relative > limit]
+def _gradient_section(point: PointCheck, checker: Checker) -> SectionResult:
+    reference = _reference_name(checker)
+    gaps = point.gradients
+    over = [g for g in gaps if not g.passed]
     worst = gaps[0] if gaps else None
-    limit_text = _limit_text(limit, tolerances.gradient, floor)
-    if missing:
-        reason = f"tensors with a gradient in one framework only: {', '.join(missing[:5])}"
+    if point.missing:
+        reason = f"tensors with a gradient in one framework only: {', '.join(point.missing[:5])}"
     elif over:
         more = ""
         if len(over) > 1:
-            more = f"; {len(over) - 1} more above it: " + ", ".join(g.name for g in over[1:4])
-        reason = f"{worst.describe()} > {limit_text}{more}"
+            more = f"; {len(over) - 1} more above their bound: " + ", ".join(g.name for g in over[1:4])
+        reason = (
+            f"{worst.name} (max |diff| {fmt(worst.gap)}, relative {fmt(worst.relative)}) > "
+            f"{_bound_text(worst, True, reference)}{more}"
+        )
+        if worst.reference_gap is not None:
+            reason += f"; the {reference} twins already differ by {fmt(worst.reference_gap / worst.scale)}"
+    elif worst:
+        reason = (
+            f"worst tensor {worst.name} (relative {fmt(worst.relative)}) <= "
+            f"{_bound_text(worst, True, reference)}"
+        )
     else:
-        reason = f"worst tensor {worst.describe()} <= {limit_text}" if worst else "no trainable tensors"
+        reason = "no trainable tensors"
     return SectionResult(
         "gradients",
         "max relative error of a tensor's gradient (max |diff| / max |torch grad|)",
         worst.relative if worst else 0.0,
-        limit,
-        not missing and not over,
+        worst.relative_limit if worst else 0.0,
+        not point.missing and not over,
         reason,
         {
             "worst_tensor": worst.name if worst else None,
-            "loss": {"torch": torch_side["loss"], "keras": keras_side["loss"]},
-            "noise_floor": floor,
+            "reference": reference,
+            "loss": {"torch": point.losses["torch"], "keras": point.losses["keras"]},
             "tensors_above_tolerance": [g.name for g in over],
-            "tensors": gap_rows(gaps, None),
+            "tensors": [g.as_dict() for g in gaps],
         },
     )
+
+
+def _reference_name(checker: Checker) -> str | None:
+    return None if checker.reference is None else REFERENCE_NAMES[checker.reference.precision]
+
+
+REFERENCE_NAMES = {"64-true": "float64", "32-true": "float32"}
 
 
 # ----------------------------------------------------------------------------- training
 
 
+def train_losses(twins: Twins, framework: str, batches: list[np.ndarray], table: np.ndarray) -> np.ndarray:
+    """One twin's loss at every step (before its update) when it trains on ``batches``."""
+    optimizer, split = twins.setup.recipe.optimizer, twins.setup.dataset.train
+    if framework == "torch":
+        step, batch = TorchStep(twins.torch_model, optimizer, table, twins.precision), twins.torch_batch
+    else:
+        step, batch = KerasStep(twins.keras_model, optimizer, table, twins.precision), twins.keras_batch
+    return np.array([float(step(*batch(split.x[i], split.y[i]))) for i in batches])
+
+
+def resync_steps(steps: int) -> list[int]:
+    """Step 1 and fixed points along the run (a quarter, half, three quarters, the end)."""
+    return sorted({1, *(max(1, round(steps * f)) for f in RESYNC_FRACTIONS)})
+
+
 def check_training(
-    twins: Twins, batches: list[np.ndarray], table: np.ndarray, tolerances: Tolerances
+    pair: Twins, checker: Checker, batches: list[np.ndarray], table: np.ndarray, tolerances: Tolerances
 ) -> SectionResult:
     """``len(batches)`` optimizer steps in each framework on the same batches at the same
     rates; the loss of every step (before its update) and the tensors at the end.
 
-    A torch copy in the higher reference precision also trains on the same batches: how
-    far the torch twin drifts from it is the noise floor of this training run (BatchNorm
-    and high learning rates amplify rounding), which tells a gap that is rounding from
-    one that is a real difference.
+    The reference pair trains first on the same batches: each framework's distance from
+    its own reference run is its rounding, and together with the fixed allowance they
+    bound the loss gap at every step. The torch twin's state is kept at step 1, at fixed
+    points and at the first step over the bound; from each, one step of both twins is
+    checked (:mod:`zoo.compare.resync`).
     """
-    split = twins.setup.dataset.train
-    torch_step, keras_step = twin_steps(twins, table)
+    reference = checker.reference
+    floors = None
+    if reference is not None:
+        floors = {side: train_losses(reference, side, batches, table) for side in ("torch", "keras")}
+        reference.reset()
+    split = pair.setup.dataset.train
+    torch_step = TorchStep(pair.torch_model, pair.setup.recipe.optimizer, table, pair.precision)
+    keras_step = KerasStep(pair.keras_model, pair.setup.recipe.optimizer, table, pair.precision)
+    fixed = set(resync_steps(len(batches)))
+    kept: dict[int, Snapshot] = {}
     torch_losses, keras_losses = [], []
-    for index in batches:
+    first = None
+    for step, index in enumerate(batches, 1):
         x, y = split.x[index], split.y[index]
-        torch_losses.append(float(torch_step(*twins.torch_batch(x, y))))
-        keras_losses.append(float(keras_step(*twins.keras_batch(x, y))))
-    final = tensor_gaps(twins.torch_state(), twins.keras_state())
+        state = snapshot(pair, torch_step.optimizer, step) if first is None or step in fixed else None
+        torch_losses.append(float(torch_step(*pair.torch_batch(x, y))))
+        keras_losses.append(float(keras_step(*pair.keras_batch(x, y))))
+        over = _step_limit(torch_losses[-1], keras_losses[-1], floors, step - 1, tolerances)
+        if first is None and not over[0]:
+            first = step
+            kept[step] = state
+        if step in fixed:
+            kept[step] = state
+    final = tensor_gaps(pair.torch_state(), pair.keras_state())
     final.sort(key=lambda g: (-g.max_abs_diff, g.name))
-    twins.reset()
-    above = reference_precision(twins.setup.precision)
-    reference = reference_losses(twins, batches, table, above) if above else None
+    pair.reset()
+    points = [
+        checker.check(s, split.x[batches[s - 1]], split.y[batches[s - 1]], kept[s]) for s in sorted(kept)
+    ]
     return _training_section(
-        np.array(torch_losses), np.array(keras_losses), reference, above, final, table, tolerances, twins
+        np.array(torch_losses),
+        np.array(keras_losses),
+        floors,
+        first,
+        points,
+        final,
+        table,
+        tolerances,
+        checker,
     )
 
 
-def reference_losses(
-    twins: Twins, batches: list[np.ndarray], table: np.ndarray, precision: str
-) -> np.ndarray:
-    """The torch twin's losses when it trains in ``precision`` from the same initial tensors."""
-    step = TorchStep(reference_model(twins, precision), twins.setup.recipe.optimizer, table, precision)
-    split = twins.setup.dataset.train
-    return np.array([float(step(*twins.torch_batch(split.x[i], split.y[i], precision))) for i in batches])
+def _step_limit(torch_loss, keras_loss, floors, i, tolerances) -> tuple[bool, float]:
+    """(within the bound, the bound) at step ``i + 1``."""
+    limit = tolerances.loss
+    if floors is not None:
+        limit += _finite_gap(torch_loss, floors["torch"][i]) + _finite_gap(keras_loss, floors["keras"][i])
+    gap = _gap(torch_loss, keras_loss)
+    return gap <= limit, limit
+
+
+def _gap(a: float, b: float) -> float:
+    return abs(a - b) if np.isfinite(a) and np.isfinite(b) else float("inf")
+
+
+def _finite_gap(a: float, b: float) -> float:
+    """A rounding term; a reference run that is not finite tells nothing, so it allows nothing."""
+    gap = _gap(a, b)
+    return gap if np.isfinite(gap) else 0.0
 
 
 def loss_gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -300,98 +269,148 @@ def loss_gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(finite, np.abs(a - b), np.inf)
 
 
-def first_over(gap: np.ndarray, limit: float) -> int | None:
-    """1-based step where ``gap`` first exceeds ``limit``."""
-    over = np.nonzero(gap > limit)[0]
-    return int(over[0]) + 1 if len(over) else None
-
-
 def _training_section(
-    torch_losses, keras_losses, reference, above, final, table, tolerances, twins
+    torch_losses, keras_losses, floors, first, points, final, table, tolerances, checker
 ) -> SectionResult:
-    precision = twins.setup.precision
+    reference = _reference_name(checker)
     gap = loss_gap(torch_losses, keras_losses)
-    floor_gap = loss_gap(torch_losses, reference) if reference is not None else None
-    limit = bound(tolerances.loss, float(floor_gap.max()) if floor_gap is not None else None, precision)
     steps = len(gap)
+    limits = np.array(
+        [
+            _step_limit(t, k, floors, i, tolerances)[1]
+            for i, (t, k) in enumerate(zip(torch_losses, keras_losses, strict=True))
+        ]
+    )
     worst_step = int(np.argmax(gap)) + 1
-    first = first_over(gap, limit)
     value = float(gap.max())
     worst_tensor = final[0] if final else None
-    limit_text = (
-        fmt(limit) if limit == tolerances.loss else f"{fmt(limit)} (twice torch's own distance from float32)"
-    )
-    if first is None:
-        reason = f"max |loss gap| {fmt(value)} at step {worst_step} of {steps} <= {limit_text}"
-    elif not (np.isfinite(torch_losses[first - 1]) and np.isfinite(keras_losses[first - 1])):
-        side = "torch" if not np.isfinite(torch_losses[first - 1]) else "keras"
-        reason = f"the {side} loss is not finite from step {first} of {steps}"
-    else:
-        reason = (
-            f"loss gap first exceeds {limit_text} at step {first} "
-            f"({fmt(float(gap[first - 1]))}); largest {fmt(value)} at step {worst_step} of {steps}"
+    failed = [p for p in points if not p.passed]
+    finite = np.isfinite(torch_losses) & np.isfinite(keras_losses)
+    drift = f"max |loss gap| {fmt(value)} at step {worst_step} of {steps}"
+    if first is not None:
+        drift += (
+            f", over its rounding bound from step {first} ({fmt(float(gap[first - 1]))} > "
+            f"{fmt(float(limits[first - 1]))} there)"
         )
-    if first is not None and worst_tensor is not None:
-        reason += f"; at the end {worst_tensor.name} differs most ({fmt(worst_tensor.max_abs_diff)})"
-    floor = None
-    if reference is not None:
-        floor = _noise_floor(torch_losses, keras_losses, reference, above, limit, first is None)
-        if first is not None:
-            reason += f"; {floor['verdict']}"
+    where = ", ".join(str(p.step) for p in points)
+    agree = _agreement(points)
+    if not np.all(finite):
+        bad = int(np.nonzero(~finite)[0][0]) + 1
+        side = "torch" if not np.isfinite(torch_losses[bad - 1]) else "keras"
+        passed = False
+        reason = f"the {side} loss is not finite from step {bad} of {steps}"
+    elif failed:
+        passed = False
+        worst = failed[0]
+        reason = (
+            f"{drift}; from torch's state at step {worst.step} the twins differ: {worst.describe()}"
+            f" (re-synchronised at steps {where}; {len(failed)} differ)"
+        )
+        if worst_tensor is not None:
+            reason += f"; at the end {worst_tensor.name} differs most ({fmt(worst_tensor.max_abs_diff)})"
+    elif first is None:
+        passed = True
+        reason = (
+            f"{drift} <= its bound; from re-synchronised states at steps {where} the twins agree ({agree})"
+        )
+    else:
+        passed = True
+        reason = (
+            f"{drift}, but from re-synchronised states at steps {where} the twins agree ({agree}): "
+            "amplified rounding (chaotic training), not a different computation"
+        )
+    details = {
+        "steps": steps,
+        "max_gap_step": worst_step,
+        "first_step_over_tolerance": first,
+        "amplified_rounding": bool(passed and first is not None),
+        "reference": reference,
+        "final_loss": {"torch": float(torch_losses[-1]), "keras": float(keras_losses[-1])},
+        "loss": {"torch": torch_losses.tolist(), "keras": keras_losses.tolist()},
+        "gap": gap.tolist(),
+        "limit": limits.tolist(),
+        "lr": [float(table[min(i, len(table) - 1)]) for i in range(steps)],
+        "noise_floor": _noise_floor(torch_losses, keras_losses, floors, reference),
+        "resync": [p.as_dict() for p in points],
+        "resync_summary": [_point_summary(p) for p in points],
+        "final_weights_worst_tensor": worst_tensor.name if worst_tensor else None,
+        "final_weights": gap_rows(final),
+    }
     return SectionResult(
         "training",
         f"max |loss gap| over {steps} steps",
         value,
-        limit,
-        first is None,
+        float(limits[worst_step - 1]),
+        passed,
         reason,
-        {
-            "steps": steps,
-            "max_gap_step": worst_step,
-            "first_step_over_tolerance": first,
-            "final_loss": {"torch": float(torch_losses[-1]), "keras": float(keras_losses[-1])},
-            "loss": {"torch": torch_losses.tolist(), "keras": keras_losses.tolist()},
-            "gap": gap.tolist(),
-            "lr": [float(table[min(i, len(table) - 1)]) for i in range(steps)],
-            "noise_floor": floor,
-            "final_weights_worst_tensor": worst_tensor.name if worst_tensor else None,
-            "final_weights": gap_rows(final),
-        },
+        details,
     )
 
 
-REFERENCE_NAMES = {"64-true": "float64", "32-true": "float32"}
+CHECK_LABELS = {"forward": "outputs", "loss": "loss", "gradients": "gradients", "update": "one update"}
 
 
-def _noise_floor(torch_losses, keras_losses, reference, above, limit, passed: bool) -> dict[str, Any]:
-    """How far each run is from torch's reference-precision run, and what that says of the gap."""
-    name = REFERENCE_NAMES[above]
-    torch_gap, keras_gap = loss_gap(torch_losses, reference), loss_gap(keras_losses, reference)
-    torch_first, keras_first = first_over(torch_gap, limit), first_over(keras_gap, limit)
-    facts = (
-        f"torch is up to {fmt(float(torch_gap.max()))} from torch in {name} "
-        f"(over the limit from step {torch_first or '-'}), keras up to {fmt(float(keras_gap.max()))} "
-        f"(from step {keras_first or '-'})"
-    )
-    if passed:
-        verdict = facts
-    elif torch_first is None:
-        verdict = f"{facts}: not rounding, the twins compute something different"
-    elif keras_first is None or keras_first >= torch_first:
-        verdict = f"{facts}: this run amplifies rounding, the gap is at its noise level"
-    else:
-        verdict = (
-            f"{facts}: keras leaves the {name} path first, so besides amplified rounding there is a "
-            "small systematic difference (optimizer arithmetic, an epsilon, a lower-precision reduction)"
-        )
+def _agreement(points: list[PointCheck]) -> str:
+    """The worst of each check over the re-synchronised steps, in the check's own units."""
+    parts = []
+    for kind, label in (
+        ("forward", "outputs"),
+        ("loss", "loss"),
+        ("gradients", "gradients"),
+        ("update", "one update"),
+    ):
+        gaps = [g for p in points for g in p.checks().get(kind, [])]
+        if not gaps:
+            continue
+        relative = kind in ("gradients", "update")
+        worst = max(gaps, key=lambda g: g.relative if relative else g.gap)
+        value = worst.relative if relative else worst.gap
+        parts.append(f"{label} {fmt(value)}{' relative' if relative else ''}")
+    skipped = {p.update_skipped for p in points if p.update_skipped}
+    if skipped:
+        parts.append(f"no update compared: {'; '.join(sorted(skipped))}")
+    return ", ".join(parts)
+
+
+def _point_summary(point: PointCheck) -> dict[str, Any]:
+    """One row of the report's re-sync table: per check, the worst figure and its bound."""
+    row: dict[str, Any] = {"step": point.step, "passed": point.passed, "losses": point.losses}
+    for kind, gaps in point.checks().items():
+        worst = gaps[0] if gaps else None
+        if worst is None:
+            continue
+        relative = kind in ("gradients", "update")
+        row[kind] = {
+            "name": worst.name,
+            "value": worst.relative if relative else worst.gap,
+            "limit": worst.relative_limit if relative else worst.limit,
+            "passed": all(g.passed for g in gaps),
+        }
+    if point.update_skipped:
+        row["update_skipped"] = point.update_skipped
+    return row
+
+
+def _noise_floor(torch_losses, keras_losses, floors, reference) -> dict[str, Any] | None:
+    """How far each twin is from its own reference-precision run, and the reference twins
+    from each other."""
+    if floors is None:
+        return None
+    torch_gap = loss_gap(torch_losses, floors["torch"])
+    keras_gap = loss_gap(keras_losses, floors["keras"])
+    reference_gap = loss_gap(floors["torch"], floors["keras"])
     return {
-        "reference": f"torch in {name}",
-        "loss": reference.tolist(),
+        "reference": reference,
+        "loss": {"torch": floors["torch"].tolist(), "keras": floors["keras"].tolist()},
         "torch_gap": torch_gap.tolist(),
         "keras_gap": keras_gap.tolist(),
+        "reference_gap": reference_gap.tolist(),
         "torch_max_gap": float(torch_gap.max()),
         "keras_max_gap": float(keras_gap.max()),
-        "torch_first_step_over_tolerance": torch_first,
-        "keras_first_step_over_tolerance": keras_first,
-        "verdict": verdict,
+        "reference_max_gap": float(reference_gap.max()),
+        "verdict": (
+            f"torch is up to {fmt(float(torch_gap.max()))} from torch in {reference}, keras up to "
+            f"{fmt(float(keras_gap.max()))} from keras in {reference}; the {reference} twins are up to "
+            f"{fmt(float(reference_gap.max()))} apart"
+        ),
     }

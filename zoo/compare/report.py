@@ -39,6 +39,9 @@ def terminal_table(report: dict[str, Any], out: Path | None) -> str:
             (name, section["verdict"], fmt(section["value"]), fmt(section["tolerance"]), section["reason"])
         )
     lines += _columns(rows)
+    training = report["sections"]["training"]
+    if training.get("resync_summary"):
+        lines += ["", *_columns(_resync_rows(training))]
     speed = report.get("speed")
     if speed:
         lines += ["", *_columns(_speed_rows(speed))]
@@ -47,6 +50,39 @@ def terminal_table(report: dict[str, Any], out: Path | None) -> str:
     if out is not None:
         lines.append(f"report: {out / 'report.md'} (also report.json, report.png)")
     return "\n".join(lines)
+
+
+RESYNC_CHECKS = (
+    ("forward", "OUTPUTS"),
+    ("loss", "LOSS"),
+    ("gradients", "GRADIENTS (rel.)"),
+    ("update", "ONE UPDATE (rel.)"),
+)
+
+
+def _resync_rows(training: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row per re-synchronised step: each check's worst figure against its bound."""
+    rows = [("RE-SYNC AT STEP", *(label for _, label in RESYNC_CHECKS), "")]
+    for point in training["resync_summary"]:
+        cells = []
+        for kind, _ in RESYNC_CHECKS:
+            check = point.get(kind)
+            if check is None:
+                cells.append("-")
+                continue
+            sign = "<=" if check["passed"] else ">"
+            cells.append(f"{fmt(check['value'])} {sign} {fmt(check['limit'])}")
+        worst = "" if point["passed"] else "DIFFERS: " + _failing(point)
+        rows.append((str(point["step"]), *cells, worst))
+    return rows
+
+
+def _failing(point: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{kind} ({point[kind]['name']})"
+        for kind, _ in RESYNC_CHECKS
+        if kind in point and not point[kind]["passed"]
+    )
 
 
 def _speed_rows(speed: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -101,29 +137,42 @@ def markdown(report: dict[str, Any]) -> str:
         ],
     )
     forward = sections["forward"]
+    reference = forward.get("reference")
     lines += ["", "## Forward (first batch)", ""]
-    lines += _md_table(
-        ("mode", "max abs diff", "mean abs diff", "max abs output"),
-        [
-            (
-                m,
-                fmt(forward[m]["max_abs_diff"]),
-                fmt(forward[m]["mean_abs_diff"]),
-                f"{forward[m]['max_abs_output']:.3g}",
-            )
-            for m in ("train", "eval")
-        ],
-    )
+    if reference:
+        lines += [
+            f"Bound = torch's own rounding (its distance from torch in {reference}) + keras's own "
+            f"rounding + {fmt(report['tolerances']['forward'])}: the triangle inequality through the "
+            f"{reference} twins, which must agree to that allowance.",
+            "",
+        ]
+    lines += _bounded_table([forward["train"], forward["eval"], forward["loss"]], "mode", relative=False)
     grads = sections["gradients"]
-    lines += ["", "## Gradients (first batch), worst tensors first", ""]
+    lines += ["", "## Gradients (first batch), closest to their bound first", ""]
     lines += [f"Loss: torch {grads['loss']['torch']:.8g}, keras {grads['loss']['keras']:.8g}", ""]
-    lines += _tensor_table(grads["tensors"][:10], "max abs grad")
+    lines += _bounded_table(grads["tensors"][:10], "tensor", relative=True)
     training = sections["training"]
     lines += ["", f"## Training ({training['steps']} steps)", "", "![losses](report.png)", ""]
-    lines += _md_table(("step", "lr", "torch loss", "keras loss", "gap"), _loss_rows(training))
-    reference = training.get("noise_floor")
-    if reference:
-        lines += ["", f"Noise floor ({reference['reference']} on the same batches): {reference['verdict']}."]
+    lines += _md_table(("step", "lr", "torch loss", "keras loss", "gap", "bound"), _loss_rows(training))
+    floor = training.get("noise_floor")
+    if floor:
+        lines += [
+            "",
+            f"Noise floor ({floor['reference']} runs of both twins on the same batches): {floor['verdict']}.",
+        ]
+    if training.get("resync_summary"):
+        lines += [
+            "",
+            "### Re-synchronised steps",
+            "",
+            "From the torch twin's state before each step (weights, running statistics, optimizer "
+            "moments and step), both twins of both precisions on that step's batch: outputs and loss "
+            "(absolute), gradients and one optimizer update from torch's gradients (relative to the "
+            "tensor's largest), each against its bound.",
+            "",
+        ]
+        rows = _resync_rows(training)
+        lines += _md_table(rows[0], rows[1:])
     lines += ["", "Final tensors, worst first:", ""]
     lines += _tensor_table(training["final_weights"], "max abs value")
     lines += ["", "## Weights right after the copy", ""]
@@ -146,6 +195,42 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bounded_table(rows: list[dict[str, Any]], what: str, relative: bool) -> list[str]:
+    unit = " (relative)" if relative else ""
+    header = (
+        what,
+        "shape",
+        f"gap{unit}",
+        f"torch rounding{unit}",
+        f"keras rounding{unit}",
+        f"reference gap{unit}",
+        f"bound{unit}",
+        "",
+    )
+
+    def scaled(value: float | None, row: dict[str, Any]) -> str:
+        if value is None:
+            return "-"
+        return fmt(value / row["scale"] if relative and row["scale"] else value)
+
+    return _md_table(
+        header,
+        [
+            (
+                r["name"],
+                "x".join(map(str, r["shape"])) or "scalar",
+                scaled(r["gap"], r),
+                scaled(r["torch_rounding"], r),
+                scaled(r["keras_rounding"], r),
+                scaled(r["reference_gap"], r),
+                scaled(r["limit"], r),
+                "PASS" if r["passed"] else "DIFFERS",
+            )
+            for r in rows
+        ],
+    )
+
+
 def _loss_rows(training: dict[str, Any]) -> list[tuple[str, ...]]:
     steps = training["steps"]
     shown = sorted({1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, steps, training["max_gap_step"]})
@@ -162,6 +247,7 @@ def _loss_rows(training: dict[str, Any]) -> list[tuple[str, ...]]:
                 f"{training['loss']['torch'][i]:.8g}",
                 f"{training['loss']['keras'][i]:.8g}",
                 fmt(training["gap"][i]),
+                fmt(training["limit"][i]),
             )
         )
     return rows
@@ -218,16 +304,23 @@ def plot(report: dict[str, Any], path: Path) -> None:
     )
     reference = training.get("noise_floor")
     if reference:
-        floor = np.asarray(reference["torch_gap"], dtype=float)
-        bottom.semilogy(steps, _positive(floor), color="tab:gray", linewidth=1.0, alpha=0.8,
-                        label=f"|torch - {reference['reference']}| (noise floor)")  # fmt: skip
-    bottom.axhline(
-        training["tolerance"], color="black", linestyle=":", label=f"tolerance {fmt(training['tolerance'])}"
+        name = reference["reference"]
+        for side, color in (("torch", "tab:gray"), ("keras", "tab:olive")):
+            floor = np.asarray(reference[f"{side}_gap"], dtype=float)
+            bottom.semilogy(steps, _positive(floor), color=color, linewidth=0.8, alpha=0.8,
+                            label=f"|{side} - {side} in {name}| (its own rounding)")  # fmt: skip
+    limit = np.asarray(training["limit"], dtype=float)
+    bottom.semilogy(
+        steps, _positive(limit), color="black", linestyle=":", label="bound (both roundings + allowance)"
     )
+    for point in training.get("resync", []):
+        bottom.axvline(
+            point["step"], color="tab:green" if point["passed"] else "tab:red", alpha=0.3, linewidth=3
+        )
     first = training["first_step_over_tolerance"]
     if first:
         bottom.axvline(
-            first, color="tab:orange", linestyle="--", label=f"first over tolerance (step {first})"
+            first, color="tab:orange", linestyle="--", label=f"first over the bound (step {first})"
         )
     bottom.set_xlabel("step")
     bottom.set_ylabel("|loss gap|" + (f" ({zeros} steps exactly 0, not drawn)" if zeros else ""))

@@ -100,6 +100,121 @@ def tensor_gaps(
     return sorted(gaps, key=lambda g: (-g.relative, -g.max_abs_diff, g.name))
 
 
+@dataclass(frozen=True)
+class Bounded:
+    """One checked quantity (an output, a loss, a tensor's gradient or update) of the two
+    pairs of twins, and the bound the triangle inequality puts on its gap (see
+    ``zoo.compare.tolerances``). Every figure is a max |difference| in absolute units;
+    ``scale`` is what the relative figures divide by (1 where the check is absolute)."""
+
+    name: str
+    shape: list[int]
+    gap: float  # |torch - keras| in the recipe's precision
+    scale: float
+    torch_rounding: float  # |torch - torch in the reference precision|; 0 without one
+    keras_rounding: float  # |keras - keras in the reference precision|
+    reference_gap: float | None  # |torch - keras| in the reference precision (None: no reference)
+    allowance: float  # the fixed part: tolerance x scale (+ one rounding unit of the weights)
+
+    @property
+    def limit(self) -> float:
+        return self.torch_rounding + self.keras_rounding + self.allowance
+
+    @property
+    def passed(self) -> bool:
+        return self.gap <= self.limit
+
+    @property
+    def relative(self) -> float:
+        return _ratio(self.gap, self.scale)
+
+    @property
+    def relative_limit(self) -> float:
+        return _ratio(self.limit, self.scale)
+
+    @property
+    def use(self) -> float:
+        """gap / limit: how much of its bound the gap uses (above 1: over it)."""
+        return _ratio(self.gap, self.limit)
+
+    def describe(self, relative: bool = True) -> str:
+        value, limit = (self.relative, self.relative_limit) if relative else (self.gap, self.limit)
+        kind = "relative " if relative else ""
+        return f"{self.name} ({kind}{fmt(value)} {'<=' if self.passed else '>'} {fmt(limit)})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": self.shape,
+            "gap": self.gap,
+            "scale": self.scale,
+            "relative": self.relative,
+            "limit": self.limit,
+            "relative_limit": self.relative_limit,
+            "torch_rounding": self.torch_rounding,
+            "keras_rounding": self.keras_rounding,
+            "reference_gap": self.reference_gap,
+            "allowance": self.allowance,
+            "passed": self.passed,
+        }
+
+
+def _ratio(a: float, b: float) -> float:
+    if a == 0:
+        return 0.0
+    return a / b if b > 0 else math.inf
+
+
+def bounded_gaps(
+    torch_side: Mapping[str, Any],
+    keras_side: Mapping[str, Any],
+    torch_reference: Mapping[str, Any] | None,
+    keras_reference: Mapping[str, Any] | None,
+    tolerance: float,
+    *,
+    relative: bool,
+    floor_fraction: float = 0.0,
+    rounding_unit: Mapping[str, float] | None = None,
+) -> list[Bounded]:
+    """Each name's gap and bound, worst first (by how much of its bound it uses).
+
+    ``relative``: the tolerance is a fraction of the quantity's own max |torch value|
+    (never below ``floor_fraction`` of the largest of all, see :func:`tensor_gaps`), else
+    absolute. ``rounding_unit`` adds a per-name absolute allowance (an update's rounding of
+    the new weight). Without a reference both rounding terms are 0.
+    """
+    scales = {
+        n: float(np.max(np.abs(np.asarray(v, dtype=np.float64)), initial=0.0)) for n, v in torch_side.items()
+    }
+    floor = floor_fraction * max(scales.values(), default=0.0)
+    reference = torch_reference is not None and keras_reference is not None
+    found = []
+    for name, value in torch_side.items():
+        scale = max(scales[name], floor) if relative else 1.0
+        found.append(
+            Bounded(
+                name,
+                [int(s) for s in np.shape(value)],
+                max_abs_diff(value, keras_side[name]),
+                scale,
+                _finite(max_abs_diff(value, torch_reference[name])) if reference else 0.0,
+                _finite(max_abs_diff(keras_side[name], keras_reference[name])) if reference else 0.0,
+                max_abs_diff(torch_reference[name], keras_reference[name]) if reference else None,
+                tolerance * scale + (rounding_unit or {}).get(name, 0.0),
+            )
+        )
+    return sorted(found, key=lambda g: (-g.use, -g.gap, g.name))
+
+
+def _largest(value: Any) -> float:
+    return float(np.max(np.abs(np.asarray(value, dtype=np.float64)), initial=0.0))
+
+
+def _finite(value: float) -> float:
+    """A reference run that is not finite tells nothing of rounding: it allows nothing."""
+    return value if math.isfinite(value) else 0.0
+
+
 def fmt(value: float | None) -> str:
     """Compact scientific notation for gaps: ``0``, ``3.1e-07``, ``inf``."""
     if value is None:

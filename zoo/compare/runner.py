@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.compare.results import PASS, SectionResult
-from zoo.compare.tolerances import tolerances_for
+from zoo.compare.tolerances import reference_precision, tolerances_for
 from zoo.recipe import Recipe, load_recipe
 
 DEFAULT_SPEED_STEPS = 50
@@ -61,6 +61,7 @@ def compare(
     """
     from zoo.compare import parity
     from zoo.compare.report import terminal_table, write_reports
+    from zoo.compare.resync import Checker
     from zoo.compare.twins import batch_indices, build_twins, prepare, single_threaded
     from zoo.data import steps_per_epoch
     from zoo.schedule import lr_table
@@ -73,19 +74,22 @@ def compare(
         recipe = load_recipe(recipe.to_dict(), overrides)
     started = time.perf_counter()
     setup = prepare(recipe)
-    tolerances = tolerances_for(setup.precision, setup.config.architecture)
+    tolerances = tolerances_for(setup.precision)
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
 
     with single_threaded() as threads:
         twins = build_twins(setup, setup.parity_config)
+        above = reference_precision(setup.precision)
+        reference = build_twins(setup, setup.parity_config, above, twins.initial) if above else None
+        checker = Checker(twins, reference, table, tolerances)
         sections = {"weights": parity.check_weights(twins, tolerances)}
         batches = batch_indices(setup, steps)
         split = setup.dataset.train
-        sections["forward"], sections["gradients"] = parity.forward_and_gradients(
-            twins, split.x[batches[0]], split.y[batches[0]], tolerances
+        sections["forward"], sections["gradients"], _ = parity.forward_and_gradients(
+            checker, split.x[batches[0]], split.y[batches[0]]
         )
-        sections["training"] = parity.check_training(twins, batches, table, tolerances)
+        sections["training"] = parity.check_training(twins, checker, batches, table, tolerances)
         explain_forward(sections)
         speed = None
         if speed_steps > 0:
@@ -149,6 +153,7 @@ def build_report(setup, steps, threads, checkpointing, tolerances, sections, spe
         "threads": threads,
         "gradient_checkpointing": {"requested": setup.gradient_checkpointing, **checkpointing},
         "versions": versions(),
+        "reference_precision": reference_precision(setup.precision),
         "tolerances": tolerances.as_dict(),
         "notes": notes(setup, threads, checkpointing),
         "sections": {name: section.as_dict() for name, section in sections.items()},

@@ -141,7 +141,7 @@ def _summary(framework, windows, first_ms, batch, memory, measure) -> FrameworkS
 def torch_memory(twins: Twins, index: np.ndarray) -> tuple[int, str]:
     """Bytes autograd saves for backward in one forward pass and loss, each storage once."""
 
-    model, precision = twins.torch_model, twins.setup.precision
+    model, precision = twins.torch_model, twins.precision
     split = twins.setup.dataset.train
     x, y = twins.torch_batch(split.x[index], split.y[index])
     model.train()
@@ -168,7 +168,7 @@ def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
     import tensorflow as tf
 
     model, variables = twins.keras_model, twins.keras_model.trainable_variables
-    dtype = loss_dtype(twins.setup.precision)
+    dtype = loss_dtype(twins.precision)
 
     traced: dict[str, str] = {}
 

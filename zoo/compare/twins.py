@@ -154,10 +154,13 @@ def loss_dtype(precision: str) -> str:
 
 @dataclass
 class Twins:
-    """A torch and a Keras model of one config holding the same tensors (canonical layout)."""
+    """A torch and a Keras model of one config in one precision holding the same tensors
+    (canonical layout). A comparison has two pairs: the recipe's precision, and the
+    reference precision its rounding is measured against (``reference_precision``)."""
 
     setup: Setup
     config: ArchitectureConfig
+    precision: str
     torch_model: Any
     keras_model: Any
     table: list[Port]
@@ -166,17 +169,23 @@ class Twins:
 
     def reset(self) -> None:
         """Both twins back to the initial tensors (running statistics included)."""
+        self.load(self.initial)
+
+    def load(self, tensors: dict[str, np.ndarray]) -> None:
+        """Canonical tensors (any float dtype) into both twins, each in its own dtypes."""
         import torch
 
-        state = {name: torch.from_numpy(np.array(value)) for name, value in self.initial.items()}
+        state = {name: torch.from_numpy(np.array(value)) for name, value in tensors.items()}
         self.torch_model.load_state_dict(state, strict=True)  # copies into each tensor's own dtype
-        tensors_to_keras(self.keras_model, self.table, self.initial)
+        tensors_to_keras(self.keras_model, self.table, tensors)
 
     def torch_state(self) -> dict[str, np.ndarray]:
-        """The torch twin's tensors, floating ones in float64 (exact for every precision)."""
+        """Copies of the torch twin's tensors, floating ones in float64 (exact for every
+        precision; a float64 tensor's ``.double().numpy()`` would be a view of it)."""
+        state = self.torch_model.state_dict()
         return {
-            name: value.detach().cpu().double().numpy() if value.is_floating_point() else value.cpu().numpy()
-            for name, value in self.torch_model.state_dict().items()
+            name: np.array(value.detach().cpu().double() if value.is_floating_point() else value.cpu())
+            for name, value in state.items()
         }
 
     def keras_state(self) -> dict[str, np.ndarray]:
@@ -193,14 +202,19 @@ class Twins:
                 state[spec.name] = np.asarray(array)
         return state
 
+    @property
+    def trainable(self) -> list[str]:
+        """Canonical names of the trainable tensors, in table order."""
+        return [spec.name for port in self.table for spec in port.tensors if spec.trainable]
+
     # Inputs in each framework's layout and dtype.
 
-    def torch_batch(self, x: np.ndarray, y: np.ndarray, precision: str | None = None):
-        """``x`` in the dtype the torch twin runs in (or in that of ``precision``)."""
+    def torch_batch(self, x: np.ndarray, y: np.ndarray):
+        """``x`` in the dtype the torch twin runs in."""
         import torch
 
         tx = torch.from_numpy(np.ascontiguousarray(x))
-        dtype = torch_parameter_dtype(precision or self.setup.precision)
+        dtype = torch_parameter_dtype(self.precision)
         if dtype is not None and tx.is_floating_point():
             tx = tx.to(dtype)
         return tx, torch.from_numpy(np.ascontiguousarray(y))
@@ -213,26 +227,34 @@ class Twins:
         return tf.constant(keras_layout(x, self.setup.input_kind)), tf.constant(y)
 
 
-def build_twins(setup: Setup, config: ArchitectureConfig) -> Twins:
-    """Torch twin from the recipe's seed, its tensors copied into a Keras twin built under
-    the recipe's dtype policy; gradient checkpointing on both where the twins offer it."""
-
+def build_twins(
+    setup: Setup,
+    config: ArchitectureConfig,
+    precision: str | None = None,
+    initial: dict[str, np.ndarray] | None = None,
+) -> Twins:
+    """Torch twin from the recipe's seed (or holding ``initial``), its tensors copied into
+    a Keras twin built in ``precision`` (default: the recipe's); gradient checkpointing on
+    both where the twins offer it."""
     from zoo.checkpoint import model_tensors
     from zoo.initial_weights import seeded_torch_model
     from zoo.keras.precision import build_keras
 
-    family, precision = setup.family, setup.precision
+    family = setup.family
+    precision = precision or setup.precision
     torch_model = seeded_torch_model(family, config, setup.recipe.trainer.seed)
-    initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
+    if initial is None:
+        initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
     dtype = torch_parameter_dtype(precision)
     if dtype is not None:
         torch_model = torch_model.to(dtype)
     keras_model = build_keras(family, config, precision, initial)
     table = family.weight_table(config)
-    checkpointing = {}
+    twins = Twins(setup, config, precision, torch_model, keras_model, table, initial)
+    twins.reset()  # the torch twin too, where ``initial`` came from elsewhere
     if setup.gradient_checkpointing:
-        checkpointing = enable_checkpointing(torch_model, keras_model)
-    return Twins(setup, config, torch_model, keras_model, table, initial, checkpointing)
+        twins.checkpointing = enable_checkpointing(torch_model, keras_model)
+    return twins
 
 
 def enable_checkpointing(torch_model: Any, keras_model: Any) -> dict[str, bool]:
@@ -254,25 +276,3 @@ def enable_checkpointing(torch_model: Any, keras_model: Any) -> dict[str, bool]:
 def _float64(value: Any) -> np.ndarray:
     array = np.asarray(value)
     return array if array.dtype.kind in "iub" else array.astype(np.float64)
-
-
-def reference_model(twins: Twins, precision: str):
-    """A copy of the torch twin in ``precision``'s dtype holding the exact initial tensors:
-    the yardstick of how much a run's own rounding moves its results."""
-    import copy
-
-    import torch
-
-    model = copy.deepcopy(twins.torch_model).to(torch_parameter_dtype(precision) or torch.float32)
-    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in twins.initial.items()}, strict=True)
-    return model
-
-
-def reference_precision(precision: str) -> str | None:
-    """What a run is measured against: float32 runs against float64, low precisions
-    against float32; float64 has nothing above it here."""
-    if precision == "32-true":
-        return "64-true"
-    if precision == "64-true":
-        return None
-    return "32-true"

@@ -1,0 +1,394 @@
+"""One step of both twins from identical state: the check that tells amplified rounding
+from a different computation.
+
+Training is chaotic: a difference of one unit in the last place (a max-pool window that
+is an exact tie in one framework and not in the other, a sum in another order) moves a
+gradient, Adam divides by a tiny second moment, and after some steps two correct twins
+are visibly apart. Whether they still compute the same thing is a question about one
+step, not about the trajectory: so the comparison re-synchronises. It takes the torch
+twin's state at a step of the run (weights, running statistics, the optimizer's moments
+and step count), loads it into both twins of both precisions, and compares on that step's
+batch: the outputs, the loss, every gradient, and one optimizer update from the same
+gradients (the torch twin's, fed to all four optimizers, so the update check sees the
+optimizers alone).
+
+Every figure is bounded as in ``zoo.compare.tolerances``: both frameworks' own rounding,
+measured against their reference-precision pair at the same state, plus the fixed
+allowance. Optimizer state maps into the Keras optimizer with the weight table's
+``to_keras``: those are pure re-layouts (transposes, reshapes, gate reorders, splits) and
+the moments are elementwise, so the map that moves a weight moves its moments too.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zoo.compare.results import Bounded, bounded_gaps
+from zoo.compare.steps import dense_gradients, keras_loss, torch_loss
+from zoo.compare.tolerances import Tolerances, parameter_epsilon
+from zoo.compare.twins import Twins, loss_dtype, torch_autocast
+from zoo.weights import keras_layer
+
+# A gradient or update below this fraction of the largest one is float noise around zero
+# (the gradient of an attention key bias is exactly zero in exact arithmetic).
+GRADIENT_FLOOR = 1e-6
+# torch optimizer state -> the slot list of zoo's Keras optimizers (zoo.keras.optimizers).
+KERAS_SLOTS = {"exp_avg": "_m", "exp_avg_sq": "_v", "momentum_buffer": "_buffers"}
+
+
+@dataclass
+class Snapshot:
+    """The torch twin's state before update ``step`` (1-based): canonical tensors (float64,
+    exact for every precision) and the optimizer's ``state_dict`` (moments, step, rate)."""
+
+    step: int
+    tensors: dict[str, np.ndarray]
+    optimizer: dict[str, Any]
+
+
+def snapshot(twins: Twins, torch_optimizer: Any, step: int) -> Snapshot:
+    return Snapshot(step, twins.torch_state(), copy.deepcopy(torch_optimizer.state_dict()))
+
+
+# -------------------------------------------------------------------------- one pass
+
+
+def torch_pass(model, x, y, precision: str) -> dict[str, Any]:
+    """Eval-mode outputs, then train-mode outputs, loss and every parameter's gradient
+    (left on the parameters for an optimizer step)."""
+    import torch
+
+    model.eval()
+    with torch.no_grad(), torch_autocast(precision):
+        evaluated = model(x).double().numpy()
+    model.train()
+    model.zero_grad(set_to_none=True)
+    with torch_autocast(precision):
+        trained = model(x)
+    loss = torch_loss(trained, y, loss_dtype(precision))
+    loss.backward()
+    gradients = {
+        name: (np.zeros(p.shape) if p.grad is None else p.grad.detach().double().numpy())
+        for name, p in model.named_parameters()
+    }
+    return {
+        "eval": evaluated,
+        "train": trained.detach().double().numpy(),
+        "loss": float(loss.detach()),
+        "gradients": gradients,
+    }
+
+
+def keras_pass(twins: Twins, x, y) -> dict[str, Any]:
+    import tensorflow as tf
+
+    model = twins.keras_model
+    evaluated = np.asarray(model(x, training=False)).astype(np.float64)
+    with tf.GradientTape() as tape:
+        trained = model(x, training=True)
+        loss = keras_loss(trained, y, loss_dtype(twins.precision))
+    return {
+        "eval": evaluated,
+        "train": np.asarray(trained).astype(np.float64),
+        "loss": float(loss),
+        "gradients": keras_gradients(twins, tape, loss),
+    }
+
+
+def keras_gradients(twins: Twins, tape, loss) -> dict[str, np.ndarray]:
+    """The gradient of every trainable canonical tensor, computed on the Keras twin and
+    mapped into the torch layout by each port's ``to_torch``."""
+    ports = _ports(twins)
+    trainable = [v for _, variables in ports for v in variables if v.trainable]
+    gradients = dense_gradients(tape.gradient(loss, trainable))
+    by_variable = {id(v): g for v, g in zip(trainable, gradients, strict=True)}
+    mapped: dict[str, np.ndarray] = {}
+    for port, variables in ports:
+        arrays = []
+        for variable in variables:
+            gradient = by_variable.get(id(variable))
+            if variable.trainable and gradient is not None:
+                arrays.append(np.asarray(gradient).astype(np.float64))
+            elif variable.trainable:  # not on the loss path: torch leaves it at zero too
+                arrays.append(np.zeros(variable.shape))
+            else:  # running statistics: no gradient; their value keeps to_torch's shapes right
+                arrays.append(np.asarray(variable.numpy()).astype(np.float64))
+        for spec, array in zip(port.tensors, port.to_torch(*arrays), strict=True):
+            if spec.trainable:
+                mapped[spec.name] = np.asarray(array)
+    return mapped
+
+
+def _ports(twins: Twins) -> list[tuple[Any, list[Any]]]:
+    found = []
+    for port in twins.table:
+        layer = keras_layer(twins.keras_model, port.layer)
+        found.append((port, [keras_layer(layer, name) for name in port.variables]))
+    return found
+
+
+# ---------------------------------------------------------------- one optimizer update
+
+
+class Updater:
+    """A torch and a Keras optimizer for one pair, loadable with a torch snapshot's state.
+
+    ``reason`` says why the optimizer state cannot be carried over (then no update is
+    compared): a torch state entry zoo's Keras optimizer has no slot for.
+    """
+
+    def __init__(self, twins: Twins, table: np.ndarray):
+        from zoo.keras.optimizers import build_optimizer as keras_optimizer
+        from zoo.lightning.optim import build_optimizer as torch_optimizer
+
+        cfg = twins.setup.recipe.optimizer
+        self.twins = twins
+        self.names = [name for name, _ in twins.torch_model.named_parameters()]
+        self.torch = torch_optimizer(cfg, twins.torch_model.parameters())
+        self.keras = keras_optimizer(cfg, table)
+        self.variables = list(twins.keras_model.trainable_variables)
+        self.keras.build(self.variables)
+        self.reason: str | None = None
+
+    def load(self, state: Snapshot) -> bool:
+        """Both optimizers at the snapshot's state; False (and ``reason``) if impossible."""
+        self.torch.load_state_dict(copy.deepcopy(state.optimizer))
+        per_key: dict[str, dict[str, np.ndarray]] = {}
+        steps = set()
+        for index, entry in state.optimizer["state"].items():
+            name = self.names[index]
+            for key, value in entry.items():
+                if key == "step":
+                    steps.add(int(float(value)))
+                elif key in KERAS_SLOTS and hasattr(self.keras, KERAS_SLOTS[key]):
+                    per_key.setdefault(key, {})[name] = value.detach().double().cpu().numpy()
+                else:
+                    self.reason = f"the torch optimizer's state {key!r} has no slot in the Keras optimizer"
+                    return False
+        if len(steps) > 1:
+            self.reason = f"the torch optimizer's parameters are at different steps ({sorted(steps)})"
+            return False
+        self.keras.iterations.assign(steps.pop() if steps else state.step - 1)
+        for key, attribute in KERAS_SLOTS.items():
+            for slot in getattr(self.keras, attribute, None) or []:  # a fresh state: all zero
+                slot.assign(np.zeros(slot.shape, dtype=slot.dtype))
+            if key in per_key:
+                self._assign_slots(getattr(self.keras, attribute), per_key[key])
+        return True
+
+    def _assign_slots(self, slots: list[Any], tensors: dict[str, np.ndarray]) -> None:
+        """Canonical per-tensor state -> the slot of each Keras variable, through the table."""
+        for port, variables in _ports(self.twins):
+            arrays = [
+                tensors.get(spec.name, np.zeros(spec.shape)) if spec.trainable else np.zeros(spec.shape)
+                for spec in port.tensors
+            ]
+            for variable, array in zip(variables, port.to_keras(*arrays), strict=True):
+                if variable.trainable:
+                    slot = slots[self.keras._get_variable_index(variable)]
+                    slot.assign(np.asarray(array).astype(slot.dtype))
+
+    def step(self, gradients: dict[str, np.ndarray]) -> None:
+        """One update of each twin from the same ``gradients`` (canonical layout, float64)."""
+        import torch
+
+        for name, parameter in self.twins.torch_model.named_parameters():
+            value = gradients.get(name)
+            parameter.grad = None if value is None else torch.from_numpy(value).to(parameter.dtype)
+        self.torch.step()
+        grads = {}
+        for port, variables in _ports(self.twins):
+            arrays = [
+                gradients.get(spec.name, np.zeros(spec.shape)) if spec.trainable else np.zeros(spec.shape)
+                for spec in port.tensors
+            ]
+            for variable, array in zip(variables, port.to_keras(*arrays), strict=True):
+                if variable.trainable:
+                    grads[id(variable)] = np.asarray(array, dtype=_gradient_dtype(variable))
+        pairs = [(grads.get(id(v), np.zeros(v.shape, _gradient_dtype(v))), v) for v in self.variables]
+        self.keras.apply_gradients(pairs)
+
+
+# ---------------------------------------------------------------------- a checked point
+
+
+@dataclass
+class PointCheck:
+    """Both twins from one state on one batch: every check and whether it held."""
+
+    step: int
+    forward: list[Bounded]  # "train" and "eval" outputs, absolute
+    loss: Bounded
+    gradients: list[Bounded]  # per trainable tensor, relative to its largest gradient
+    update: list[Bounded] | None  # per trainable tensor, relative to its largest update
+    missing: list[str] = field(default_factory=list)  # gradients found in one framework only
+    update_skipped: str | None = None
+    losses: dict[str, float] = field(default_factory=dict)  # torch / keras at this point
+
+    def checks(self) -> dict[str, list[Bounded]]:
+        found = {"forward": self.forward, "loss": [self.loss], "gradients": self.gradients}
+        if self.update is not None:
+            found["update"] = self.update
+        return found
+
+    @property
+    def passed(self) -> bool:
+        return not self.missing and all(g.passed for gaps in self.checks().values() for g in gaps)
+
+    def worst(self) -> tuple[str, Bounded]:
+        """The check and entry that use the most of their bound."""
+        return max(
+            ((kind, gaps[0]) for kind, gaps in self.checks().items() if gaps), key=lambda kg: kg[1].use
+        )
+
+    def describe(self) -> str:
+        if self.missing:
+            return f"step {self.step}: gradients in one framework only: {', '.join(self.missing[:5])}"
+        kind, worst = self.worst()
+        return f"step {self.step}: {kind} {worst.describe(kind in RELATIVE)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "passed": self.passed,
+            "losses": self.losses,
+            "missing": self.missing,
+            "update_skipped": self.update_skipped,
+            **{kind: [g.as_dict() for g in gaps] for kind, gaps in self.checks().items()},
+        }
+
+
+RELATIVE = ("gradients", "update")
+
+
+class Checker:
+    """Checks points of a run: the recipe's pair and its reference pair, one updater each."""
+
+    def __init__(self, pair: Twins, reference: Twins | None, table: np.ndarray, tolerances: Tolerances):
+        self.pair, self.reference, self.table, self.tolerances = pair, reference, table, tolerances
+        self._updaters: dict[int, Updater] = {}
+
+    def _updater(self, twins: Twins) -> Updater:
+        if id(twins) not in self._updaters:
+            self._updaters[id(twins)] = Updater(twins, self.table)
+        return self._updaters[id(twins)]
+
+    def check(
+        self,
+        step: int,
+        x: np.ndarray,
+        y: np.ndarray,
+        state: Snapshot | None,
+    ) -> PointCheck:
+        """Both pairs from ``state`` on one batch, with one optimizer update from it
+        (``None``: the initial tensors, and no update); both pairs are back at their
+        initial tensors afterwards."""
+        update = state is not None
+        tensors = state.tensors if state is not None else self.pair.initial
+        sides = self._measure(self.pair, tensors, x, y, state, None)
+        reference = None
+        if self.reference is not None:
+            feed = sides["torch"]["gradients"] if update else None
+            reference = self._measure(self.reference, tensors, x, y, state, feed)
+        return self._judge(step, sides, reference)
+
+    def _measure(self, twins: Twins, tensors, x, y, state, feed) -> dict[str, Any]:
+        """The passes of one pair; with a ``state``, one update of both twins from it with
+        the gradients ``feed`` (default: this pair's torch gradients). The reference pair is
+        fed the recipe pair's, so the update check compares optimizers, not gradients."""
+        twins.load(tensors)
+        torch_side = torch_pass(twins.torch_model, *twins.torch_batch(x, y), twins.precision)
+        keras_side = keras_pass(twins, *twins.keras_batch(x, y))
+        found = {"torch": torch_side, "keras": keras_side, "skipped": None}
+        if state is not None:
+            updater = self._updater(twins)
+            twins.load(tensors)  # the train passes moved running statistics
+            if updater.load(state):
+                start = twins.torch_state()
+                updater.step(torch_side["gradients"] if feed is None else feed)
+                found["start"] = start
+                found["torch"]["updated"] = _trainable(twins, twins.torch_state())
+                found["keras"]["updated"] = _trainable(twins, twins.keras_state())
+            else:
+                found["skipped"] = updater.reason
+        twins.reset()
+        return found
+
+    def _judge(self, step: int, sides: dict[str, Any], reference: dict[str, Any] | None) -> PointCheck:
+        tol = self.tolerances
+        t, k = sides["torch"], sides["keras"]
+        rt, rk = (reference["torch"], reference["keras"]) if reference else (None, None)
+
+        def pick(side, key):
+            return None if side is None else side[key]
+
+        outputs = {m: t[m] for m in ("train", "eval")}
+        forward = bounded_gaps(
+            outputs,
+            {m: k[m] for m in outputs},
+            None if rt is None else {m: rt[m] for m in outputs},
+            None if rk is None else {m: rk[m] for m in outputs},
+            tol.forward,
+            relative=False,
+        )
+        loss = bounded_gaps(
+            {"loss": t["loss"]}, {"loss": k["loss"]},
+            None if rt is None else {"loss": rt["loss"]}, None if rk is None else {"loss": rk["loss"]},
+            tol.loss, relative=False,
+        )[0]  # fmt: skip
+        common = [n for n in t["gradients"] if n in k["gradients"]]
+        missing = sorted(set(t["gradients"]) ^ set(k["gradients"]))
+        gradients = bounded_gaps(
+            {n: t["gradients"][n] for n in common},
+            {n: k["gradients"][n] for n in common},
+            pick(rt, "gradients"),
+            pick(rk, "gradients"),
+            tol.gradient,
+            relative=True,
+            floor_fraction=GRADIENT_FLOOR,
+        )
+        update, skipped = None, sides["skipped"] or (reference or {}).get("skipped")
+        if "updated" in t and not skipped:
+            update = self._updates(sides, reference)
+        return PointCheck(
+            step, forward, loss, gradients, update, missing, skipped, {"torch": t["loss"], "keras": k["loss"]}
+        )
+
+    def _updates(self, sides: dict[str, Any], reference: dict[str, Any] | None) -> list[Bounded]:
+        """Per tensor, the gap of the new weights relative to how far torch moved that
+        tensor. The new weight is rounded to the parameter dtype, so one unit of that
+        rounding in the largest weight is allowed on top (the reference pair's dtype, or
+        the recipe's without a reference)."""
+        start = sides["start"]
+
+        def moved(side):
+            return {n: value - start[n] for n, value in side["updated"].items()}
+
+        epsilon = parameter_epsilon((self.reference or self.pair).precision)
+        weights = (reference or sides)["torch"]["updated"]
+        unit = {n: epsilon * float(np.max(np.abs(w), initial=0.0)) for n, w in weights.items()}
+        return bounded_gaps(
+            moved(sides["torch"]),
+            moved(sides["keras"]),
+            None if reference is None else moved(reference["torch"]),
+            None if reference is None else moved(reference["keras"]),
+            self.tolerances.update,
+            relative=True,
+            floor_fraction=GRADIENT_FLOOR,
+            rounding_unit=unit,
+        )
+
+
+def _gradient_dtype(variable) -> type:
+    """float64 for float64 variables; float32 otherwise (zoo's optimizers keep low-precision
+    weights' arithmetic in float32, and torch's bf16 gradients are exact in it)."""
+    return np.float64 if variable.dtype == "float64" else np.float32
+
+
+def _trainable(twins: Twins, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    names = set(twins.trainable)
+    return {n: v for n, v in state.items() if n in names}
