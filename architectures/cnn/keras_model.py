@@ -12,6 +12,7 @@ from keras import layers, ops
 from architectures.cnn.config import CNNConfig
 from zoo.keras.layers import BatchNorm, activation
 from zoo.keras.remat import checkpointed_call
+from zoo.nn.keras import Conv2D, Dense
 
 
 class ConvBN(layers.Layer):
@@ -20,7 +21,7 @@ class ConvBN(layers.Layer):
         pad = kernel // 2
         self.pad = layers.ZeroPadding2D(pad) if stride != 1 and pad else None
         padding = "valid" if self.pad is not None or pad == 0 else "same"
-        self.conv = layers.Conv2D(cout, kernel, stride, padding, use_bias=not cfg.batch_norm)
+        self.conv = Conv2D(cout, kernel, stride, padding, use_bias=not cfg.batch_norm)
         self.bn = BatchNorm(cfg.bn_momentum, cfg.bn_eps) if cfg.batch_norm else None
         self.act = activation(cfg.activation) if act else None
 
@@ -54,9 +55,9 @@ class Head(layers.Layer):
         super().__init__(**kw)
         self.pool = cfg.head
         self.dropout = layers.Dropout(cfg.dropout)
-        self.hidden = layers.Dense(cfg.hidden) if cfg.hidden else None
+        self.hidden = Dense(cfg.hidden) if cfg.hidden else None
         self.act = activation(cfg.activation)
-        self.fc = layers.Dense(cfg.num_classes)
+        self.fc = Dense(cfg.num_classes)
 
     def call(self, x, training=False):
         x = ops.mean(x, axis=(1, 2)) if self.pool == "avgpool" else ops.reshape(x, (ops.shape(x)[0], -1))

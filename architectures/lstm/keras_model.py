@@ -12,6 +12,7 @@ from keras import layers, ops
 from architectures.lstm.config import LSTMConfig
 from architectures.rnn.keras_model import RecurrentNet, build_model
 from zoo.keras.layers import torch_recurrent_init
+from zoo.nn.keras import add_bias
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -20,6 +21,10 @@ class TorchLSTMCell(layers.Layer):
 
     ``bias`` is (2, 4 * units): row 0 is torch's ``bias_ih``, row 1 ``bias_hh``.
     Registered as serializable because ``Bidirectional`` clones its layer from the config.
+
+    Not a low-precision product layer: torch's autocast runs ``nn.LSTM`` in oneDNN's
+    bfloat16 kernel, whose gradients measured closer to this cell in float32 than to the
+    cell in bfloat16 (docs/precision.md).
     """
 
     def __init__(self, units: int, **kwargs):
@@ -45,8 +50,8 @@ class TorchLSTMCell(layers.Layer):
 
     def call(self, inputs, states, training=False):
         h, c = states
-        z = ops.matmul(inputs, self.kernel) + self.bias[0]
-        z = z + ops.matmul(h, self.recurrent_kernel) + self.bias[1]
+        z = add_bias(ops.matmul(inputs, self.kernel), self.bias[0])
+        z = z + add_bias(ops.matmul(h, self.recurrent_kernel), self.bias[1])
         i, f, g, o = ops.split(z, 4, axis=-1)
         c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
         h = ops.sigmoid(o) * ops.tanh(c)

@@ -17,7 +17,7 @@ from keras import layers, ops
 from architectures.rnn.config import LANGUAGE_MODELING_STEPS, RecurrentConfig, RNNConfig
 from zoo.keras.layers import torch_recurrent_init
 from zoo.keras.remat import checkpointed_call
-from zoo.nn.keras import Embedding
+from zoo.nn.keras import Dense, Embedding, add_bias
 
 # () -> a Keras recurrent layer returning the whole sequence
 LayerFactory = Callable[[], layers.Layer]
@@ -29,7 +29,12 @@ class TorchRNNCell(layers.Layer):
 
     ``bias`` is (2, units): row 0 is torch's ``bias_ih``, row 1 ``bias_hh``. Registered as
     serializable because ``Bidirectional`` clones its layer from the config.
+
+    Under mixed precision the whole step runs in the low dtype, as torch's autocast runs
+    ``nn.RNN`` (docs/precision.md).
     """
+
+    low_precision_products = True
 
     def __init__(self, units: int, activation: str = "tanh", **kwargs):
         super().__init__(**kwargs)
@@ -54,8 +59,8 @@ class TorchRNNCell(layers.Layer):
 
     def call(self, inputs, states, training=False):
         previous = states[0] if isinstance(states, (list, tuple)) else states
-        h = ops.matmul(inputs, self.kernel) + self.bias[0]
-        h = self.activation(h + ops.matmul(previous, self.recurrent_kernel) + self.bias[1])
+        h = add_bias(ops.matmul(inputs, self.kernel), self.bias[0])
+        h = self.activation(h + add_bias(ops.matmul(previous, self.recurrent_kernel), self.bias[1]))
         return h, [h]
 
     def get_config(self):
@@ -93,7 +98,7 @@ class RecurrentNet(keras.Model):
         ]
         self.dropout = layers.Dropout(cfg.dropout)
         features = cfg.hidden_size * (2 if cfg.bidirectional else 1)
-        self.head = layers.Dense(
+        self.head = Dense(
             cfg.output_size,
             kernel_initializer=torch_recurrent_init(features),
             bias_initializer=torch_recurrent_init(features),

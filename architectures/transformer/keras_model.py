@@ -16,7 +16,7 @@ from architectures.transformer.config import TransformerConfig
 from zoo.keras.layers import activation
 from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError, sequence_length_message
-from zoo.nn.keras import Embedding, SelfAttention, blocked_mask, require
+from zoo.nn.keras import Dense, Embedding, SelfAttention, blocked_mask, require
 
 
 class Block(layers.Layer):
@@ -29,10 +29,10 @@ class Block(layers.Layer):
         self.norm1 = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
         self.attn = SelfAttention(d, cfg.num_heads, dropout=cfg.dropout)
         self.norm2 = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
-        self.ff1 = layers.Dense(cfg.ff_dim)
+        self.ff1 = Dense(cfg.ff_dim)
         self.act = activation(cfg.activation)
         self.dropout = layers.Dropout(cfg.dropout)  # on the feed-forward hidden layer
-        self.ff2 = layers.Dense(d)
+        self.ff2 = Dense(d)
         self.dropout1 = layers.Dropout(cfg.dropout)  # on the attention branch
         self.dropout2 = layers.Dropout(cfg.dropout)  # on the feed-forward branch
 
@@ -75,7 +75,7 @@ class Transformer(keras.Model):
         if cfg.causal:
             self.embed = Embedding(cfg.vocab_size, d, embeddings_initializer=small)
         else:
-            self.embed = layers.Dense(d)
+            self.embed = Dense(d)
         if cfg.positions == "learned":
             self.pos_embed = layers.Embedding(cfg.max_len, d, embeddings_initializer=small)
             self.pos_table = None
@@ -85,7 +85,7 @@ class Transformer(keras.Model):
         self.dropout = layers.Dropout(cfg.dropout)
         self.blocks = [Block(cfg) for _ in range(cfg.num_layers)]
         self.norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps) if cfg.norm_first else None
-        self.head = layers.Dense(cfg.outputs)
+        self.head = Dense(cfg.outputs)
 
     def forward_features(self, x, padding_mask=None, training=False):
         """The final hidden states (N, T, d_model), after the final norm of pre-norm models."""

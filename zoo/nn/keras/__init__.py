@@ -3,5 +3,15 @@
 from zoo.nn.keras.attention import SelfAttention, blocked_mask
 from zoo.nn.keras.checks import require
 from zoo.nn.keras.embedding import Embedding, checked_token_ids
+from zoo.nn.keras.linear import Conv2D, Dense, add_bias
 
-__all__ = ["Embedding", "SelfAttention", "blocked_mask", "checked_token_ids", "require"]
+__all__ = [
+    "Conv2D",
+    "Dense",
+    "Embedding",
+    "SelfAttention",
+    "add_bias",
+    "blocked_mask",
+    "checked_token_ids",
+    "require",
+]

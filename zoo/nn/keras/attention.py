@@ -20,6 +20,8 @@ import math
 import keras
 from keras import layers, ops
 
+from zoo.nn.keras.linear import Dense, add_bias
+
 
 class SelfAttention(layers.Layer):
     """Self-attention over (N, T, E) with ``num_heads`` heads of E / num_heads features.
@@ -30,6 +32,8 @@ class SelfAttention(layers.Layer):
     U(+-1/sqrt(E)) (``nn.Linear``'s default), zero biases.
     """
 
+    low_precision_products = True  # under mixed precision: products low, softmax float32
+
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         if embed_dim % num_heads:
@@ -39,7 +43,7 @@ class SelfAttention(layers.Layer):
         self.head_dim = embed_dim // num_heads
         self.rate = dropout
         bound = 1.0 / math.sqrt(embed_dim)
-        self.out_proj = layers.Dense(
+        self.out_proj = Dense(
             embed_dim,
             kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
             bias_initializer="zeros",
@@ -60,8 +64,8 @@ class SelfAttention(layers.Layer):
         """(N, T, E) -> (N, T, E). ``blocked``: True where a query may not attend to a key,
         broadcastable to (N, heads, T, T): (T, T) or (N, 1, T, T), see :func:`blocked_mask`."""
         steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
-        # A 1-D bias on the last axis: keras.ops.add's bias_add path is right for this one.
-        qkv = ops.add(ops.matmul(x, self.in_proj_kernel), self.in_proj_bias)
+        # A 1-D bias on the last axis (bias_add gets this one right), summed in float32.
+        qkv = add_bias(ops.matmul(x, self.in_proj_kernel), self.in_proj_bias)
         q, k, v = (self._heads(part, steps) for part in ops.split(qkv, 3, axis=-1))
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (N, heads, T, T)
         probs = attention_probabilities(scores, blocked, self.head_dim)

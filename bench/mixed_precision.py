@@ -1,0 +1,134 @@
+"""What mixed precision costs each twin, and how far the two twins' mixed runs are apart.
+
+For every shipped recipe: one batch of its data, the twins holding the same initial
+tensors (torch's, under the recipe's seed), and the gradients of the loss at 32-true and
+at each mixed precision in both frameworks. Printed per recipe:
+
+- torch: bf16 vs its own float32 (relative L2 over all gradients, and the worst tensor);
+- keras: the same for the Keras twin;
+- twins: the Keras bf16 gradients against the torch bf16 gradients.
+
+If the two frameworks round the same operations, the first two agree and the third is of
+their size. Run: ``python bench/mixed_precision.py [--precision bf16-mixed] [--batch 32]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from zoo import registry  # noqa: E402
+from zoo.data import load_dataset  # noqa: E402
+from zoo.recipe import load_recipe  # noqa: E402
+
+
+def torch_gradients(model, x, y, precision: str) -> dict[str, np.ndarray]:
+    import torch
+    import torch.nn.functional as F
+
+    model.zero_grad()
+    context = (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if precision == "bf16-mixed"
+        else torch.autocast("cpu", enabled=False)
+    )
+    with context:
+        logits = model(torch.from_numpy(x))
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), torch.from_numpy(y).reshape(-1))
+    loss.backward()
+    return {n: p.grad.double().numpy() for n, p in model.named_parameters()}
+
+
+def keras_gradients(family, config, tensors, x, y, precision: str) -> dict[str, np.ndarray]:
+    import tensorflow as tf
+
+    from zoo.keras.data import keras_layout
+    from zoo.keras.precision import build_keras
+    from zoo.weights import keras_layer
+
+    model = build_keras(family, config, precision, tensors)
+    xk = tf.constant(keras_layout(x, family.input_kind))
+    with tf.GradientTape() as tape:
+        logits = tf.cast(model(xk, training=True), "float32")
+        logits = tf.reshape(logits, (-1, logits.shape[-1]))
+        labels = tf.reshape(tf.constant(y), (-1,))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+    table = family.weight_table(config)
+    variables = [keras_layer(keras_layer(model, p.layer), v) for p in table for v in p.variables]
+    grads = tape.gradient(loss, variables)
+    out, i = {}, 0
+    for port in table:
+        values = []
+        for variable in port.variables:
+            g = grads[i]
+            i += 1
+            values.append(
+                np.zeros(keras_layer(keras_layer(model, port.layer), variable).shape)
+                if g is None
+                else np.asarray(tf.convert_to_tensor(g), dtype=np.float64)
+            )
+        for spec, array in zip(port.tensors, port.to_torch(*values), strict=True):
+            if spec.trainable:
+                out[spec.name] = np.asarray(array, dtype=np.float64)
+    return out
+
+
+def distance(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> tuple[float, str, float]:
+    """Relative L2 over all tensors, and the worst tensor's own relative distance."""
+    num = sum(float(np.sum((a[k] - b[k]) ** 2)) for k in b)
+    den = sum(float(np.sum(b[k] ** 2)) for k in b)
+    worst = max(b, key=lambda k: np.linalg.norm(a[k] - b[k]) / max(np.linalg.norm(b[k]), 1e-30))
+    return (num / den) ** 0.5, worst, float(np.linalg.norm(a[worst] - b[worst]) / np.linalg.norm(b[worst]))
+
+
+def measure(path: Path, precision: str, batch: int) -> dict[str, tuple[float, str, float]]:
+    from zoo.initial_weights import initial_tensors, seeded_torch_model
+
+    recipe = load_recipe(path)
+    family = registry.get_family(recipe.model.architecture)
+    dataset = load_dataset(recipe.data, family.input_kind)
+    config = recipe.model.bind(dataset.info)
+    fields = {k: 0.0 for k in type(config).model_fields if "dropout" in k}
+    config = config.model_copy(update=fields)
+    x, y = dataset.train.x[:batch], dataset.train.y[:batch]
+    tensors = initial_tensors(family, config, recipe.trainer.seed)
+    torch_model = seeded_torch_model(family, config, recipe.trainer.seed).train()
+    t32 = torch_gradients(torch_model, x, y, "32-true")
+    tlow = torch_gradients(torch_model, x, y, precision)
+    k32 = keras_gradients(family, config, tensors, x, y, "32-true")
+    klow = keras_gradients(family, config, tensors, x, y, precision)
+    return {
+        "float32 twins": distance(k32, t32),
+        f"torch {precision} vs its float32": distance(tlow, t32),
+        f"keras {precision} vs its float32": distance(klow, k32),
+        f"keras vs torch at {precision}": distance(klow, tlow),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--precision", default="bf16-mixed", choices=["bf16-mixed"])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("recipes", nargs="*", type=Path)
+    args = parser.parse_args()
+    paths = args.recipes or sorted((ROOT / "recipes").glob("*.yaml"))
+    print("| recipe | float32 twins | torch bf16 / f32 | keras bf16 / f32 | keras / torch bf16 |")
+    print("|---|---|---|---|---|")
+    for path in paths:
+        rows = measure(path, args.precision, args.batch)
+        cells = [f"{d:.2e} (worst {w} {wd:.2e})" for d, w, wd in rows.values()]
+        print(f"| {path.stem} | {' | '.join(cells)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

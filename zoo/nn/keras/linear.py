@@ -1,0 +1,45 @@
+"""Keras' Dense and Conv2D with the bias added in float32: the products of zoo's Keras twins.
+
+Under mixed precision TensorFlow adds a 1-D bias with ``BiasAdd``, and on the CPU the
+gradient of a bfloat16 ``BiasAdd`` (a sum over every row of the batch, and every time step
+of a sequence) is accumulated in bfloat16: 6.6 % off over 4,096 rows, where torch's sum,
+and ``tf.reduce_sum``, are off only by the final rounding (0.18 %; docs/precision.md).
+A language model's head bias came out 56 % off. Here the product runs in the layer's
+compute dtype and the bias is added in float32 (float64 stays float64), so its gradient
+is a float32 sum as in torch; the output is rounded back to the compute dtype, as torch's
+autocast returns a low-precision product. At float32 the casts are no-ops.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+def add_bias(y, bias):
+    """``y + bias`` summed in float32 at least, returned in ``y``'s dtype."""
+    dtype = y.dtype
+    wide = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
+    return ops.cast(ops.add(ops.cast(y, wide), ops.cast(bias, wide)), dtype)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class Dense(keras.layers.Dense):
+    """``keras.layers.Dense`` (no LoRA, no quantisation) with :func:`add_bias`."""
+
+    def call(self, inputs, training=None):
+        y = ops.matmul(inputs, self.kernel)
+        if self.bias is not None:
+            y = add_bias(y, self.bias)
+        return y if self.activation is None else self.activation(y)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class Conv2D(keras.layers.Conv2D):
+    """``keras.layers.Conv2D`` (channels last) with :func:`add_bias`."""
+
+    def call(self, inputs):
+        y = self.convolution_op(inputs, self.kernel)
+        if self.use_bias:
+            y = add_bias(y, self.bias)
+        return y if self.activation is None else self.activation(y)
