@@ -8,6 +8,10 @@ a test accuracy on the digits can see.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -72,9 +76,19 @@ def test_train_starts_both_frameworks_from_the_same_tensors(recipe, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", DIGITS, ids=lambda p: p.stem)
 def test_without_dropout_both_frameworks_reach_the_same_test_accuracy(recipe, tmp_path):
-    overrides = [*QUIET, f"export.dir={tmp_path}", "trainer.deterministic=true", *_dropout_off(recipe)]
-    accuracy = {
-        fw: zoo.train(recipe, framework=fw, overrides=overrides).metrics["test_accuracy"]
-        for fw in ("lightning", "keras")
-    }
-    assert accuracy["lightning"] == pytest.approx(accuracy["keras"], abs=1e-9), accuracy
+    """``zoo train`` in a fresh process per framework, as a user runs it. Both start from
+    one initialisation and see the same batches; without dropout and with deterministic
+    kernels only kernel rounding separates them. A rounding difference can still flip a
+    max-pool tie and grow from there (chaotic training), so the exact figure depends on the
+    thread count: this holds for the CLI's defaults, the numbers the README reports."""
+    sets = [*QUIET, f"export.dir={tmp_path}", "trainer.deterministic=true", *_dropout_off(recipe)]
+    accuracy = {}
+    for framework in ("lightning", "keras"):
+        command = [str(Path(sys.executable).with_name("zoo")), "train", str(recipe), "--framework", framework]
+        command += [arg for item in sets for arg in ("--set", item)]
+        subprocess.run(
+            command, check=True, capture_output=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        )
+        summary = next(tmp_path.glob(f"*-{framework}-*/summary.json"))
+        accuracy[framework] = json.loads(summary.read_text())["metrics"]["test_accuracy"]
+    assert accuracy["lightning"] == pytest.approx(accuracy["keras"], abs=1e-6), accuracy
