@@ -43,6 +43,14 @@ def user_errors(fn):
         except NonFiniteLoss as error:
             click.echo(f"training stopped: {error}", err=True)
             sys.exit(1)
+        except Exception as error:
+            from zoo.nn.errors import input_error
+
+            found = input_error(error)  # a graph assertion carrying a zoo input check's message
+            if found is None:
+                raise
+            click.echo(f"error: {found}", err=True)
+            sys.exit(EXIT_USAGE)
 
     return wrapper
 
