@@ -93,6 +93,30 @@ def _bound_text(gap: Bounded, relative: bool, reference: str | None) -> str:
     )
 
 
+ROUNDING_RATIO = 4.0  # one framework's own rounding this many times the other's: say so
+
+
+def rounding(gaps: list[Bounded], relative: bool, reference: str | None) -> tuple[dict[str, float], str]:
+    """Each framework's largest own rounding over ``gaps`` (relative or absolute), and a
+    remark when one rounds far more than the other: not a verdict (the bound already
+    holds each to its own rounding), but where the frameworks keep different operations
+    in low precision, the reader should know."""
+    if reference is None or not gaps:
+        return {}, ""
+    found = {
+        side: max(getattr(g, f"{side}_rounding") / (g.scale if relative else 1.0) for g in gaps)
+        for side in ("torch", "keras")
+    }
+    low, high = sorted(found, key=found.get)
+    if found[low] > 0 and found[high] >= ROUNDING_RATIO * found[low]:
+        ratio = found[high] / found[low]
+        return found, (
+            f"; {high} rounds more: {ratio:.0f}x as far from its own {reference} run as {low} "
+            f"({fmt(found[high])} vs {fmt(found[low])})"
+        )
+    return found, ""
+
+
 def _forward_section(point: PointCheck, batch: int, checker: Checker) -> SectionResult:
     reference = _reference_name(checker)
     modes = {g.name: g for g in point.forward}
@@ -107,9 +131,12 @@ def _forward_section(point: PointCheck, batch: int, checker: Checker) -> Section
         reason = f"{worst.name}-mode outputs differ: {summary}; {fmt(worst.gap)} > {limit_text}"
         if worst.reference_gap is not None:
             reason += f"; the {reference} twins already differ by {fmt(worst.reference_gap)}"
+    own, remark = rounding(point.forward, False, reference)
+    reason += remark
     details = {
         "batch_size": int(batch),
         "reference": reference,
+        "own_rounding": own,
         "loss": point.loss.as_dict(),
         **{m: modes[m].as_dict() for m in ("train", "eval")},
     }
@@ -148,6 +175,8 @@ def _gradient_section(point: PointCheck, checker: Checker) -> SectionResult:
         )
     else:
         reason = "no trainable tensors"
+    own, remark = rounding(gaps, True, reference)
+    reason += remark
     return SectionResult(
         "gradients",
         "max relative error of a tensor's gradient (max |diff| / max |torch grad|)",
@@ -158,6 +187,7 @@ def _gradient_section(point: PointCheck, checker: Checker) -> SectionResult:
         {
             "worst_tensor": worst.name if worst else None,
             "reference": reference,
+            "own_rounding": own,
             "loss": {"torch": point.losses["torch"], "keras": point.losses["keras"]},
             "tensors_above_tolerance": [g.name for g in over],
             "tensors": [g.as_dict() for g in gaps],
