@@ -35,6 +35,17 @@ def test_float16_is_refused_on_cpu(precision):
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_float16_where_auto_finds_no_gpu_is_refused_when_the_run_starts(framework, tmp_path):
+    from zoo.hardware import SetupError, gpu_count
+
+    if gpu_count():
+        pytest.skip("this machine has a GPU")
+    recipe = zoo.load_recipe(RECIPE, tiny(tmp_path, "trainer.precision=16-mixed"))  # valid anywhere
+    with pytest.raises(SetupError, match=r"trainer\.precision '16-mixed' needs a GPU .* use 'bf16-mixed'"):
+        zoo.train(recipe, framework)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_asking_for_a_missing_gpu_is_a_clear_error(framework, tmp_path):
     from zoo.hardware import SetupError, gpu_count
 

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from zoo.recipe import Recipe, RecipeError, load_recipe
+from zoo import hardware
+from zoo.recipe import (
+    CAPABILITIES,
+    KERAS_POLICIES,
+    PRECISIONS,
+    Precision,
+    Recipe,
+    RecipeError,
+    Strategy,
+    load_recipe,
+)
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 
@@ -103,6 +114,8 @@ def test_combinations_that_cannot_work_are_refused(overrides, message):
         ("keras", "auto", 2, "mirrored"),
         ("lightning", "auto", 2, "ddp"),
         ("lightning", "auto", 1, "auto"),
+        ("keras", "auto", 1, "auto"),
+        ("lightning", "fsdp", 2, "fsdp"),
     ],
 )
 def test_data_parallel_strategies_carry_across_frameworks(framework, strategy, devices, resolved):
@@ -111,6 +124,63 @@ def test_data_parallel_strategies_carry_across_frameworks(framework, strategy, d
         [f"trainer.framework={framework}", f"trainer.strategy={strategy}", f"trainer.devices={devices}"],
     )
     assert recipe.trainer.resolved_strategy() == resolved
+
+
+@pytest.mark.parametrize(
+    ("framework", "strategy", "resolved"),
+    [
+        ("keras", "ddp", "multi_worker_mirrored"),
+        ("keras", "mirrored", "multi_worker_mirrored"),
+        ("keras", "auto", "multi_worker_mirrored"),
+        ("lightning", "multi_worker_mirrored", "ddp"),
+        ("lightning", "auto", "ddp"),
+    ],
+)
+def test_data_parallel_across_nodes_is_each_frameworks_multi_node_strategy(framework, strategy, resolved):
+    recipe = load_recipe(
+        {"model": {"architecture": "cnn"}},
+        [f"trainer.framework={framework}", f"trainer.strategy={strategy}", "trainer.num_nodes=2"],
+    )
+    assert recipe.trainer.resolved_strategy() == resolved
+
+
+def test_every_framework_reads_every_precision_and_strategy_word():
+    for caps in CAPABILITIES.values():
+        assert set(caps.precisions) == set(PRECISIONS) == set(typing.get_args(Precision))
+        for strategy in typing.get_args(Strategy):
+            if strategy not in caps.refused:
+                assert caps.resolve_strategy(strategy, devices=2) in caps.strategies
+    assert KERAS_POLICIES["bf16-mixed"] == "mixed_bfloat16"
+
+
+def test_validation_never_looks_at_the_machine(monkeypatch):
+    def probe():
+        raise AssertionError("validation probed the machine")
+
+    monkeypatch.setattr(hardware, "gpu_count", probe)
+    recipe = load_recipe({"model": {"architecture": "cnn"}}, ["trainer.precision=16-mixed"])
+    assert recipe.trainer.accelerator == "auto" and recipe.trainer.precision == "16-mixed"
+    load_recipe({"model": {"architecture": "cnn"}}, ["trainer.strategy=fsdp"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["trainer.precision=16-mixed"],
+         "trainer.precision '16-mixed' needs a GPU and the accelerator here is the CPU (trainer.accelerator "
+         "is 'auto' and this machine has no GPU)"),
+        (["trainer.precision=16-true"], "use 'bf16-true'"),
+        (["trainer.strategy=fsdp"], "trainer.strategy 'fsdp' needs GPUs (it refuses the CPU); use 'ddp'"),
+    ],
+)  # fmt: skip
+def test_what_needs_a_gpu_is_refused_when_a_run_starts_without_one(monkeypatch, overrides, message):
+    recipe = load_recipe({"model": {"architecture": "cnn"}}, overrides)
+    monkeypatch.setattr(hardware, "gpu_count", lambda: 0)
+    with pytest.raises(hardware.SetupError) as caught:
+        hardware.check_trainer(recipe.trainer)
+    assert message in str(caught.value)
+    monkeypatch.setattr(hardware, "gpu_count", lambda: 1)
+    assert hardware.check_trainer(recipe.trainer) == "gpu"
 
 
 def test_init_options_need_a_checkpoint_that_exists():

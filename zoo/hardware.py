@@ -1,4 +1,6 @@
-"""What this machine has, found without importing a framework (validation must stay fast)."""
+"""What this machine has, found without importing a framework, and whether a recipe's
+trainer section can run on it. Validating a recipe never calls this: a recipe is valid or
+not wherever it is read; a run checks the machine when it starts (:func:`check_trainer`)."""
 
 from __future__ import annotations
 
@@ -26,4 +28,21 @@ def resolve_accelerator(accelerator: str) -> str:
     """``auto`` means the GPU where there is one, as in Lightning and TensorFlow."""
     if accelerator == "auto":
         return "gpu" if gpu_count() else "cpu"
+    return accelerator
+
+
+def check_trainer(trainer) -> str:
+    """At the start of a run: refuse what this machine cannot do for the recipe's trainer
+    section (float16 or fsdp where ``auto`` finds no GPU), naming the field, the value and
+    what would work. Returns the accelerator the run uses."""
+    from zoo.recipe.capabilities import cpu_problems
+
+    accelerator = resolve_accelerator(trainer.accelerator)
+    if accelerator == "cpu":
+        why = f"trainer.accelerator is {trainer.accelerator!r}"
+        if trainer.accelerator == "auto":
+            why += " and this machine has no GPU"
+        problems = cpu_problems(trainer.precision, trainer.strategy, why)
+        if problems:
+            raise SetupError("; ".join(problems))
     return accelerator

@@ -6,7 +6,7 @@ import contextlib
 import time
 
 from zoo.data import Dataset, steps_per_epoch
-from zoo.hardware import SetupError, resolve_accelerator
+from zoo.hardware import SetupError, check_trainer, resolve_accelerator
 from zoo.runs import MetricsLog, RunDir
 from zoo.schedule import lr_table, optimizer_steps
 
@@ -118,6 +118,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     ``resume`` is a state file of this run: training continues at its batch, in two
     ``fit`` calls when it stopped mid-epoch (the rest of that epoch, then the others).
     """
+    check_trainer(recipe.trainer)
     import keras
 
     from zoo.initial_weights import initial_tensors

@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 
 from zoo.data import Dataset, steps_per_epoch
-from zoo.hardware import SetupError, resolve_accelerator
+from zoo.hardware import SetupError, check_trainer, resolve_accelerator
 from zoo.initial_weights import seeded_torch_model
 from zoo.lightning.callbacks import EpochMetrics, ResumePosition, SaveState, StopOnNonFiniteLoss
 from zoo.lightning.data import loader
@@ -86,6 +86,7 @@ def initialise(model: torch.nn.Module, init) -> list[dict]:
 
 def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):
     """Train, validate every epoch, test; return the trained twin and the test metrics."""
+    check_trainer(recipe.trainer)
     quiet()
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
     accelerator = check_accelerator(trainer_cfg)

@@ -1,16 +1,16 @@
-"""The recipe: one pydantic schema that says what to train and how, for both frameworks.
+"""The recipe's schema: what to train and how, for both frameworks. Pure: validating a
+recipe reads the recipe (and checks that the files it names exist), never the machine.
 
 Sections: ``model`` (a family config, chosen by ``architecture``, which may also name a
 preset), ``data``, ``optimizer``, ``schedule``, ``trainer``, ``init``, ``export``.
 Unknown keys are errors everywhere, and a combination that cannot work is refused with
 the field, the value and what would, so a recipe never asks for something that is
-silently ignored.
+silently ignored. What needs the machine (a GPU for float16) is checked when a run
+starts, by ``zoo.hardware``.
 """
 
 from __future__ import annotations
 
-import copy
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -22,20 +22,18 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
-    ValidationError,
     model_validator,
 )
 
 from zoo import registry
-
-FRAMEWORKS = ("lightning", "keras")
-FRAMEWORK_ALIASES = {"torch": "lightning", "pytorch": "lightning", "tensorflow": "keras"}
-
-
-def normalize_framework(value: Any) -> Any:
-    """``"torch"`` is accepted wherever a framework is named; it means ``"lightning"``."""
-    return FRAMEWORK_ALIASES.get(value, value) if isinstance(value, str) else value
-
+from zoo.recipe.capabilities import (
+    CAPABILITIES,
+    Accelerator,
+    Precision,
+    Strategy,
+    cpu_problems,
+    normalize_framework,
+)
 
 Framework = Annotated[Literal["lightning", "keras"], BeforeValidator(normalize_framework)]
 
@@ -213,28 +211,6 @@ ScheduleConfig = Annotated[
 
 # --------------------------------------------------------------------------- trainer
 
-Precision = Literal["32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true"]
-Strategy = Literal["auto", "ddp", "fsdp", "mirrored", "multi_worker_mirrored"]
-
-
-# Lightning's precision words and the Keras dtype policy each one means.
-KERAS_POLICIES = {
-    "32-true": "float32",
-    "64-true": "float64",
-    "bf16-mixed": "mixed_bfloat16",
-    "16-mixed": "mixed_float16",
-    "bf16-true": "bfloat16",
-    "16-true": "float16",
-}
-# A data-parallel strategy means the same thing in the other framework.
-DATA_PARALLEL = {"lightning": "ddp", "keras": "mirrored"}
-STRATEGY_FRAMEWORK = {
-    "ddp": "lightning",
-    "fsdp": "lightning",
-    "mirrored": "keras",
-    "multi_worker_mirrored": "keras",
-}
-
 
 class TrainerConfig(Section):
     framework: Framework = Field(
@@ -247,7 +223,7 @@ class TrainerConfig(Section):
         description="Lightning's precision words; on Keras the matching dtype policy "
         "(float32, float64, mixed_bfloat16, mixed_float16, bfloat16, float16).",
     )
-    accelerator: Literal["auto", "cpu", "gpu"] = Field(
+    accelerator: Accelerator = Field(
         "auto", description="auto takes the GPU where there is one; gpu fails at start where there is none."
     )
     devices: PositiveInt = Field(1, description="Devices per node; more than one trains data-parallel.")
@@ -281,34 +257,20 @@ class TrainerConfig(Section):
 
     @model_validator(mode="after")
     def _combinations(self):
-        from zoo.hardware import resolve_accelerator
-
-        on = resolve_accelerator(self.accelerator)
-        if on == "cpu" and self.precision in ("16-mixed", "16-true"):
-            better = "bf16-mixed" if self.precision == "16-mixed" else "bf16-true"
-            raise ValueError(
-                f"trainer.precision {self.precision!r} needs a GPU and the accelerator here is the CPU "
-                f"(float16 kernels are ~100x slower on CPU, and Lightning would silently run bf16); "
-                f"use {better!r}"
-            )
-        if self.strategy == "fsdp":
-            if self.framework == "keras":
-                raise ValueError(
-                    "trainer.strategy 'fsdp' is Lightning's; Keras on TensorFlow has no sharded "
-                    "data parallelism: use 'mirrored', or trainer.framework 'lightning'"
-                )
-            if on == "cpu":
-                raise ValueError("trainer.strategy 'fsdp' needs GPUs (it refuses the CPU); use 'ddp' on CPU")
+        """What the recipe alone decides. Where it leaves the device to ``auto``, the same
+        rules are checked against the machine when a run starts (``zoo.hardware``)."""
+        refused = CAPABILITIES[self.framework].refused
+        if self.strategy in refused:
+            raise ValueError(refused[self.strategy])
+        if self.accelerator == "cpu":
+            problems = cpu_problems(self.precision, self.strategy, "trainer.accelerator is 'cpu'")
+            if problems:
+                raise ValueError(problems[0])
         return self
 
     def resolved_strategy(self) -> str:
-        """The strategy in this framework's own words: ``ddp`` <-> ``mirrored`` carry over."""
-        strategy = self.strategy
-        if strategy == "multi_worker_mirrored" or (self.num_nodes > 1 and strategy in ("auto", "mirrored")):
-            strategy = "ddp" if self.framework == "lightning" else "multi_worker_mirrored"
-        elif strategy in ("ddp", "mirrored") or (strategy == "auto" and self.devices > 1):
-            strategy = DATA_PARALLEL[self.framework]
-        return strategy
+        """The strategy in this framework's own words: data-parallel strategies carry over."""
+        return CAPABILITIES[self.framework].resolve_strategy(self.strategy, self.devices, self.num_nodes)
 
 
 class InitConfig(Section):
@@ -437,150 +399,3 @@ class Recipe(Section):
 
 def data_task(data: DataBase) -> str:
     return "language_modeling" if data.name == "text" else "classification"
-
-
-# --------------------------------------------------------------------------- loading
-
-
-class RecipeError(ValueError):
-    """A recipe that cannot be used: every problem, each with its field path."""
-
-    def __init__(self, source: str, problems: list[str]):
-        self.source = source
-        self.problems = problems
-        lines = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
-
-
-def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    """Read a YAML recipe (or a dict), apply ``a.b=value`` overrides, validate."""
-    if isinstance(path, dict):
-        raw, source = copy.deepcopy(path), "<recipe>"
-    else:
-        source = str(path)
-        path = Path(path)
-        if not path.is_file():
-            raise RecipeError(
-                source, ["no such file; recipes live in recipes/ (e.g. recipes/cnn-digits.yaml)"]
-            )
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise RecipeError(source, [f"not valid YAML: {error}"]) from None
-        if not isinstance(raw, dict):
-            raise RecipeError(source, ["a recipe is a YAML mapping of sections (model, data, ...)"])
-        raw.setdefault("name", path.stem)
-    problems = []
-    for item in overrides:
-        try:
-            apply_override(raw, item)
-        except ValueError as error:
-            problems.append(str(error))
-    if problems:
-        raise RecipeError(source, problems)
-    try:
-        return Recipe.model_validate(raw)
-    except ValidationError as error:
-        raise RecipeError(source, [describe(e, raw) for e in error.errors()]) from None
-
-
-def apply_override(raw: dict[str, Any], item: str) -> None:
-    """``trainer.precision=bf16-mixed``: the value is parsed as YAML (numbers, lists, null)."""
-    key, sep, text = item.partition("=")
-    if not sep or not key:
-        raise ValueError(f"override {item!r} is not of the form section.field=value")
-    value = yaml.safe_load(text) if text else ""
-    parts = key.split(".")
-    node: Any = raw
-    for part in parts[:-1]:
-        if isinstance(node, list) and part.isdigit():
-            node = node[int(part)]
-            continue
-        if not isinstance(node, dict):
-            raise ValueError(f"override {item!r}: {part!r} is not inside a section")
-        node = node.setdefault(part, {})
-    last = parts[-1]
-    if isinstance(node, list) and last.isdigit() and int(last) < len(node):
-        node[int(last)] = value
-    elif isinstance(node, dict):
-        node[last] = value
-    else:
-        raise ValueError(f"override {item!r}: cannot set {last!r} there")
-
-
-_UNIONS = ("model", "data", "optimizer", "schedule")
-
-
-def describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
-    """One line per error: the field path, what is wrong, the value given, what is allowed."""
-    loc = list(error["loc"])
-    if len(loc) > 1 and loc[0] in _UNIONS and loc[1] in _tags(loc[0]):
-        del loc[1]  # pydantic puts the union member's tag in the path; users never wrote it
-    path = ".".join(str(p) for p in loc) or "recipe"
-    message = error["msg"].removeprefix("Value error, ")
-    sections = "|".join(Recipe.model_fields)
-    named = re.match(rf"((?:{sections})\.[\w.]+) (.*)", message, re.DOTALL)
-    if named and error["type"] == "value_error":
-        path, message = named.groups()  # a check across fields names the field it is about
-    if error["type"] == "extra_forbidden":
-        allowed = _allowed_keys(loc[:-1], raw)
-        message = "unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
-        return f"{path}: {message}"
-    if error["type"] in ("missing",):
-        return f"{path}: {message}"
-    given = error.get("input")
-    quoted = error["type"] == "value_error" and repr(given) in message
-    if isinstance(given, dict | list) or given is None or quoted:
-        return f"{path}: {message}"
-    return f"{path}: {message} (got {given!r})"
-
-
-def _tags(section: str) -> set[str]:
-    if section == "model":
-        return set(registry.families())
-    annotation = Recipe.model_fields[section].annotation
-    return {m.model_fields["name"].default for m in annotation.__args__}
-
-
-def _tag_of(section: str, value: dict[str, Any]) -> Any:
-    if section == "model":
-        name = value.get("architecture")
-        try:
-            return registry.get_family(name).name if isinstance(name, str) else name
-        except registry.UnknownArchitectureError:
-            return name
-    return value.get("name")
-
-
-def _allowed_keys(loc: list[Any], raw: dict[str, Any]) -> list[str]:
-    """Field names of the section at ``loc``, following the union member the recipe picked."""
-    cls: Any = Recipe
-    node: Any = raw
-    for part in loc:
-        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
-            return []
-        field = cls.model_fields.get(part)
-        node = node.get(part, {}) if isinstance(node, dict) else {}
-        if field is None:
-            return []
-        cls = _member(field.annotation, part, node)
-    if isinstance(cls, type) and issubclass(cls, BaseModel):
-        return [f.alias or n for n, f in cls.model_fields.items()]
-    return []
-
-
-def _member(annotation: Any, section: str, node: Any) -> Any:
-    members = getattr(annotation, "__args__", None)
-    if not members:
-        return annotation
-    tag = _tag_of(section, node) if isinstance(node, dict) else None
-    if tag is None and section != "model":
-        tag = Recipe.model_fields[section].default_factory().name
-    for member in members:
-        if not (isinstance(member, type) and issubclass(member, BaseModel)):
-            continue
-        key = "architecture" if section == "model" else "name"
-        field = member.model_fields.get(key)
-        if field is not None and field.default == tag:
-            return member
-    return members[0]
