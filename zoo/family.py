@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from zoo.weights import Port
 
-InputKind = Literal["image", "sequence", "tokens"]
+InputKind = Literal["image", "sequence"]
 Task = Literal["classification", "language_modeling"]
 
 

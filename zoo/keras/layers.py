@@ -1,6 +1,6 @@
 """Keras layers whose semantics follow torch exactly, where Keras' own differ.
 
-See CROSSFRAMEWORK.md: Keras' BatchNormalization keeps a biased running variance and
+Keras' BatchNormalization keeps a biased running variance (torch's is unbiased) and
 weighs momentum the other way; ``keras.ops.gelu`` defaults to the tanh approximation.
 """
 

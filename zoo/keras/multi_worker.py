@@ -1,7 +1,7 @@
 """MultiWorkerMirroredStrategy that works with Keras 3.15's ``fit``.
 
-On this stack ``fit`` under a multi-worker strategy fails twice (measured, see
-CROSSFRAMEWORK.md): ``_maybe_symbolic_build`` reduces a tuple of per-replica input
+On this stack ``fit`` under a multi-worker strategy fails twice (measured with two
+local workers and TF_CONFIG): ``_maybe_symbolic_build`` reduces a tuple of per-replica input
 batches with ``strategy.reduce`` (a collective strategy cannot, and only the shapes are
 needed), and ``reduce_per_replica`` averages scalar metrics with ``axis=0``. zoo
 replaces those two reductions, once, for the Keras version it pins; a test trains two
