@@ -11,7 +11,8 @@ from conftest import FRAMEWORKS, RECIPE, tiny
 from safetensors.numpy import load_file
 
 import zoo
-from zoo.checkpoint import CheckpointError
+from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.initial_weights import initial_tensors
 from zoo.runs import NonFiniteLoss
 
 
@@ -37,7 +38,12 @@ def test_finetune_across_frameworks_with_a_new_head(sources, source, target, tmp
         if name.startswith("head.fc"):
             continue
         assert np.array_equal(before[name], after[name]), f"{name}: the frozen backbone moved"
-    assert not np.array_equal(before["head.hidden.weight"], after["head.fc.weight"])
+    # The new head started from the run's seeded init and trained on its own.
+    found = read_checkpoint(result.checkpoint)
+    start = initial_tensors(found.family, found.config, seed=found.json("recipe")["trainer"]["seed"])
+    assert start["head.fc.weight"].shape == after["head.fc.weight"].shape
+    moved = np.abs(after["head.fc.weight"] - start["head.fc.weight"]).max()
+    assert moved > 1e-3, "the new head did not train"
     losses = [float(row["train_loss"]) for row in result.history]
     assert losses[1] < losses[0]
 
