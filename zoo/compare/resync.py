@@ -246,10 +246,11 @@ class PointCheck:
         )
 
     def describe(self) -> str:
+        """The check that fails worst (or uses most of its bound), in words."""
         if self.missing:
-            return f"step {self.step}: gradients in one framework only: {', '.join(self.missing[:5])}"
+            return f"gradients in one framework only: {', '.join(self.missing[:5])}"
         kind, worst = self.worst()
-        return f"step {self.step}: {kind} {worst.describe(kind in RELATIVE)}"
+        return f"{kind} {worst.describe(kind in RELATIVE)}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
