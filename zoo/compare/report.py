@@ -26,7 +26,7 @@ def title(report: dict[str, Any]) -> str:
         f"zoo compare {report['recipe']}: {name} ({model['family']}, {model['task']}), "
         f"{report['precision']}, {run['optimizer']['name']}, batch {run['batch_size']}, "
         f"{run['steps']} steps, CPU (threads: torch {report['threads']['torch']}, "
-        f"tensorflow {report['threads']['tensorflow']})"
+        f"tensorflow {report['threads']['tensorflow']}; oneDNN {report.get('tensorflow_onednn', 'default')})"
     )
 
 

@@ -151,6 +151,7 @@ def build_report(setup, steps, threads, checkpointing, tolerances, sections, spe
         },
         "device": "cpu",
         "threads": threads,
+        "tensorflow_onednn": onednn(),
         "gradient_checkpointing": {"requested": setup.gradient_checkpointing, **checkpointing},
         "versions": versions(),
         "reference_precision": reference_precision(setup.precision),
@@ -195,6 +196,14 @@ def notes(setup, threads: dict[str, Any], checkpointing: dict[str, bool]) -> lis
     else:
         found.append("the loss is computed from logits cast to float32 in both frameworks")
     return found
+
+
+def onednn() -> str:
+    """TensorFlow's oneDNN setting as this process started it (TF reads it once, at import)."""
+    import os
+
+    value = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    return value if value is not None else "default"
 
 
 def versions() -> dict[str, str]:
