@@ -9,14 +9,29 @@ from conftest import FRAMEWORKS, RECIPE, max_diff, tiny
 from safetensors.numpy import load_file
 
 import zoo
-from zoo.recipe import RecipeError
+from zoo import registry
+from zoo.recipe import PRECISIONS, RecipeError
 
-TINY_PRESETS = ["convnet-tiny", "rnn-tiny", "lstm-tiny", "transformer-tiny"]
+
+def smallest_per_family() -> list[str]:
+    """Every registered family that classifies (the digits recipe's task), by its
+    smallest family default or preset: a new family is covered without editing this file."""
+    entries = registry.list_architectures()
+    return [
+        min((e for e in entries if e.family == name), key=lambda e: e.parameters).name
+        for name, family in registry.families().items()
+        if "classification" in family.tasks
+    ]
+
+
+TINY_PRESETS = smallest_per_family()
+CPU_PRECISIONS = [p for p, meaning in PRECISIONS.items() if meaning.on_cpu is None]
+GPU_PRECISIONS = [p for p, meaning in PRECISIONS.items() if meaning.on_cpu is not None]
 
 
 @pytest.mark.parametrize("architecture", TINY_PRESETS)
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-@pytest.mark.parametrize("precision", ["32-true", "64-true", "bf16-mixed", "bf16-true"])
+@pytest.mark.parametrize("precision", CPU_PRECISIONS)
 def test_each_precision_trains_every_family(framework, precision, architecture, tmp_path):
     overrides = [f"trainer.precision={precision}", f"model.architecture={architecture}", "optimizer.lr=0.02"]
     result = zoo.train(RECIPE, framework, tiny(tmp_path, *overrides))
@@ -28,7 +43,7 @@ def test_each_precision_trains_every_family(framework, precision, architecture, 
     assert {str(t.dtype) for t in tensors.values()} == {"float32"}
 
 
-@pytest.mark.parametrize("precision", ["16-mixed", "16-true"])
+@pytest.mark.parametrize("precision", GPU_PRECISIONS)
 def test_float16_is_refused_on_cpu(precision):
     with pytest.raises(RecipeError, match=f"trainer.precision: '{precision}' needs a GPU"):
         zoo.load_recipe(RECIPE, [f"trainer.precision={precision}", "trainer.accelerator=cpu"])
@@ -87,13 +102,12 @@ def test_same_seed_same_weights(framework, tmp_path):
 @pytest.mark.parametrize("architecture", TINY_PRESETS)
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_gradient_checkpointing_from_the_recipe(framework, architecture, tmp_path):
-    plain = zoo.train(
-        RECIPE, framework, tiny(tmp_path, f"model.architecture={architecture}", "trainer.seed=1")
-    )
-    checkpointed = zoo.train(
-        RECIPE, framework,
-        tiny(tmp_path, f"model.architecture={architecture}", "trainer.seed=1",
-             "trainer.gradient_checkpointing=true"),
-    )  # fmt: skip
+    # SGD: Adam divides by the gradient's own size, so a gradient that is zero in exact
+    # arithmetic (attention's key bias) turns kernel-order rounding into full-rate steps.
+    common = [f"model.architecture={architecture}", "trainer.seed=1", "optimizer.name=sgd",
+              "optimizer.momentum=0.9"]  # fmt: skip
+    plain = zoo.train(RECIPE, framework, tiny(tmp_path, *common))
+    remat = tiny(tmp_path, *common, "trainer.gradient_checkpointing=true")
+    checkpointed = zoo.train(RECIPE, framework, remat)
     a, b = load_file(plain.checkpoint), load_file(checkpointed.checkpoint)
     assert max(max_diff(a[k], b[k]) for k in a) <= 1e-5  # recomputing changes memory, not training
