@@ -22,7 +22,7 @@ Also timed: `zoo list/show/validate` start-up and the common checkpoint's save/l
 ratio.
 
     .venv/bin/python bench/speed.py [--epochs 6] [--rounds 5] [--batch-size N]
-                                    [--families cnn,rnn,lstm,transformer]
+                                    [--families cnn,rnn,...]  (default: every family)
 """
 
 from __future__ import annotations
@@ -37,7 +37,23 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPES = {f: ROOT / "recipes" / f"{f}-digits.yaml" for f in ("cnn", "rnn", "lstm", "transformer")}
+
+
+def digits_recipes() -> dict[str, Path]:
+    """Each registered family's shipped digits recipe (``recipes/*-digits.yaml``), in the
+    registry's order; a family without one is left out, and said so."""
+    import yaml
+
+    from zoo import registry
+
+    found: dict[str, Path] = {}
+    for path in sorted((ROOT / "recipes").glob("*-digits.yaml")):
+        architecture = yaml.safe_load(path.read_text())["model"]["architecture"]
+        found.setdefault(registry.get_family(architecture).name, path)
+    missing = [name for name in registry.families() if name not in found]
+    if missing:
+        print(f"no recipes/*-digits.yaml for: {', '.join(missing)}", file=sys.stderr)
+    return {name: found[name] for name in registry.families() if name in found}
 
 
 WAYS = ("raw-torch", "zoo-lightning", "lightning-floor", "plain-keras", "zoo-keras")
@@ -58,7 +74,7 @@ def measure(way: str, family: str, epochs: int, batch_size: int | None) -> dict:
     from zoo import registry
     from zoo.data import load_dataset
 
-    recipe = zoo.load_recipe(RECIPES[family], overrides(epochs, batch_size))
+    recipe = zoo.load_recipe(digits_recipes()[family], overrides(epochs, batch_size))
     fam = registry.get_family(recipe.model.architecture)
     data = load_dataset(recipe.data, fam.input_kind)
     config = recipe.model.bind(data.info)
@@ -200,7 +216,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch-size", type=int, help="instead of each recipe's own")
-    parser.add_argument("--families", default="cnn,rnn,lstm,transformer")
+    parser.add_argument("--families", help="comma-separated (default: every registered family)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -212,7 +228,7 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     worst = []
-    for family in args.families.split(","):
+    for family in args.families.split(",") if args.families else digits_recipes():
         rounds = [
             {way: samples_per_second(run_one(way, family, args.epochs, args.batch_size)) for way in WAYS}
             for _ in range(args.rounds)
@@ -251,7 +267,7 @@ def main() -> None:
 def zoo_batch_size(family: str) -> int:
     import yaml
 
-    return yaml.safe_load(RECIPES[family].read_text())["data"]["batch_size"]
+    return yaml.safe_load(digits_recipes()[family].read_text())["data"]["batch_size"]
 
 
 def run_checkpoint_io(framework: str) -> dict:
