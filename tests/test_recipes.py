@@ -150,7 +150,11 @@ def test_every_framework_reads_every_precision_and_strategy_word():
         for strategy in typing.get_args(Strategy):
             if strategy not in caps.refused:
                 assert caps.resolve_strategy(strategy, devices=2) in caps.strategies
-    assert KERAS_POLICIES["bf16-mixed"] == "mixed_bfloat16"
+    for precision, meaning in PRECISIONS.items():  # Keras' policy names say the same dtypes
+        policy = KERAS_POLICIES[precision]
+        assert policy.startswith("mixed_") == meaning.mixed
+        assert policy.removeprefix("mixed_") == meaning.products
+        assert meaning.parameters == ("float32" if meaning.mixed else meaning.products)
 
 
 def test_validation_never_looks_at_the_machine(monkeypatch):

@@ -120,7 +120,7 @@ def cpu_problems(precision: str, strategy: str, why: str) -> list[str]:
         problems.append(
             f"trainer.precision {precision!r} needs a GPU and the accelerator here is the CPU ({why}): "
             f"float16 kernels are ~100x slower on CPU, and Lightning would silently run bf16; "
-            f"use {better!r}, or a machine with a GPU"
+            f"use {better!r}, or run on a GPU"
         )
     if strategy in STRATEGIES_ON_CPU:
         problems.append(
