@@ -18,7 +18,8 @@ RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
 ZOO = Path(sys.executable).parent / "zoo"
 
 
-@pytest.mark.parametrize("onednn", ["1", "0"])
+# oneDNN on is TensorFlow's default on x86, which test_compare.py runs in-process already.
+@pytest.mark.parametrize("onednn", [pytest.param("1", marks=pytest.mark.slow), "0"])
 def test_the_default_recipe_passes_with_onednn_on_and_off(onednn, tmp_path):
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": onednn, "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = [
