@@ -142,7 +142,7 @@ def _forward_section(point: PointCheck, batch: int, checker: Checker) -> Section
     }
     return SectionResult(
         "forward",
-        "max |diff| of the outputs on the first batch (train / eval mode)",
+        "max |diff| of the outputs on the first batch, the mode (train / eval) closest to its bound",
         worst.gap,
         worst.limit,
         passed,

@@ -313,10 +313,13 @@ def plot(report: dict[str, Any], path: Path) -> None:
     bottom.semilogy(
         steps, _positive(limit), color="black", linestyle=":", label="bound (both roundings + allowance)"
     )
+    labelled = set()
     for point in training.get("resync", []):
-        bottom.axvline(
-            point["step"], color="tab:green" if point["passed"] else "tab:red", alpha=0.3, linewidth=3
-        )
+        passed = point["passed"]
+        label = None if passed in labelled else f"re-synchronised: twins {'agree' if passed else 'differ'}"
+        labelled.add(passed)
+        color = "tab:green" if passed else "tab:red"
+        bottom.axvline(point["step"], color=color, alpha=0.3, linewidth=3, label=label)
     first = training["first_step_over_tolerance"]
     if first:
         bottom.axvline(
