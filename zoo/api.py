@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo import registry
+from zoo.hardware import check_trainer
 from zoo.recipe import Recipe, load_recipe, normalize_framework
 from zoo.runs import RunDir, is_primary_process
 from zoo.state import latest_state
@@ -76,7 +77,8 @@ def train(
     framework = _framework(framework or recipe.trainer.framework)
     if framework != recipe.trainer.framework:  # re-validate: some knobs depend on the framework
         raw = recipe.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        recipe = Recipe.model_validate({**raw, "trainer": {**raw.get("trainer", {}), "framework": framework}})
+        recipe = load_recipe({**raw, "trainer": {**raw.get("trainer", {}), "framework": framework}})
+    check_trainer(recipe.trainer)  # before a run folder exists: a refused run leaves nothing behind
     family = registry.get_family(recipe.model.architecture)
     init = None
     if recipe.init.from_ is not None:

@@ -16,10 +16,9 @@ from zoo.runs import MetricsLog, NonFiniteLoss
 class EpochMetrics(keras.callbacks.Callback):
     """One CSV row per epoch, in the columns the Lightning side writes too."""
 
-    def __init__(self, log: MetricsLog, steps_per_epoch: int):
+    def __init__(self, log: MetricsLog):
         super().__init__()
         self.metrics_log = log
-        self.steps_per_epoch = steps_per_epoch
         self.started = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):

@@ -23,8 +23,7 @@ import numpy as np
 
 from zoo.family import ArchitectureConfig, Family
 from zoo.recipe import KERAS_POLICIES
-
-MIXED = ("bf16-mixed", "16-mixed")
+from zoo.recipe.capabilities import PRECISIONS
 
 
 @contextlib.contextmanager
@@ -34,7 +33,7 @@ def dtype_policy(precision: str) -> Iterator[None]:
     import keras
 
     previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32" if precision in MIXED else KERAS_POLICIES[precision])
+    keras.config.set_dtype_policy("float32" if PRECISIONS[precision].mixed else KERAS_POLICIES[precision])
     try:
         yield
     finally:
@@ -60,7 +59,7 @@ def product_layers(model: Any) -> list[Any]:
 
 def apply_mixed(model: Any, precision: str) -> Any:
     """Give the product layers of a twin built under float32 the mixed policy."""
-    if precision in MIXED:
+    if PRECISIONS[precision].mixed:
         for layer in product_layers(model):
             layer.dtype_policy = KERAS_POLICIES[precision]
     return model

@@ -155,7 +155,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     callbacks = [StopOnNonFiniteLoss()]
     if run:
         log = MetricsLog(run.metrics, dataset.task, append=resume is not None)
-        callbacks.append(EpochMetrics(log, batches))
+        callbacks.append(EpochMetrics(log))
     run_path = run.path if run else None
     if run_path is not None:
         callbacks.append(
