@@ -6,8 +6,15 @@ DIFFERS per section, with the tensor or step where parity broke), and how fast a
 memory-hungry each framework is on the recipe. Importing this package imports neither
 framework; :func:`compare` does.
 
+Every bound is measured: each framework's own rounding (its distance from its own run in
+a reference precision, float64 for float32 runs and float32 for bf16/fp16) plus a fixed
+allowance for the reference twins, no figure keyed by model family. Training is chaotic,
+so a loss gap over its bound is decided by re-synchronising: one step of both twins from
+the torch twin's state along the run says amplified rounding or a different computation.
+
 Modules: ``twins`` (what both sides share), ``steps`` (one plain training step each),
-``parity`` (the sections), ``speed``, ``tolerances``, ``results``, ``report``, ``runner``.
+``parity`` (the sections), ``resync`` (one checked step from a shared state), ``speed``,
+``tolerances``, ``results``, ``report``, ``runner``.
 """
 
 from zoo.compare.runner import Comparison, compare
