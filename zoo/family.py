@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,9 @@ from zoo.weights import Port
 
 InputKind = Literal["image", "sequence"]
 Task = Literal["classification", "language_modeling"]
+Framework = Literal["lightning", "keras"]
+TASKS: tuple[str, ...] = get_args(Task)
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 
 
 class ArchitectureConfig(BaseModel):
@@ -30,6 +33,9 @@ class ArchitectureConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     DATA_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # The task of a config without a ``task`` field (a single-task family). A family that does
+    # several tasks has a ``task`` field instead, whose literal values are the family's tasks.
+    TASK: ClassVar[Task] = "classification"
 
     architecture: str
     preset: str | None = Field(None, description="The named preset these values started from.")
@@ -49,14 +55,26 @@ class ArchitectureConfig(BaseModel):
             updates[key] = value
         return self.model_validate({**self.model_dump(), **updates})
 
-    def sample_shape(self) -> tuple[int, ...]:
-        """Shape of one input sample in the canonical (torch) layout."""
-        raise NotImplementedError
+    @property
+    def active_task(self) -> Task:
+        """The task this config builds: its ``task`` field, or the class's fixed ``TASK``."""
+        return self.__dict__.get("task") or self.TASK
 
     @property
     def language_model(self) -> bool:
-        """Families that do several tasks have a ``task`` field; the rest classify."""
-        return getattr(self, "task", "classification") == "language_modeling"
+        return self.active_task == "language_modeling"
+
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one example input sample in the canonical (torch) layout, without the batch.
+
+        Every family implements it; :meth:`example_input` (the one example-input builder of
+        tests, benchmarks and compare) draws batches of this shape."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement sample_shape()")
+
+    def context_length(self) -> int | None:
+        """The longest sequence the model can read (a position table's rows), or None when
+        the length is unbounded (recurrent nets) or meaningless (images)."""
+        return None
 
     def example_input(self, batch: int, seed: int = 0):
         """A random batch in the canonical layout, for tests and benchmarks: token ids for a
@@ -77,6 +95,29 @@ class ArchitectureConfig(BaseModel):
 
 
 @dataclass(frozen=True)
+class InputSpec:
+    """What both twins read, in the canonical (torch) layout.
+
+    ``image``: float32 ``(N, C, H, W)``; the Keras twin reads ``(N, H, W, C)``.
+    ``sequence``: float32 features ``(N, T, F)`` for classification, int64 token ids
+    ``(N, T)`` for language modeling; the same in both twins.
+    ``padding_mask``: the twins take an optional ``padding_mask`` (N, T) bool argument
+    (True marks padding) and ignore padded steps.
+    """
+
+    kind: InputKind
+    padding_mask: bool = False
+
+    def dtype(self, task: Task) -> str:
+        return "int64" if task == "language_modeling" else "float32"
+
+    def layout(self, task: Task, framework: Framework = "lightning") -> str:
+        if self.kind == "image":
+            return "NCHW" if framework == "lightning" else "NHWC"
+        return "NT" if task == "language_modeling" else "NTF"
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     description: str
@@ -85,23 +126,56 @@ class Preset:
 
 @dataclass(frozen=True)
 class Family:
-    """One architecture family, registered under the ``zoo.architectures`` entry point."""
+    """One architecture family, registered under the ``zoo.architectures`` entry point.
+
+    Every piece is checked when the registry loads (:func:`zoo.registry.check_family`), so a
+    plugin that misses one fails there, by name, not halfway through a training run.
+    """
 
     name: str
     description: str
     config: type[ArchitectureConfig]
-    input_kind: InputKind
+    inputs: InputSpec
     tasks: tuple[Task, ...]
     weight_table: Callable[[Any], list[Port]]
     torch_model: str  # "module:callable(config) -> torch.nn.Module"
     keras_model: str  # "module:callable(config) -> keras.Model", built
+    grad_checkpointing: tuple[Framework, ...] = ()  # twins whose set_grad_checkpointing recomputes
     presets: tuple[Preset, ...] = field(default_factory=tuple)
 
+    @property
+    def input_kind(self) -> InputKind:
+        return self.inputs.kind
+
     def build_torch(self, config: ArchitectureConfig):
-        return _resolve(self.torch_model)(config)
+        return self._checked(_resolve(self.torch_model)(config), "lightning")
 
     def build_keras(self, config: ArchitectureConfig):
-        return _resolve(self.keras_model)(config)
+        return self._checked(_resolve(self.keras_model)(config), "keras")
+
+    def supports_grad_checkpointing(self, framework: str) -> bool:
+        return framework in self.grad_checkpointing
+
+    def set_grad_checkpointing(self, model, framework: str, enable: bool) -> None:
+        """Turn block-wise recomputation on or off where the family declares it; refuse to
+        turn it on where it does not."""
+        if self.supports_grad_checkpointing(framework):
+            model.set_grad_checkpointing(enable)
+        elif enable:
+            raise ValueError(
+                f"the {self.name!r} family does not support gradient checkpointing on {framework} "
+                f"(it declares: {', '.join(self.grad_checkpointing) or 'none'}); "
+                "set trainer.gradient_checkpointing=false"
+            )
+
+    def _checked(self, model, framework: str):
+        if self.supports_grad_checkpointing(framework) and not hasattr(model, "set_grad_checkpointing"):
+            target = self.torch_model if framework == "lightning" else self.keras_model
+            raise TypeError(
+                f"the {self.name!r} family declares gradient checkpointing on {framework}, but "
+                f"{target} built a {type(model).__name__} without set_grad_checkpointing(enable)"
+            )
+        return model
 
 
 def _resolve(target: str) -> Callable[..., Any]:

@@ -8,12 +8,13 @@ family.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
-from importlib.metadata import entry_points
-from typing import Any
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Literal, get_args, get_origin
 
-from zoo.family import ArchitectureConfig, Family, Preset
-from zoo.weights import count_parameters
+from zoo.family import FRAMEWORKS, TASKS, ArchitectureConfig, Family, InputSpec, Preset
+from zoo.weights import Port, count_parameters
 
 GROUP = "zoo.architectures"
 
@@ -23,13 +24,15 @@ class UnknownArchitectureError(KeyError):
         return str(self.args[0])
 
 
+class FamilyContractError(TypeError):
+    """A registered family that does not fill the contract of :class:`zoo.family.Family`."""
+
+
 @functools.cache
 def families() -> dict[str, Family]:
     found: dict[str, Family] = {}
     for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
-        family = ep.load()
-        if not isinstance(family, Family):
-            raise TypeError(f"entry point {GROUP}:{ep.name} is {type(family)}, not a zoo Family")
+        family = load_family(ep)
         if family.name in found:
             raise ValueError(f"two packages register the architecture family {family.name!r}")
         found[family.name] = family
@@ -39,6 +42,126 @@ def families() -> dict[str, Family]:
             "install zoo (pip install -e .) so its entry points exist"
         )
     return found
+
+
+def plugin_name(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    source = f" of the package {dist.name!r}" if dist is not None else ""
+    return f"entry point {GROUP}:{ep.name} = {ep.value!r}{source}"
+
+
+def load_family(ep: EntryPoint) -> Family:
+    """Import one entry point and check that it fills the family contract."""
+    try:
+        family = ep.load()
+    except Exception as error:
+        raise FamilyContractError(
+            f"{plugin_name(ep)} cannot be imported: {type(error).__name__}: {error}"
+        ) from error
+    if not isinstance(family, Family):
+        raise FamilyContractError(f"{plugin_name(ep)} is a {type(family).__name__}, not a zoo.family.Family")
+    problems = check_family(family)
+    if problems:
+        raise FamilyContractError(
+            f"{plugin_name(ep)} does not fill the family contract:\n"
+            + "\n".join(f"  - {problem}" for problem in problems)
+        )
+    return family
+
+
+def check_family(family: Family) -> list[str]:
+    """Every piece of the contract that ``family`` misses or declares with the wrong type,
+    each as "<piece>: <what is wrong>". Imports no deep-learning framework."""
+    problems: list[str] = []
+    if not isinstance(family.name, str) or not family.name.isidentifier():
+        problems.append(f"name: {family.name!r} is not an identifier-like string")
+    if not isinstance(family.description, str) or not family.description:
+        problems.append("description: missing (a one-line string)")
+    if not isinstance(family.inputs, InputSpec):
+        problems.append(f"inputs: {family.inputs!r} is not a zoo.family.InputSpec")
+    elif family.inputs.kind not in ("image", "sequence"):
+        problems.append(f"inputs: kind {family.inputs.kind!r} is not 'image' or 'sequence'")
+    if not isinstance(family.tasks, tuple) or not family.tasks or set(family.tasks) - set(TASKS):
+        problems.append(f"tasks: {family.tasks!r} is not a non-empty tuple of {TASKS}")
+    for piece in ("torch_model", "keras_model"):
+        target = getattr(family, piece)
+        module, colon, attribute = target.partition(":") if isinstance(target, str) else ("", "", "")
+        if not (module and colon and attribute):
+            problems.append(f"{piece}: {target!r} is not a 'module:callable' string")
+    if not isinstance(family.grad_checkpointing, tuple) or set(family.grad_checkpointing) - set(FRAMEWORKS):
+        problems.append(f"grad_checkpointing: {family.grad_checkpointing!r} is not a tuple of {FRAMEWORKS}")
+    if not callable(family.weight_table):
+        problems.append(f"weight_table: {family.weight_table!r} is not callable (config -> list[Port])")
+    if not isinstance(family.presets, tuple) or not all(isinstance(p, Preset) for p in family.presets):
+        problems.append("presets: not a tuple of zoo.family.Preset")
+    if not (inspect.isclass(family.config) and issubclass(family.config, ArchitectureConfig)):
+        problems.append(f"config: {family.config!r} is not a subclass of zoo.family.ArchitectureConfig")
+        return problems
+    problems += _check_config(family)
+    return problems
+
+
+def _check_config(family: Family) -> list[str]:
+    """The config class against the rest of the declaration, at its defaults and every preset."""
+    cls, problems = family.config, []
+    fields = cls.model_fields
+    if (
+        get_args(fields["architecture"].annotation) != (family.name,)
+        or get_origin(fields["architecture"].annotation) is not Literal
+    ):
+        problems.append(f"config: {cls.__name__}.architecture must be Literal[{family.name!r}]")
+    missing = [key for key in cls.DATA_FIELDS if key not in fields]
+    if missing:
+        problems.append(f"config: DATA_FIELDS names fields {cls.__name__} does not have: {missing}")
+    if "task" in fields:
+        values = get_args(fields["task"].annotation)
+        if isinstance(family.tasks, tuple) and set(values) != set(family.tasks):
+            problems.append(
+                f"config: {cls.__name__}.task takes {values}, but the family declares tasks {family.tasks}"
+            )
+    elif isinstance(family.tasks, tuple) and family.tasks != (cls.TASK,):
+        problems.append(
+            f"tasks: {family.tasks} needs a 'task' field on {cls.__name__} "
+            f"(without one, its only task is {cls.__name__}.TASK = {cls.TASK!r})"
+        )
+    needs = {"classification": "num_classes", "language_modeling": "vocab_size"}
+    for task in family.tasks if isinstance(family.tasks, tuple) else ():
+        if needs.get(task) and needs[task] not in fields:
+            problems.append(
+                f"config: {cls.__name__} does {task} but has no {needs[task]!r} field (the head size)"
+            )
+    try:
+        config = cls.model_validate({"architecture": family.name})
+    except Exception as error:
+        return [*problems, f"config: {cls.__name__} has no valid default config: {error}"]
+    problems += _check_at(family, config, "the default config")
+    for preset in family.presets if isinstance(family.presets, tuple) else ():
+        try:
+            config = cls.model_validate({**preset.fields, "preset": preset.name, "architecture": family.name})
+        except Exception as error:
+            problems.append(f"presets: {preset.name!r} is not a valid {cls.__name__}: {error}")
+    return problems
+
+
+def _check_at(family: Family, config: ArchitectureConfig, where: str) -> list[str]:
+    problems = []
+    try:
+        shape = config.sample_shape()
+        if not isinstance(shape, tuple) or not all(isinstance(s, int) and s > 0 for s in shape):
+            problems.append(f"inputs: sample_shape() at {where} is {shape!r}, not a tuple of positive ints")
+    except NotImplementedError:
+        problems.append(f"inputs: {type(config).__name__} does not implement sample_shape()")
+    if callable(family.weight_table):
+        try:
+            ports = family.weight_table(config)
+        except Exception as error:
+            problems.append(f"weight_table: fails at {where}: {type(error).__name__}: {error}")
+        else:
+            if not isinstance(ports, list) or not ports or not all(isinstance(p, Port) for p in ports):
+                problems.append(
+                    f"weight_table: at {where} returns {type(ports).__name__}, not a list of zoo.weights.Port"
+                )
+    return problems
 
 
 @functools.cache

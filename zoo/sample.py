@@ -12,6 +12,8 @@ import numpy as np
 
 from zoo.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
 
+UNBOUNDED_WINDOW = 256  # tokens re-read per step by a model of unbounded context (a recurrent net)
+
 
 class PromptError(ValueError):
     """A prompt or sampling setting the model cannot take."""
@@ -27,7 +29,7 @@ def sample(
 ) -> str:
     """``prompt`` followed by ``length`` generated characters; temperature 0 is greedy."""
     checkpoint = read_checkpoint(path)
-    if getattr(checkpoint.config, "task", None) != "language_modeling":
+    if checkpoint.config.active_task != "language_modeling":
         raise CheckpointError(f"{path}: a {checkpoint.family.name} classifier, not a language model")
     vocab = checkpoint.json("task_info", {}).get("vocab")
     if not vocab:
@@ -39,7 +41,7 @@ def sample(
     if unknown:
         raise PromptError(f"the prompt has characters the model never saw: {''.join(unknown)!r}")
     ids = [lookup[c] for c in prompt] or [lookup.get("\n", 0)]
-    window = getattr(checkpoint.config, "max_len", None) or 256
+    window = checkpoint.config.context_length() or UNBOUNDED_WINDOW
     forward = _forward(load_checkpoint(path, framework))
     rng = np.random.default_rng(seed)
     generated = []

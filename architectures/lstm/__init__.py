@@ -3,16 +3,17 @@
 from architectures.lstm.config import LSTMConfig
 from architectures.lstm.presets import PRESETS
 from architectures.lstm.weights import table
-from zoo.family import Family
+from zoo.family import Family, InputSpec
 
 FAMILY = Family(
     name="lstm",
     description="LSTM or GRU, stacked, optionally bidirectional; sequences or tokens.",
     config=LSTMConfig,
-    input_kind="sequence",
+    inputs=InputSpec("sequence"),
     tasks=("classification", "language_modeling"),
     weight_table=table,
     torch_model="architectures.lstm.torch_model:build",
     keras_model="architectures.lstm.keras_model:build",
+    grad_checkpointing=("lightning", "keras"),
     presets=PRESETS,
 )

@@ -103,6 +103,9 @@ class TransformerConfig(ArchitectureConfig):
             return (LM_EXAMPLE_LENGTH,)
         return (CLASSIFICATION_STEPS, self.input_size)
 
+    def context_length(self) -> int:
+        return self.max_len
+
     def sinusoidal_table(self) -> np.ndarray:
         """The fixed (max_len, d_model) sine/cosine positions, computed once in numpy.
 
