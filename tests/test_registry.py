@@ -3,6 +3,8 @@ give the same outputs after a checkpoint round trip in either direction."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -99,3 +101,38 @@ def test_data_fields_come_from_the_data_unless_set():
     explicit = registry.resolve_config("cnn", num_classes=5)
     with pytest.raises(ValueError, match=r"model.num_classes is 5 but the data has 3"):
         explicit.bind({"num_classes": 3})
+
+
+@pytest.mark.parametrize("name", list(registry.families()))
+def test_every_family_fills_the_declared_contract(name):
+    family = registry.families()[name]
+    assert registry.check_family(family) == []
+    for preset in family.presets:
+        config = registry.resolve_config(preset.name)
+        x = config.example_input(2)
+        assert x.shape == (2, *config.sample_shape())
+        assert str(x.dtype) == family.inputs.dtype(config.active_task)
+        assert config.active_task in family.tasks
+
+
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+def test_declared_gradient_checkpointing_is_what_the_twins_offer(framework):
+    family = registry.get_family("convnet-tiny")
+    config = registry.resolve_config("convnet-tiny")
+    model = family.build_torch(config) if framework == "lightning" else family.build_keras(config)
+    assert family.supports_grad_checkpointing(framework)
+    family.set_grad_checkpointing(model, framework, True)
+    assert model.grad_checkpointing
+    undeclared = dataclasses.replace(family, grad_checkpointing=())
+    undeclared.set_grad_checkpointing(model, framework, False)  # off is always possible
+    with pytest.raises(
+        ValueError, match=r"'cnn' family does not support gradient checkpointing on " + framework
+    ):
+        undeclared.set_grad_checkpointing(model, framework, True)
+
+
+def test_the_config_declares_its_task_and_context():
+    assert registry.resolve_config("cnn").active_task == "classification"
+    lm = registry.resolve_config("transformer", task="language_modeling", max_len=64)
+    assert lm.active_task == "language_modeling" and lm.context_length() == 64
+    assert registry.resolve_config("lstm", task="language_modeling").context_length() is None
