@@ -186,7 +186,7 @@ def evaluate(
     found = read_checkpoint(checkpoint)
     vocab = found.json("task_info", {}).get("vocab")
     dataset = load_dataset(recipe.data, found.family.input_kind, vocab=vocab)
-    task = getattr(found.config, "task", "classification")
+    task = found.config.active_task
     if task != dataset.task:
         raise CheckpointError(f"{checkpoint}: a {task} model cannot be evaluated on data for {dataset.task}")
     try:

@@ -135,7 +135,7 @@ def save_checkpoint(
     of the checkpoint mean nothing, so it travels in the metadata.
     """
     config = model.zoo_config
-    task = getattr(config, "task", "classification")
+    task = config.active_task
     task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     framework = framework_of(model)
     metadata = {

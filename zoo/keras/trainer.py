@@ -138,7 +138,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     initial = initial_tensors(family, config, trainer_cfg.seed)
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = build_keras(family, config, trainer_cfg.precision, initial)
-        model.set_grad_checkpointing(trainer_cfg.gradient_checkpointing)
+        family.set_grad_checkpointing(model, "keras", trainer_cfg.gradient_checkpointing)
         head_rates = initialise(model, family, init)
         multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
         optimizer = build_optimizer(

@@ -94,7 +94,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         torch.set_num_threads(trainer_cfg.num_threads)
     L.seed_everything(trainer_cfg.seed, verbose=False)
     model = seeded_torch_model(family, config, trainer_cfg.seed)
-    model.set_grad_checkpointing(trainer_cfg.gradient_checkpointing)
+    family.set_grad_checkpointing(model, "lightning", trainer_cfg.gradient_checkpointing)
     groups = initialise(model, init)
     batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
     steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
