@@ -1,0 +1,76 @@
+"""The README's table of shipped recipes: every recipe trained by ``zoo train`` in both
+frameworks, each run in a fresh process as a user would start it, and its test metric.
+
+``--no-dropout`` sets every dropout field to 0 and turns on ``trainer.deterministic``:
+then the two frameworks share everything but kernel rounding (the same initial tensors,
+batches, learning rates and optimizer arithmetic), which is what the second table of the
+README shows.
+
+Run: ``python bench/recipe_metrics.py [--no-dropout] [recipes/x.yaml ...]`` (the whole
+set takes about 15 minutes on 2 cores; the two character LMs are most of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from zoo.recipe import load_recipe  # noqa: E402
+
+FRAMEWORKS = ("lightning", "keras")
+METRICS = {
+    "classification": ("test_accuracy", "accuracy {:.4f}"),
+    "language_modeling": ("test_bpc", "{:.3f} bpc"),
+}
+
+
+def overrides(path: Path, no_dropout: bool) -> list[str]:
+    found = ["trainer.progress_bar=false"]
+    if no_dropout:
+        model = load_recipe(path).model
+        found += [f"model.{name}=0" for name in type(model).model_fields if "dropout" in name]
+        found.append("trainer.deterministic=true")
+    return found
+
+
+def train(path: Path, framework: str, sets: list[str], out: Path) -> dict[str, float]:
+    command = [str(Path(sys.executable).with_name("zoo")), "train", str(path), "--framework", framework]
+    for item in [*sets, f"export.dir={out}"]:
+        command += ["--set", item]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True)
+    summaries = sorted(out.glob(f"*-{framework}-*/summary.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(summaries[-1].read_text())["metrics"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-dropout", action="store_true", help="dropout 0 and deterministic kernels")
+    parser.add_argument("recipes", nargs="*", type=Path)
+    args = parser.parse_args()
+    paths = args.recipes or sorted((ROOT / "recipes").glob("*.yaml"))
+    print("| recipe | model | test metric, Lightning | Keras | difference |")
+    print("|---|---|---|---|---|")
+    for path in paths:
+        recipe = load_recipe(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            sets = overrides(path, args.no_dropout)
+            results = {fw: train(path, fw, sets, Path(tmp) / fw) for fw in FRAMEWORKS}
+        task = "language_modeling" if recipe.data.name == "text" else "classification"
+        key, form = METRICS[task]
+        values = [results[fw][key] for fw in FRAMEWORKS]
+        cells = [form.format(v) for v in values]
+        name, model = f"`{path.name}`", recipe.model.preset or recipe.model.architecture
+        print(f"| {name} | {model} | {cells[0]} | {cells[1]} | {values[1] - values[0]:+.4f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
