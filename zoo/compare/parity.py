@@ -318,10 +318,9 @@ def _training_section(
     finite = np.isfinite(torch_losses) & np.isfinite(keras_losses)
     drift = f"max |loss gap| {fmt(value)} at step {worst_step} of {steps}"
     if first is not None:
-        drift += (
-            f", over its rounding bound from step {first} ({fmt(float(gap[first - 1]))} > "
-            f"{fmt(float(limits[first - 1]))} there)"
-        )
+        over, bound = float(gap[first - 1]), float(limits[first - 1])
+        figures = (fmt(over), fmt(bound)) if fmt(over) != fmt(bound) else (f"{over:.3e}", f"{bound:.3e}")
+        drift += f", over its rounding bound from step {first} ({figures[0]} > {figures[1]} there)"
     where = ", ".join(str(p.step) for p in points)
     agree = _agreement(points)
     if not np.all(finite):
