@@ -92,7 +92,8 @@ class SelfAttention(layers.Layer):
 def attention_probabilities(scores, blocked, head_dim: int):
     """Scaled, masked softmax in float32 at least (float64 stays float64), back in the scores' dtype."""
     dtype = "float64" if keras.backend.standardize_dtype(scores.dtype) == "float64" else "float32"
-    logits = ops.multiply(ops.cast(scores, dtype), ops.cast(head_dim**-0.5, dtype))
+    # A Python float straight into the dtype: ops.cast would pass it through float32 first.
+    logits = ops.multiply(ops.cast(scores, dtype), ops.convert_to_tensor(head_dim**-0.5, dtype=dtype))
     if blocked is not None:
         logits = ops.where(blocked, ops.cast(float("-inf"), dtype), logits)
     return ops.cast(ops.softmax(logits, axis=-1), scores.dtype)
