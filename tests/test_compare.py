@@ -323,3 +323,12 @@ def test_importing_compare_imports_no_framework():
     code = "import sys, zoo.compare\nprint([m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_float16_is_refused_before_anything_runs():
+    """compare runs both twins on the CPU, where float16 has no fast kernels."""
+    from zoo.compare import compare
+    from zoo.hardware import SetupError
+
+    with pytest.raises(SetupError, match=r"trainer\.precision '16-mixed' needs a GPU .* use 'bf16-mixed'"):
+        compare(RECIPE, steps=1, overrides=["trainer.precision=16-mixed"], write=False)

@@ -64,6 +64,8 @@ def compare(
     from zoo.compare.resync import Checker
     from zoo.compare.twins import batch_indices, build_twins, prepare, single_threaded
     from zoo.data import steps_per_epoch
+    from zoo.hardware import SetupError
+    from zoo.recipe.capabilities import cpu_problems
     from zoo.schedule import lr_table
 
     if steps < 1:
@@ -72,6 +74,9 @@ def compare(
         recipe = load_recipe(recipe, overrides)
     elif overrides:
         recipe = load_recipe(recipe.to_dict(), overrides)
+    problems = cpu_problems(recipe.trainer.precision, "auto", "zoo compare runs both twins on the CPU")
+    if problems:  # float16: no fast CPU kernels, and Lightning would silently run bf16
+        raise SetupError("; ".join(problems))
     started = time.perf_counter()
     setup = prepare(recipe)
     tolerances = tolerances_for(setup.precision)
