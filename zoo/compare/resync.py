@@ -123,6 +123,19 @@ def keras_gradients(twins: Twins, tape, loss) -> dict[str, np.ndarray]:
     return mapped
 
 
+def _trainable_in_keras_layout(twins, tensors: dict[str, np.ndarray]):
+    """(Keras variable, array) for each trainable variable, converted from per-tensor values
+    in the canonical layout (zeros where a tensor has none, or is not trainable)."""
+    for port, variables in _ports(twins):
+        arrays = [
+            tensors.get(spec.name, np.zeros(spec.shape)) if spec.trainable else np.zeros(spec.shape)
+            for spec in port.tensors
+        ]
+        for variable, array in zip(variables, port.to_keras(*arrays), strict=True):
+            if variable.trainable:
+                yield variable, array
+
+
 def _ports(twins: Twins) -> list[tuple[Any, list[Any]]]:
     found = []
     for port in twins.table:
@@ -182,15 +195,9 @@ class Updater:
 
     def _assign_slots(self, slots: list[Any], tensors: dict[str, np.ndarray]) -> None:
         """Canonical per-tensor state -> the slot of each Keras variable, through the table."""
-        for port, variables in _ports(self.twins):
-            arrays = [
-                tensors.get(spec.name, np.zeros(spec.shape)) if spec.trainable else np.zeros(spec.shape)
-                for spec in port.tensors
-            ]
-            for variable, array in zip(variables, port.to_keras(*arrays), strict=True):
-                if variable.trainable:
-                    slot = slots[self.keras._get_variable_index(variable)]
-                    slot.assign(np.asarray(array).astype(slot.dtype))
+        for variable, array in _trainable_in_keras_layout(self.twins, tensors):
+            slot = slots[self.keras._get_variable_index(variable)]
+            slot.assign(np.asarray(array).astype(slot.dtype))
 
     def step(self, gradients: dict[str, np.ndarray]) -> None:
         """One update of each twin from the same ``gradients`` (canonical layout, float64)."""
@@ -200,15 +207,10 @@ class Updater:
             value = gradients.get(name)
             parameter.grad = None if value is None else torch.from_numpy(value).to(parameter.dtype)
         self.torch.step()
-        grads = {}
-        for port, variables in _ports(self.twins):
-            arrays = [
-                gradients.get(spec.name, np.zeros(spec.shape)) if spec.trainable else np.zeros(spec.shape)
-                for spec in port.tensors
-            ]
-            for variable, array in zip(variables, port.to_keras(*arrays), strict=True):
-                if variable.trainable:
-                    grads[id(variable)] = np.asarray(array, dtype=_gradient_dtype(variable))
+        grads = {
+            id(variable): np.asarray(array, dtype=_gradient_dtype(variable))
+            for variable, array in _trainable_in_keras_layout(self.twins, gradients)
+        }
         pairs = [(grads.get(id(v), np.zeros(v.shape, _gradient_dtype(v))), v) for v in self.variables]
         self.keras.apply_gradients(pairs)
 
