@@ -22,11 +22,14 @@ from zoo import registry
 from zoo.data import Dataset, epoch_batches, load_dataset
 from zoo.family import ArchitectureConfig, Family
 from zoo.recipe import Recipe
+from zoo.recipe.capabilities import PRECISIONS
 from zoo.weights import Port, keras_layer, tensors_to_keras
 
 # Autocast dtype of the mixed precisions, and the parameter dtype of the "true" ones.
-MIXED = {"bf16-mixed": "bfloat16", "16-mixed": "float16"}
-TRUE = {"64-true": "float64", "bf16-true": "bfloat16", "16-true": "float16"}
+# From the one precision table: autocast's dtype for the mixed words, the module's dtype
+# for the true words other than float32.
+MIXED = {word: p.products for word, p in PRECISIONS.items() if p.mixed}
+TRUE = {word: p.parameters for word, p in PRECISIONS.items() if not p.mixed and p.parameters != "float32"}
 
 
 @dataclass(frozen=True)
