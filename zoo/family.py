@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from zoo.foreign import ForeignFormat
 from zoo.weights import Port
 
 InputKind = Literal["image", "sequence"]
@@ -142,6 +143,12 @@ class Family:
     keras_model: str  # "module:callable(config) -> keras.Model", built
     grad_checkpointing: tuple[Framework, ...] = ()  # twins whose set_grad_checkpointing recomputes
     presets: tuple[Preset, ...] = field(default_factory=tuple)
+    # Foreign weight layouts the family reads (``zoo import``) and writes (``zoo export``).
+    formats: tuple[ForeignFormat, ...] = ()
+    # "module:callable(tensors, old_config, new_config) -> tensors": carries tensors whose shape
+    # follows the data over to new data instead of re-initialising them when fine-tuning (a
+    # ViT's position embedding at another image size). It returns only the tensors it carried.
+    adapt_tensors: str | None = None
 
     @property
     def input_kind(self) -> InputKind:
@@ -167,6 +174,13 @@ class Family:
                 f"(it declares: {', '.join(self.grad_checkpointing) or 'none'}); "
                 "set trainer.gradient_checkpointing=false"
             )
+
+    def format(self, name: str) -> ForeignFormat:
+        for candidate in self.formats:
+            if candidate.name == name:
+                return candidate
+        known = ", ".join(f.name for f in self.formats) or "none"
+        raise ValueError(f"the {self.name!r} family has no weight format {name!r} (it has: {known})")
 
     def _checked(self, model, framework: str):
         if self.supports_grad_checkpointing(framework) and not hasattr(model, "set_grad_checkpointing"):

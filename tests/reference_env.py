@@ -1,0 +1,84 @@
+"""The reference environment (torchvision, timm) and the fixture files its scripts write.
+
+The reference libraries cannot share zoo's environment (see ``tests/reference/requirements.txt``),
+so the tests build a second virtual environment, ``.venv-ref``, the first time one needs it,
+and run a script of ``tests/reference/`` there. The script writes what the main suite
+compares against (reference weights, inputs, logits, parameter counts) under
+``.cache/reference/``; the files are reused until the script or the pinned versions change.
+Nothing is downloaded except the pinned packages from the package index.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "reference"
+VENV = ROOT / ".venv-ref"
+CACHE = ROOT / ".cache" / "reference"
+PINS = (SCRIPTS / "requirements.txt", SCRIPTS / "constraints.txt")
+
+
+@contextmanager
+def _locked(name: str):
+    """One process at a time builds the environment or a fixture (tests may run side by side)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".{name}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _digest(*parts: bytes) -> str:
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+
+
+def python() -> Path:
+    """The reference environment's interpreter, built (or rebuilt for new pins) on first use."""
+    want = _digest(*(path.read_bytes() for path in PINS))
+    stamp, interpreter = VENV / ".installed", VENV / "bin" / "python"
+    with _locked("venv"):
+        if stamp.is_file() and stamp.read_text() == want:
+            return interpreter
+        pip = [str(interpreter), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        constraints = ["-c", str(SCRIPTS / "constraints.txt")]
+        for command in (
+            [sys.executable, "-m", "venv", "--clear", str(VENV)],
+            # torch first and alone, so the CPU wheel on disk is the one every later pin sees
+            [*pip, *constraints, "torch==2.13.0"],
+            [*pip, *constraints, "-r", str(SCRIPTS / "requirements.txt")],
+        ):
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"building {VENV} failed at {' '.join(command)}:\n{done.stderr[-4000:]}")
+        stamp.write_text(want)
+    return interpreter
+
+
+def fixtures(script: str, *args: str) -> Path:
+    """Run ``tests/reference/<script> OUT *args`` in the reference environment (once per
+    script text, shim, pins and arguments) and return OUT, the folder it wrote."""
+    source = SCRIPTS / script
+    key = _digest(
+        source.read_bytes(), (SCRIPTS / "shim.py").read_bytes(), *(p.read_bytes() for p in PINS),
+        "\0".join(args).encode(),
+    )  # fmt: skip
+    out = CACHE / f"{Path(script).stem}-{'-'.join(args)}-{key}"
+    interpreter = python()
+    with _locked(out.name):
+        if (out / ".done").is_file():
+            return out
+        out.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(SCRIPTS), "CUDA_VISIBLE_DEVICES": ""}
+        done = subprocess.run(
+            [str(interpreter), str(source), str(out), *args], capture_output=True, text=True, env=env
+        )
+        if done.returncode:
+            raise RuntimeError(f"{script} {' '.join(args)} failed in {VENV}:\n{done.stderr[-4000:]}")
+        (out / ".done").touch()
+    return out
