@@ -22,6 +22,8 @@ _API = {
     "load_checkpoint": "zoo.api",
     "save_checkpoint": "zoo.api",
     "train": "zoo.api",
+    "import_checkpoint": "zoo.interchange",
+    "export_checkpoint": "zoo.interchange",
     "Comparison": "zoo.compare",
     "compare": "zoo.compare",
     "Recipe": "zoo.recipe",

@@ -134,25 +134,48 @@ def save_checkpoint(
     ``vocab`` is a language model's characters in id order: without it the token ids
     of the checkpoint mean nothing, so it travels in the metadata.
     """
-    config = model.zoo_config
-    task = config.active_task
-    task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     framework = framework_of(model)
+    tensors = model_tensors(model) if framework == "keras" else _torch_arrays(model, snapshot=False)
+    return write_checkpoint(
+        path, model.zoo_config, tensors, framework=framework, recipe=recipe, metrics=metrics,
+        vocab=vocab, dtype=dtype,
+    )  # fmt: skip
+
+
+def write_checkpoint(
+    path: str | Path,
+    config: ArchitectureConfig,
+    tensors: dict[str, np.ndarray],
+    *,
+    framework: str,
+    recipe: dict[str, Any] | None = None,
+    metrics: dict[str, float] | None = None,
+    vocab: str | None = None,
+    dtype: str = "float32",
+    source: dict[str, str] | None = None,
+) -> Path:
+    """Canonical tensors and the metadata that rebuilds their model, as one checkpoint file.
+
+    ``framework`` is the twin that wrote the tensors, or ``"imported"`` with ``source``
+    saying which foreign file and format they came from.
+    """
+    task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     metadata = {
         "format": FORMAT,
         "format_version": str(FORMAT_VERSION),
         "architecture": config.architecture,
         "config": config.model_dump_json(),
-        "task": task,
+        "task": config.active_task,
         "task_info": json.dumps(task_info),
         "framework": framework,
         "recipe": json.dumps(recipe or {}),
         "metrics": json.dumps(metrics or {}),
         "versions": json.dumps(_versions(framework)),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "dtype": dtype,
     }
-    metadata["dtype"] = dtype
-    tensors = model_tensors(model) if framework == "keras" else _torch_arrays(model, snapshot=False)
+    if source is not None:
+        metadata["source"] = json.dumps(source)
     return write_safetensors(path, {k: _as_export_dtype(v, dtype) for k, v in tensors.items()}, metadata)
 
 
@@ -171,7 +194,7 @@ def _versions(framework: str) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     names = ["zoo", "safetensors", "numpy"]
-    names += ["torch", "lightning"] if framework == "lightning" else ["tensorflow", "keras"]
+    names += {"lightning": ["torch", "lightning"], "keras": ["tensorflow", "keras"]}.get(framework, [])
     found = {}
     for name in names:
         with contextlib.suppress(PackageNotFoundError):

@@ -257,6 +257,38 @@ def compare(recipe: Path, steps: int, out: Path | None, speed_steps: int, overri
         sys.exit(1)
 
 
+@main.command("import")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="The zoo checkpoint to write: a .safetensors path, or a directory for model.safetensors.")
+@click.option("--format", "format_", default=None, help="Source layout (torchvision, timm...); default: any.")
+@click.option("--architecture", default=None, help="A family or preset the weights must be.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out.")
+@user_errors
+def import_(src: Path, out: Path, format_: str | None, architecture: str | None, overwrite: bool) -> None:
+    """A foreign checkpoint (torchvision / timm state dict or directory) -> a zoo checkpoint."""
+    from zoo.interchange import import_checkpoint
+
+    done = import_checkpoint(src, out, format=format_, architecture=architecture, overwrite=overwrite)
+    what = done.config.preset or done.family.name
+    click.echo(f"{done.path}: {what} ({done.format.name} layout, {done.tensors} tensors)")
+
+
+@main.command("export")
+@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "format_", required=True, help="The target layout (torchvision, timm, ...).")
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="A .safetensors or .pth/.pt file, or a directory (model.safetensors + config.json).")
+@click.option("--overwrite", is_flag=True, help="Replace existing files at --out.")
+@user_errors
+def export(checkpoint: Path, format_: str, out: Path, overwrite: bool) -> None:
+    """A zoo checkpoint -> a foreign layout, read back and checked bit for bit."""
+    from zoo.interchange import export_checkpoint
+
+    path = export_checkpoint(checkpoint, format_, out, overwrite=overwrite)
+    click.echo(f"{path}: {format_} layout, read back and checked")
+
+
 @main.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")

@@ -1,0 +1,320 @@
+"""``zoo import`` and ``zoo export``: foreign weight files in and out of zoo checkpoints.
+
+The layouts themselves belong to the families (``Family.formats``, see :mod:`zoo.foreign`);
+this module reads and writes the files around them. Reading never unpickles arbitrary
+objects: ``.pth``/``.pt``/``.bin`` go through ``torch.load(weights_only=True)``. Nothing is
+downloaded. Every export is read back through its format and compared bit for bit with
+what was written, so a file that would not load where it is going is never left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo import registry
+from zoo.checkpoint import CheckpointError, read_checkpoint, write_checkpoint, write_safetensors
+from zoo.family import Family
+from zoo.foreign import ForeignFormat, ForeignLayoutError, Tensors
+from zoo.weights import tensor_specs
+
+TORCH_SUFFIXES = (".pth", ".pt", ".bin")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # what a directory holds, in order of preference
+# Containers that training scripts wrap a state dict in (torch.save({"state_dict": ...})).
+WRAPPERS = ("state_dict", "model_state_dict", "model", "module")
+
+
+class InterchangeError(CheckpointError):
+    """A foreign file that cannot be imported or a checkpoint that cannot be exported as asked."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    path: Path
+    family: Family
+    format: ForeignFormat
+    config: Any
+    tensors: int
+
+
+# ------------------------------------------------------------------------------- read
+
+
+def read_foreign(src: str | Path) -> tuple[Tensors, dict[str, Any]]:
+    """A foreign file's tensors (float32 where floating) and the ``config.json`` beside them."""
+    src = Path(src)
+    meta: dict[str, Any] = {}
+    if src.is_dir():
+        config = src / "config.json"
+        if config.is_file():
+            meta = json.loads(config.read_text())
+        weights = _directory_weights(src)
+    elif src.is_file():
+        weights = [src]
+    else:
+        raise InterchangeError(f"{src}: no such file or directory")
+    tensors: Tensors = {}
+    for path in weights:
+        tensors.update(_read_file(path))
+    if not tensors:
+        raise InterchangeError(f"{src}: holds no tensors")
+    return tensors, meta
+
+
+def _directory_weights(src: Path) -> list[Path]:
+    index = src / "model.safetensors.index.json"
+    if index.is_file():  # sharded, as transformers writes large models
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [src / shard for shard in shards]
+    for name in WEIGHT_FILES:
+        if (src / name).is_file():
+            return [src / name]
+    found = sorted(p.name for p in src.iterdir())
+    raise InterchangeError(
+        f"{src}: a directory without weights; expected one of {', '.join(WEIGHT_FILES)} "
+        f"(or a sharded model.safetensors.index.json), found: {', '.join(found[:10]) or 'nothing'}"
+    )
+
+
+def _read_file(path: Path) -> Tensors:
+    if path.suffix in TORCH_SUFFIXES:
+        return _read_torch(path)
+    if path.suffix != ".safetensors":
+        raise InterchangeError(
+            f"{path}: unknown weight file type {path.suffix!r}; zoo imports .safetensors, "
+            f"{', '.join(TORCH_SUFFIXES)} (a torch state dict) or a directory holding them"
+        )
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            if (handle.metadata() or {}).get("format") == "zoo-checkpoint":
+                raise InterchangeError(f"{path}: is already a zoo checkpoint; use it as it is")
+            return {key: _float32(handle.get_tensor(key)) for key in handle.keys()}  # noqa: SIM118
+    except InterchangeError:
+        raise
+    except TypeError:  # bfloat16: numpy has no such dtype, torch reads it
+        return _read_torch_safetensors(path)
+    except Exception as error:
+        raise InterchangeError(f"{path}: not a readable safetensors file ({error})") from None
+
+
+def _read_torch_safetensors(path: Path) -> Tensors:
+    from safetensors.torch import load_file
+
+    return {key: _torch_array(value) for key, value in load_file(path).items()}
+
+
+def _read_torch(path: Path) -> Tensors:
+    import pickle
+
+    import torch
+
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise InterchangeError(
+            f"{path}: holds objects other than tensors, which zoo does not unpickle "
+            f"(torch.load(weights_only=True) refused it: {str(error).splitlines()[0]}). "
+            "Save the model's state_dict() instead, or convert it to .safetensors."
+        ) from None
+    except Exception as error:
+        raise InterchangeError(f"{path}: not a readable torch file ({error})") from None
+    for key in WRAPPERS:
+        if isinstance(loaded, dict) and isinstance(loaded.get(key), dict):
+            loaded = loaded[key]
+            break
+    if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+        raise InterchangeError(
+            f"{path}: is not a state dict (a mapping of names to tensors), nor one wrapped under "
+            f"{', '.join(repr(w) for w in WRAPPERS)}"
+        )
+    tensors = {key: _torch_array(value) for key, value in loaded.items()}
+    if all(key.startswith("module.") for key in tensors):  # saved from DistributedDataParallel
+        tensors = {key.removeprefix("module."): value for key, value in tensors.items()}
+    return tensors
+
+
+def _torch_array(tensor) -> np.ndarray:
+    import torch
+
+    if tensor.is_floating_point():
+        tensor = tensor.to(torch.float32)
+    return tensor.detach().contiguous().numpy()
+
+
+def _float32(array: np.ndarray) -> np.ndarray:
+    return array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array
+
+
+# ----------------------------------------------------------------------------- import
+
+
+def import_checkpoint(
+    src: str | Path,
+    out: str | Path,
+    *,
+    format: str | None = None,
+    architecture: str | None = None,
+    overwrite: bool = False,
+) -> Imported:
+    """A torchvision / timm / transformers file or directory -> a zoo checkpoint at ``out``.
+
+    Every registered family's formats (or only ``format``, only ``architecture``'s) are
+    tried; the first that places every tensor wins. ``architecture`` may be a preset name:
+    then the weights must be that preset (resnet50 weights are not a resnet18).
+    """
+    src, target = Path(src), _target(out, overwrite)
+    tensors, meta = read_foreign(src)
+    candidates = _candidates(format, architecture)
+    failures: list[tuple[Family, ForeignFormat, ForeignLayoutError]] = []
+    for family, fmt in candidates:
+        try:
+            fields, canonical = fmt.read(tensors, meta)
+        except ForeignLayoutError as error:
+            failures.append((family, fmt, error))
+            continue
+        config = _config(family, fields, architecture, src, fmt)
+        _check_placed(family, config, canonical, fmt)
+        source = {"file": str(src.resolve()), "format": fmt.name}
+        path = write_checkpoint(target, config, canonical, framework="imported", source=source)
+        return Imported(path, family, fmt, config, len(canonical))
+    raise InterchangeError(_nothing_fits(src, tensors, failures))
+
+
+def _target(out: str | Path, overwrite: bool) -> Path:
+    out = Path(out)
+    path = out if out.suffix == ".safetensors" else out / "model.safetensors"
+    if path.exists() and not overwrite:
+        raise InterchangeError(f"{path}: already exists; choose another --out or pass --overwrite")
+    return path
+
+
+def _candidates(format: str | None, architecture: str | None) -> list[tuple[Family, ForeignFormat]]:
+    families = list(registry.families().values())
+    if architecture:
+        families = [registry.families()[registry.get_family(architecture).name]]
+    found = [(f, fmt) for f in families for fmt in f.formats if format in (None, fmt.name)]
+    if not found:
+        known = sorted({fmt.name for f in families for fmt in f.formats})
+        scope = f"the {families[0].name!r} family" if architecture else "any registered family"
+        raise InterchangeError(
+            f"{scope} has no weight format {format!r}; known: {', '.join(known) or 'none'}"
+            if format
+            else f"{scope} reads no foreign weight format"
+        )
+    return found
+
+
+def _config(family: Family, fields: dict[str, Any], architecture: str | None, src: Path, fmt):
+    try:
+        config = family.config.model_validate({**fields, "architecture": family.name})
+    except ValueError as error:
+        raise InterchangeError(
+            f"{src}: {fmt.name} weights read as an invalid {family.name} config: {error}"
+        ) from None
+    if architecture and architecture in registry.presets():
+        preset = registry.resolve_config(architecture)
+        differ = [
+            k for k in preset.model_fields if k != "preset" and getattr(preset, k) != getattr(config, k)
+        ]
+        differ = [k for k in differ if k not in family.config.DATA_FIELDS]
+        if differ:
+            raise InterchangeError(
+                f"{src}: these {fmt.name} weights are not the preset {architecture!r}: "
+                + ", ".join(f"{k} is {getattr(config, k)!r}, not {getattr(preset, k)!r}" for k in differ)
+            )
+        config = config.model_copy(update={"preset": architecture})
+    return config
+
+
+def _check_placed(family: Family, config, tensors: Tensors, fmt: ForeignFormat) -> None:
+    """A format's output against the family's own table: a mismatch is a bug in the format."""
+    specs = tensor_specs(family.weight_table(config))
+    wrong = sorted(set(specs) ^ set(tensors)) + [
+        f"{name} {list(tensors[name].shape)} != {list(spec.shape)}"
+        for name, spec in specs.items()
+        if name in tensors and tuple(tensors[name].shape) != spec.shape
+    ]
+    if wrong:
+        raise AssertionError(
+            f"the {family.name} family's {fmt.name!r} format placed tensors wrongly: {wrong[:5]}"
+        )
+
+
+def _nothing_fits(src: Path, tensors: Tensors, failures) -> str:
+    keys = list(tensors)
+    text = (
+        f"{src}: no registered weight format places these {len(keys)} tensors "
+        f"(first keys: {', '.join(keys[:4])})."
+    )
+    for family, fmt, error in sorted(failures, key=lambda f: len(f[2].unplaced))[:3]:
+        text += f"\n  {family.name} / {fmt.name}: {error}"
+    return text
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def export_checkpoint(
+    checkpoint: str | Path, format: str, out: str | Path, *, overwrite: bool = False
+) -> Path:
+    """A zoo checkpoint -> ``format``'s layout at ``out``: a ``.safetensors`` file, a torch
+    ``.pth``/``.pt``/``.bin`` state dict, or a directory (``model.safetensors`` and the
+    ``config.json`` the foreign library reads). Returns the weight file written."""
+    ckpt = read_checkpoint(checkpoint)
+    try:
+        fmt = ckpt.family.format(format)
+    except ValueError as error:
+        raise InterchangeError(f"{checkpoint}: {error}") from None
+    canonical = {k: _float32(v) for k, v in ckpt.tensors().items()}
+    try:
+        tensors, meta = fmt.write(ckpt.config, canonical)
+    except ForeignLayoutError as error:  # a config the foreign library has no equivalent of
+        raise InterchangeError(f"{checkpoint}: cannot be written as {format}: {error}") from None
+    out = Path(out)
+    is_file = out.suffix in (".safetensors", *TORCH_SUFFIXES)
+    path = out if is_file else out / "model.safetensors"
+    for target in (path, *(() if is_file or meta is None else (out / "config.json",))):
+        if target.exists() and not overwrite:
+            raise InterchangeError(f"{target}: already exists; choose another --out or pass --overwrite")
+    if path.suffix in TORCH_SUFFIXES:
+        _write_torch(path, tensors)
+    else:
+        write_safetensors(path, tensors, {"format": "pt"})  # the marker transformers checks for
+    if meta is not None and not is_file:
+        _write_json(out / "config.json", meta)
+    _verify(path, fmt, meta, canonical)
+    return path
+
+
+def _write_torch(path: Path, tensors: Tensors) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()}, temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(value, indent=2) + "\n")
+    os.replace(temporary, path)
+
+
+def _verify(path: Path, fmt: ForeignFormat, meta, canonical: Tensors) -> None:
+    """Read the written file back through the format: the same tensors, bit for bit."""
+    _, back = fmt.read(_read_file(path), meta or {})
+    bad = [k for k in canonical if k not in back or not np.array_equal(back[k], canonical[k])]
+    if bad or set(back) != set(canonical):
+        path.unlink(missing_ok=True)
+        raise AssertionError(f"{path}: reading the {fmt.name} export back changed {bad[:5]}; removed it")
