@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 
@@ -231,3 +232,33 @@ def test_json_schema_describes_the_recipe():
         "export",
     }
     assert schema["additionalProperties"] is False
+
+
+def test_a_key_given_twice_is_refused_not_silently_last_wins(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("model:\n  architecture: cnn\noptimizer:\n  lr: 0.1\n  lr: 10\n")
+    with pytest.raises(
+        RecipeError, match=r"the key 'lr' is given twice in one mapping \(line 4 and line 5\)"
+    ):
+        load_recipe(path)
+
+
+def test_a_recipe_that_is_not_utf8_is_reported(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("description: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(RecipeError, match=r"not UTF-8 text .*save the recipe as UTF-8"):
+        load_recipe(path)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("optimizer.lr=[1, 2", "the value is not valid YAML"),
+        ("model.channels.5=8", "model.channels has 2 items, no index 5"),
+        ("model.channels.7.x=8", "model.channels has 2 items, no index 7"),
+    ],
+)
+def test_bad_override_values_and_indices_are_reported(override, message):
+    base = ["model.architecture=cnn", "model.channels=[8, 16]"]
+    with pytest.raises(RecipeError, match=re.escape(message)):
+        load_recipe(RECIPES[0], [*base, override])

@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from zoo.recipe.errors import RecipeError, describe
-from zoo.recipe.overrides import apply_override
+from zoo.recipe.overrides import apply_override, read_yaml
 from zoo.recipe.schema import Recipe
 
 
@@ -26,7 +26,11 @@ def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[
                 source, ["no such file; recipes live in recipes/ (e.g. recipes/cnn-digits.yaml)"]
             )
         try:
-            raw = yaml.safe_load(path.read_text()) or {}
+            raw = read_yaml(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as error:
+            raise RecipeError(
+                source, [f"not UTF-8 text (byte {error.start}: {error.reason}); save the recipe as UTF-8"]
+            ) from None
         except yaml.YAMLError as error:
             raise RecipeError(source, [f"not valid YAML: {error}"]) from None
         if not isinstance(raw, dict):
