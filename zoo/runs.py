@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zoo.hardware import SetupError
+
 
 def is_primary_process() -> bool:
     """Whether this process writes the run's files: rank 0 of Lightning/torchrun/SLURM or
@@ -42,13 +44,26 @@ class RunDir:
 
     @classmethod
     def create(cls, root: Path, name: str) -> RunDir:
-        root.mkdir(parents=True, exist_ok=True)
-        path, suffix = root / name, 1
-        while path.exists():
-            suffix += 1
-            path = root / f"{name}-{suffix}"
-        path.mkdir()
-        return cls(path)
+        """A new folder ``root/name`` (``name-2``, ``-3``... if taken). ``name`` is one path
+        component: a run never lands outside ``export.dir``. Two runs started in the same
+        second each get their own folder: ``mkdir`` is the claim, not an ``exists`` check."""
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise SetupError(
+                f"export.run_name {name!r} is not a folder name; give a plain name without '/' "
+                "or '..' (run folders are created inside export.dir)"
+            )
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise SetupError(f"export.dir {str(root)!r} is a file, not a folder; choose a folder") from None
+        suffix = 1
+        while True:
+            path = root / (name if suffix == 1 else f"{name}-{suffix}")
+            try:
+                path.mkdir()
+                return cls(path)
+            except FileExistsError:
+                suffix += 1
 
     @staticmethod
     def default_name(recipe_name: str, framework: str) -> str:
