@@ -170,3 +170,42 @@ def test_a_low_precision_export_loads_into_both_twins(tmp_path, dtype):
     keras_low = np.asarray(zoo.load_checkpoint(path, "keras")(x.transpose(0, 2, 3, 1)))
     assert np.abs(low - keras_low).max() <= 1e-5
     assert np.abs(low - reference).max() <= 0.05  # bf16 keeps ~3 significant digits
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("format_version", "abc", "format_version 'abc' is not a number"),
+        ("task_info", "{not json", "its task_info metadata is not JSON"),
+        ("metrics", "[1,", "its metrics metadata is not JSON"),
+    ],
+)
+def test_damaged_metadata_is_named(saved, tmp_path, key, value, message):
+    path = _rewrite(saved, tmp_path / "m.safetensors", edit_metadata=lambda m: m.update({key: value}))
+    with pytest.raises(CheckpointError, match=message):
+        read_checkpoint(path)
+
+
+def test_checkpoints_get_the_umask_mode_not_0600(tmp_path):
+    import os
+
+    previous = os.umask(0o027)
+    try:
+        path = write_safetensors(tmp_path / "m.safetensors", {"a": np.zeros(2, np.float32)}, {})
+    finally:
+        os.umask(previous)
+    assert os.stat(path).st_mode & 0o777 == 0o640
+
+
+def test_temporaries_of_killed_writers_are_cleaned_up_and_live_ones_kept(tmp_path):
+    import os
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".m.safetensors.{dead.pid}.tmp"
+    live = tmp_path / f".m.safetensors.{os.getppid()}.tmp"
+    stale.write_bytes(b"half a file")
+    live.write_bytes(b"being written")
+    write_safetensors(tmp_path / "m.safetensors", {"a": np.zeros(2, np.float32)}, {})
+    assert not stale.exists() and live.exists()

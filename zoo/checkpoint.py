@@ -67,10 +67,12 @@ def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], metadata
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         arrays = {k: np.require(v, requirements="C") for k, v in tensors.items()}  # keeps 0-d
         save_file(arrays, str(temporary), metadata=metadata)
+        os.chmod(temporary, file_mode())  # safetensors creates 0600; the user's umask decides
         with open(temporary, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -82,6 +84,32 @@ def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], metadata
     finally:
         os.close(directory)
     return path
+
+
+def file_mode() -> int:
+    """The mode a plain ``open(..., "w")`` would give a new file under the current umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Delete ``.<name>.<pid>.tmp`` files that a killed writer of ``path`` left behind; a
+    temporary whose process still runs is another writer's and is left alone."""
+    for temporary in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = temporary.name[len(path.name) + 2 : -len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            temporary.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def framework_of(model: Any) -> str:
@@ -243,7 +271,10 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
             f"{path}: a safetensors file, but not a zoo checkpoint (its metadata has no "
             f"format={FORMAT!r}); zoo needs the architecture and config that zoo writes there"
         )
-    if int(metadata.get("format_version", "0")) > FORMAT_VERSION:
+    version = metadata.get("format_version", "0")
+    if not version.isdigit():
+        raise CheckpointError(f"{path}: format_version {version!r} is not a number; the file is damaged")
+    if int(version) > FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: checkpoint format version {metadata['format_version']} is newer than this "
             f"zoo reads ({FORMAT_VERSION}); upgrade zoo"
@@ -262,6 +293,11 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
         config = family.config.model_validate_json(metadata.get("config", "{}"))
     except ValueError as error:
         raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
+    for key in ("task_info", "recipe", "metrics", "versions", "source"):
+        try:
+            json.loads(metadata.get(key, "{}"))
+        except json.JSONDecodeError:
+            raise CheckpointError(f"{path}: its {key} metadata is not JSON; the file is damaged") from None
     _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
     return Checkpoint(path, metadata, family, config)
 
