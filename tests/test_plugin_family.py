@@ -330,6 +330,15 @@ BROKEN = {
         {"presets": '(Preset("broken-wide", "bad", {"hidden": []}),)'},
         r"presets: 'broken-wide' is not a valid MLPConfig",
     ),
+    "format-target": (
+        {"formats": '(ForeignFormat("theirs", "their layout", "zoo_broken.formats", "x:y"),)'},
+        r"formats: 'theirs'\.to_zoo 'zoo_broken\.formats' is not a 'module:callable' string",
+    ),
+    "format-type": (
+        {"formats": '("torchvision",)'},
+        r"formats: .* is not a tuple of zoo\.foreign\.ForeignFormat",
+    ),
+    "adapt-target": ({"adapt_tensors": '"resample"'}, r"adapt_tensors: 'resample' is not None or a"),
 }
 
 
@@ -346,6 +355,7 @@ def _broken_init(**replace: str) -> str:
     arguments = "".join(f"    {key}={value},\n" for key, value in pieces.items())
     return (
         "from zoo.family import Family, InputSpec, Preset\n"
+        "from zoo.foreign import ForeignFormat\n"
         "from zoo_broken.config import MLPConfig\n"
         "from zoo_broken.weights import table\n\n"
         'FAMILY = Family(\n    name="broken",\n    description="A plugin that misses a piece.",\n'

@@ -14,6 +14,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal, get_args, get_origin
 
 from zoo.family import FRAMEWORKS, TASKS, ArchitectureConfig, Family, InputSpec, Preset
+from zoo.foreign import ForeignFormat
 from zoo.weights import Port, count_parameters
 
 GROUP = "zoo.architectures"
@@ -84,10 +85,11 @@ def check_family(family: Family) -> list[str]:
     if not isinstance(family.tasks, tuple) or not family.tasks or set(family.tasks) - set(TASKS):
         problems.append(f"tasks: {family.tasks!r} is not a non-empty tuple of {TASKS}")
     for piece in ("torch_model", "keras_model"):
-        target = getattr(family, piece)
-        module, colon, attribute = target.partition(":") if isinstance(target, str) else ("", "", "")
-        if not (module and colon and attribute):
-            problems.append(f"{piece}: {target!r} is not a 'module:callable' string")
+        if not _is_target(getattr(family, piece)):
+            problems.append(f"{piece}: {getattr(family, piece)!r} is not a 'module:callable' string")
+    if family.adapt_tensors is not None and not _is_target(family.adapt_tensors):
+        problems.append(f"adapt_tensors: {family.adapt_tensors!r} is not None or a 'module:callable' string")
+    problems += _check_formats(family.formats)
     if not isinstance(family.grad_checkpointing, tuple) or set(family.grad_checkpointing) - set(FRAMEWORKS):
         problems.append(f"grad_checkpointing: {family.grad_checkpointing!r} is not a tuple of {FRAMEWORKS}")
     if not callable(family.weight_table):
@@ -98,6 +100,26 @@ def check_family(family: Family) -> list[str]:
         problems.append(f"config: {family.config!r} is not a subclass of zoo.family.ArchitectureConfig")
         return problems
     problems += _check_config(family)
+    return problems
+
+
+def _is_target(target: Any) -> bool:
+    module, colon, attribute = target.partition(":") if isinstance(target, str) else ("", "", "")
+    return bool(module and colon and attribute)
+
+
+def _check_formats(formats: Any) -> list[str]:
+    if not isinstance(formats, tuple) or not all(isinstance(f, ForeignFormat) for f in formats):
+        return [f"formats: {formats!r} is not a tuple of zoo.foreign.ForeignFormat"]
+    problems = [
+        f"formats: {fmt.name!r}.{piece} {getattr(fmt, piece)!r} is not a 'module:callable' string"
+        for fmt in formats
+        for piece in ("to_zoo", "from_zoo")
+        if not _is_target(getattr(fmt, piece))
+    ]
+    names = [fmt.name for fmt in formats]
+    if len(set(names)) != len(names):
+        problems.append(f"formats: names {names} repeat one")
     return problems
 
 
