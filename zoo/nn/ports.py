@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zoo.weights import Arrays, Port, TensorSpec
+from zoo.weights import Arrays, Port, TensorSpec, dense
 
 SELF_ATTENTION_VARIABLES = ("in_proj_kernel", "in_proj_bias", "out_proj.kernel", "out_proj.bias")
 
@@ -34,3 +34,11 @@ def _transpose_matrices(
 ) -> Arrays:
     """Either direction: torch's (out, in) weights are the transposed (in, out) kernels."""
     return in_matrix.T, in_bias, out_matrix.T, out_bias
+
+
+def mlp(name: str, in_features: int, hidden_features: int, out_features: int | None = None) -> list[Port]:
+    """``zoo.nn.torch.Mlp`` <-> ``zoo.nn.keras.Mlp``: its two dense layers, ``fc1`` and ``fc2``."""
+    return [
+        dense(f"{name}.fc1", in_features, hidden_features),
+        dense(f"{name}.fc2", hidden_features, out_features or in_features),
+    ]

@@ -4,11 +4,13 @@ from zoo.nn.keras.attention import SelfAttention, blocked_mask
 from zoo.nn.keras.checks import require
 from zoo.nn.keras.embedding import Embedding, checked_token_ids
 from zoo.nn.keras.linear import Conv2D, Dense, add_bias
+from zoo.nn.keras.mlp import Mlp
 
 __all__ = [
     "Conv2D",
     "Dense",
     "Embedding",
+    "Mlp",
     "SelfAttention",
     "add_bias",
     "blocked_mask",

@@ -2,6 +2,7 @@
 
 from zoo.nn.torch.attention import SelfAttention, blocked_mask
 from zoo.nn.torch.embedding import Embedding, check_token_ids
+from zoo.nn.torch.mlp import Mlp
 from zoo.nn.torch.norm import BatchNorm2d
 
-__all__ = ["BatchNorm2d", "Embedding", "SelfAttention", "blocked_mask", "check_token_ids"]
+__all__ = ["BatchNorm2d", "Embedding", "Mlp", "SelfAttention", "blocked_mask", "check_token_ids"]

@@ -1,0 +1,105 @@
+"""The transformer feed-forward block, the twin of ``zoo.nn.torch.mlp`` step for step.
+
+Same sub-layer names (``fc1``, ``act``, ``drop1``, ``fc2``, ``drop2``), so the weight port
+(:func:`zoo.nn.ports.mlp`) finds ``fc1.kernel`` where torch has ``fc1.weight``. The dense
+layers are zoo's (bias added in float32 under mixed precision, docs/precision.md), and
+GELU is spelled out: ``keras.ops.gelu`` defaults to the tanh approximation, torch's
+``nn.GELU()`` to the exact erf form.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import keras
+from keras import layers
+
+from zoo.nn.keras.linear import Dense
+
+ACTIVATIONS = {
+    "gelu": functools.partial(keras.activations.gelu, approximate=False),
+    "gelu_tanh": functools.partial(keras.activations.gelu, approximate=True),
+    "relu": keras.activations.relu,
+}
+
+
+def torch_linear_init(fan_in: int) -> keras.initializers.Initializer:
+    """``nn.Linear``'s default draw for a kernel or a bias, U(+-1/sqrt(fan_in))."""
+    bound = 1.0 / math.sqrt(fan_in)
+    return keras.initializers.RandomUniform(-bound, bound)
+
+
+def _fresh(initializer):
+    """A copy of ``initializer`` for one layer: an unseeded Keras initializer instance draws
+    the same values every time it is called, so two layers must not share one."""
+    if isinstance(initializer, keras.initializers.Initializer):
+        return type(initializer).from_config(initializer.get_config())
+    return initializer
+
+
+class Mlp(layers.Layer):
+    """(..., in_features) -> (..., out_features) through ``hidden_features`` units.
+
+    Arguments as ``zoo.nn.torch.Mlp``'s. Initialisers default to ``nn.Linear``'s
+    distributions; ``kernel_initializer`` / ``bias_initializer`` replace them for both
+    dense layers (a family that initialises as timm does passes its own).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        out_features: int | None = None,
+        activation: str = "gelu",
+        hidden_dropout: float = 0.0,
+        output_dropout: float = 0.0,
+        kernel_initializer: keras.initializers.Initializer | str | None = None,
+        bias_initializer: keras.initializers.Initializer | str | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} is not one of: {', '.join(ACTIVATIONS)}")
+        self.in_features = in_features
+        self.hidden_features = hidden_features
+        self.out_features = out_features or in_features
+        self.activation = activation
+        self.rates = (hidden_dropout, output_dropout)
+        self.fc1 = Dense(
+            hidden_features,
+            kernel_initializer=_fresh(kernel_initializer) or torch_linear_init(in_features),
+            bias_initializer=_fresh(bias_initializer) or torch_linear_init(in_features),
+        )
+        self.act = ACTIVATIONS[activation]
+        self.drop1 = layers.Dropout(hidden_dropout)
+        self.fc2 = Dense(
+            self.out_features,
+            kernel_initializer=_fresh(kernel_initializer) or torch_linear_init(hidden_features),
+            bias_initializer=_fresh(bias_initializer) or torch_linear_init(hidden_features),
+        )
+        self.drop2 = layers.Dropout(output_dropout)
+
+    def build(self, input_shape):
+        if input_shape[-1] is not None and input_shape[-1] != self.in_features:
+            raise ValueError(f"Mlp({self.in_features}, ...) got inputs with {input_shape[-1]} features")
+        self.fc1.build((*input_shape[:-1], self.in_features))
+        self.fc2.build((*input_shape[:-1], self.hidden_features))
+
+    def call(self, x, training=False):
+        hidden = self.drop1(self.act(self.fc1(x)), training=training)
+        return self.drop2(self.fc2(hidden), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.out_features)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "in_features": self.in_features,
+            "hidden_features": self.hidden_features,
+            "out_features": self.out_features,
+            "activation": self.activation,
+            "hidden_dropout": self.rates[0],
+            "output_dropout": self.rates[1],
+        }
