@@ -1,0 +1,27 @@
+"""torchvision's ResNets by name. Presets fix only the architecture: the data decides the input
+and the classes (ImageNet's 3 x 224 x 224 and 1000 by default, so the counts equal torchvision's)."""
+
+from zoo.family import Preset
+
+PRESETS = (
+    Preset(
+        "resnet18",
+        "torchvision's ResNet-18: basic blocks [2, 2, 2, 2].",
+        {"block": "basic", "layers": [2, 2, 2, 2]},
+    ),
+    Preset(
+        "resnet34",
+        "torchvision's ResNet-34: basic blocks [3, 4, 6, 3].",
+        {"block": "basic", "layers": [3, 4, 6, 3]},
+    ),
+    Preset(
+        "resnet50",
+        "torchvision's ResNet-50 (v1.5): bottleneck blocks [3, 4, 6, 3].",
+        {"block": "bottleneck", "layers": [3, 4, 6, 3]},
+    ),
+    Preset(
+        "resnet101",
+        "torchvision's ResNet-101 (v1.5): bottleneck blocks [3, 4, 23, 3].",
+        {"block": "bottleneck", "layers": [3, 4, 23, 3]},
+    ),
+)
