@@ -39,3 +39,33 @@ def load_digits(cfg, input_kind: str) -> Dataset:
         info = sequence_info(x, [y])  # 8 time steps of 8 features
     splits = [Split(np.ascontiguousarray(x[i]), y[i]) for i in (np.sort(train), np.sort(val), np.sort(test))]
     return Dataset(*splits, task="classification", info=info)
+
+
+def write_digits_folder(
+    out, size: int = 32, rgb: bool = True, per_class: int | None = None, image_format: str = "png"
+):
+    """scikit-learn's digits as an image folder, ``out/<digit>/<sample>.<ext>``: offline data for
+    the ``image_folder`` source (tests, transfer-learning examples). Each 8x8 image is scaled to
+    ``size`` px (bicubic) in 8-bit grayscale, stored as RGB unless ``rgb`` is false;
+    ``per_class`` keeps the first n of each digit. Returns ``out``."""
+    from pathlib import Path
+
+    from PIL import Image
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    if image_format not in ("png", "jpeg"):
+        raise ValueError(f"image_format {image_format!r} is not 'png' or 'jpeg'")
+    out = Path(out)
+    bunch = sklearn_digits()
+    pixels = np.round(bunch.images * (255 / 16)).astype(np.uint8)  # pixel values are 0..16
+    written = dict.fromkeys(range(10), 0)
+    for index, (image, digit) in enumerate(zip(pixels, bunch.target, strict=True)):
+        if per_class is not None and written[digit] >= per_class:
+            continue
+        picture = Image.fromarray(image, "L").resize((size, size), Image.BICUBIC)
+        folder = out / str(digit)
+        folder.mkdir(parents=True, exist_ok=True)
+        suffix = "jpg" if image_format == "jpeg" else "png"
+        (picture.convert("RGB") if rgb else picture).save(folder / f"{index:04d}.{suffix}")
+        written[digit] += 1
+    return out

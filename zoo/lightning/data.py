@@ -2,7 +2,9 @@
 
 The sampler yields index arrays, and the dataset answers each with one numpy fancy
 index: no per-sample ``__getitem__`` and no collate, which would cost more than a
-small model's step.
+small model's step. Image files (``ImageFiles``) are decoded by worker processes instead:
+the sampler then yields (epoch, index) keys, because a training batch's augmentation
+depends on its epoch and the workers cannot see the sampler's.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from zoo.data import Split, epoch_batches
+from zoo.data.image_files import ImageFiles
 
 
 class BatchOrder(Sampler):
     """zoo's batch order for one split; Lightning calls ``set_epoch`` every epoch."""
 
-    def __init__(self, n: int, batch_size: int, seed: int, shuffle: bool):
+    def __init__(self, n: int, batch_size: int, seed: int, shuffle: bool, keyed: bool = False):
         self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
+        self.keyed = keyed  # yield (epoch, index) instead of index
         self.epoch = 0
         self.skip = 0  # batches of the current epoch already trained before a resume
 
@@ -32,7 +36,8 @@ class BatchOrder(Sampler):
         for batch in batches[skip:]:
             # Data parallel: each process takes its contiguous share of the same global batch,
             # as tf.distribute splits a global batch across replicas.
-            yield np.array_split(batch, world)[rank] if world > 1 else batch
+            share = np.array_split(batch, world)[rank] if world > 1 else batch
+            yield (self.epoch, share) if self.keyed else share
 
     def __len__(self) -> int:
         return -(-self.n // self.batch_size)
@@ -60,9 +65,50 @@ class BatchIndexed(torch.utils.data.Dataset):
         return len(self.y)
 
 
+class DecodedBatches(torch.utils.data.Dataset):
+    """Answers an (epoch, index) key with the decoded batch (augmented on a training split)."""
+
+    def __init__(self, split: Split, seed: int):
+        self.images: ImageFiles = split.x  # type: ignore[assignment]
+        self.y, self.seed = split.y, seed
+
+    def __getitem__(self, key: tuple[int, np.ndarray]):
+        epoch, index = key
+        x = self.images.batch(index, self.seed, epoch)
+        return torch.from_numpy(x), torch.from_numpy(self.y[index])
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+class OnFirstFetch:
+    """An iterator that creates the loader's own at the first ``next``.
+
+    Lightning creates the training iterator before ``on_train_start``, where zoo's
+    ``ResumePosition`` sets the epoch and the batches to skip; worker processes take their
+    first keys from the sampler the moment their iterator exists, so it must not exist yet.
+    """
+
+    def __init__(self, start):
+        self.start, self.iterator = start, None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.iterator is None:
+            self.iterator = self.start()
+        return next(self.iterator)
+
+
 class ResumableLoader(DataLoader):
     """Tells Lightning the loader is resumable: its position is a function of the restored
     step (zoo's ``ResumePosition`` callback sets ``sampler.skip``), so no state is needed."""
+
+    def __iter__(self):
+        if self.num_workers == 0:
+            return super().__iter__()
+        return OnFirstFetch(super().__iter__)
 
     def state_dict(self) -> dict:
         return {"epoch": self.sampler.epoch}
@@ -71,6 +117,20 @@ class ResumableLoader(DataLoader):
         self.sampler.set_epoch(state["epoch"])
 
 
-def loader(split: Split, batch_size: int, seed: int = 0, shuffle: bool = False) -> DataLoader:
+def loader(
+    split: Split, batch_size: int, seed: int = 0, shuffle: bool = False, pin_memory: bool = False
+) -> DataLoader:
+    """``pin_memory`` (training on a GPU) applies to image files, decoded into new tensors each
+    batch; in-memory arrays are indexed in place and moved as they are."""
+    if isinstance(split.x, ImageFiles):
+        workers = split.x.workers
+        return ResumableLoader(
+            DecodedBatches(split, seed),
+            sampler=BatchOrder(len(split), batch_size, seed, shuffle, keyed=True),
+            batch_size=None,
+            num_workers=workers,
+            pin_memory=pin_memory,
+            persistent_workers=workers > 0,
+        )
     sampler = BatchOrder(len(split), batch_size, seed, shuffle)
     return ResumableLoader(BatchIndexed(split), sampler=sampler, batch_size=None)

@@ -100,7 +100,8 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
     task = TASKS[dataset.task](model, recipe.optimizer, table, compiled=trainer_cfg.compile, groups=groups)
-    train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle)
+    pin = accelerator == "gpu"  # decoded image batches go to the GPU from page-locked memory
+    train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, pin)
     run_path = run.path if run else Path(os.environ.get("ZOO_RUN_DIR", "."))
     callbacks = [
         # tqdm refreshed every few steps: Lightning's default Rich bar costs more per step
@@ -129,12 +130,13 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         callbacks=callbacks,
         default_root_dir=run.path if run else None,
     )
-    val_loader = loader(dataset.val, data_cfg.eval_batch_size) if len(dataset.val) else None
+    val_loader = loader(dataset.val, data_cfg.eval_batch_size, pin_memory=pin) if len(dataset.val) else None
     started = time.perf_counter()
     # The state is zoo's own file from this run's folder; loaded without unpickling objects.
     trainer.fit(task, train_loader, val_loader, ckpt_path=resume, weights_only=True if resume else None)
     seconds = time.perf_counter() - started
-    results = trainer.test(task, loader(dataset.test, data_cfg.eval_batch_size), verbose=False)[0]
+    test_loader = loader(dataset.test, data_cfg.eval_batch_size, pin_memory=pin)
+    results = trainer.test(task, test_loader, verbose=False)[0]
     model.eval()
     metrics = {k: float(v) for k, v in results.items()}
     return model, {**metrics, "train_seconds": seconds, "replicas": trainer.world_size}
