@@ -5,9 +5,9 @@ Both libraries name a ResNet's tensors exactly as zoo's torch twin does (``conv1
 inferred from the tensors (the stem from ``conv1``'s kernel, in_channels and width from its
 shape, the block from ``conv3``'s presence, the blocks per stage from the keys, the classes
 from ``fc``), then every name and shape is compared with the weight table of that config, and
-whatever does not fit is refused by name. Old checkpoints written before BatchNorm had
-``num_batches_tracked`` (torchvision's published ImageNet weights among them) are read as
-torch's own loader reads them: the counters start at 0.
+whatever does not fit is refused by name. Old checkpoints are read as torch's own loader reads
+them: where BatchNorm's ``num_batches_tracked`` is absent (torchvision's published ImageNet
+weights predate it) the counters start at 0, and a counter saved with shape (1,) is the scalar.
 
 timm keeps a ``config.json`` beside its weights; where one comes with them, its
 ``architecture`` and ``model_args`` must describe the same plain ResNet, since arguments such
@@ -187,6 +187,11 @@ def _placed(tensors: Tensors, fields: dict[str, Any], source: str) -> tuple[dict
     }
     present = {**tensors, **counters}
     placed = renamed(present, {k: k for k in specs}, what=f"{source} ResNet weights ({_describe(fields)})")
+    # A scalar saved as one element of one axis (torch 0.3 did; so does numpy's ascontiguousarray):
+    # torch's loader takes it as the scalar, and so does this.
+    placed = {
+        k: np.reshape(v, ()) if specs[k].shape == () and np.shape(v) == (1,) else v for k, v in placed.items()
+    }
     wrong = [
         f"{k} {tuple(np.shape(v))} (expected {spec.shape})"
         for k, v in placed.items()
