@@ -1,13 +1,17 @@
 """Starting a run from a common checkpoint of either framework (``init.from``).
 
 The checkpoint's config is the base; the recipe may change what leaves the backbone's
-tensors as they are (dropout, the data: class count, vocabulary). Tensors whose shape
-follows the data are re-initialised when the data changes them, and said so by name.
-Any other difference (another family, another width) is refused before training.
+tensors as they are (dropout, the data: class count, vocabulary, image size). Tensors whose
+shape follows the data are re-initialised when the data changes them, and said so by name,
+unless the family carries them over: its ``adapt_tensors`` hook returns the tensors it can
+bring to the new shapes (a ViT's position embedding resampled to another image size), and
+those start from the checkpoint's values, also said by name. Any other difference (another
+family, another width) is refused before training.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ import numpy as np
 
 from zoo.checkpoint import CheckpointError, read_checkpoint
 from zoo.family import ArchitectureConfig, Family
-from zoo.weights import tensor_specs
+from zoo.weights import TensorSpec, tensor_specs
 
 
 @dataclass
@@ -27,9 +31,16 @@ class InitPlan:
     head: set[str] = field(default_factory=set)  # tensors that follow the data: the task head
     freeze_backbone: bool = False
     head_lr: float | None = None
+    # Tensors the data re-shaped that the family's adapt_tensors hook carried over, at their new shapes.
+    adapted: dict[str, np.ndarray] = field(default_factory=dict)
 
     def describe(self) -> str:
         text = f"fine-tuning from {self.source}"
+        if self.adapted:
+            text += "; adapted to the data: " + ", ".join(
+                f"{name} {list(self.tensors[name].shape)} -> {list(value.shape)}"
+                for name, value in self.adapted.items()
+            )
         if self.reinitialised:
             text += f"; re-initialised: {', '.join(self.reinitialised)}"
         if self.freeze_backbone:
@@ -74,15 +85,49 @@ def plan(recipe, family: Family, checkpoint, config: ArchitectureConfig) -> Init
     head = head_tensors(family, config)
     reshaped = {name for name, spec in new.items() if old[name].shape != spec.shape}
     reset = head if recipe.init.reset_head else set()
-    reinitialised = [name for name in new if name in reshaped | reset]
+    tensors = checkpoint.tensors()
+    adapted = adapted_tensors(family, tensors, checkpoint.config, config, reshaped - reset, new)
+    reinitialised = [name for name in new if name in (reshaped - set(adapted)) | reset]
     return InitPlan(
         source=Path(source),
-        tensors=checkpoint.tensors(),
+        tensors=tensors,
         reinitialised=reinitialised,
         head=head,
         freeze_backbone=recipe.init.freeze_backbone,
         head_lr=recipe.init.head_lr,
+        adapted=adapted,
     )
+
+
+def adapted_tensors(
+    family: Family,
+    tensors: dict[str, np.ndarray],
+    old_config: ArchitectureConfig,
+    new_config: ArchitectureConfig,
+    reshaped: set[str],
+    specs: dict[str, TensorSpec],
+) -> dict[str, np.ndarray]:
+    """What the family's ``adapt_tensors`` hook carries over of the ``reshaped`` tensors, each
+    checked against the new config's shape (a hook that returns anything else is a bug in the
+    family, named as such)."""
+    if family.adapt_tensors is None or not reshaped:
+        return {}
+    module, _, attribute = family.adapt_tensors.partition(":")
+    carried = getattr(importlib.import_module(module), attribute)(tensors, old_config, new_config)
+    adapted = {}
+    for name, value in carried.items():
+        if name not in reshaped:
+            raise ValueError(
+                f"{family.adapt_tensors} returned {name!r}, which the new data does not re-shape "
+                f"(it may return only: {', '.join(sorted(reshaped))})"
+            )
+        if tuple(np.shape(value)) != specs[name].shape:
+            raise ValueError(
+                f"{family.adapt_tensors} returned {name!r} with shape {list(np.shape(value))}; the new "
+                f"config needs {list(specs[name].shape)}"
+            )
+        adapted[name] = np.asarray(value, dtype=specs[name].dtype)
+    return {name: adapted[name] for name in specs if name in adapted}  # in state_dict order
 
 
 def head_tensors(family: Family, config: ArchitectureConfig) -> set[str]:
@@ -97,5 +142,9 @@ def head_tensors(family: Family, config: ArchitectureConfig) -> set[str]:
 
 
 def merged_tensors(plan: InitPlan, fresh: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors, except those the data re-shaped: those keep their fresh init."""
-    return {name: fresh[name] if name in plan.reinitialised else plan.tensors[name] for name in fresh}
+    """The checkpoint's tensors, except those the data re-shaped: the family's adapted ones where
+    it carried them over, the fresh init where it did not."""
+    return {
+        name: fresh[name] if name in plan.reinitialised else plan.adapted.get(name, plan.tensors[name])
+        for name in fresh
+    }
