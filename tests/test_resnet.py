@@ -527,3 +527,35 @@ def test_gradient_checkpointing_changes_no_gradient(fields, checkpointed_blocks)
         assert checkpointed_blocks["keras"] == 2 * blocks  # each block: forward and recompute
         assert _max_gap(plain, checkpointed) <= 1e-6
         assert _max_gap(plain_state, checkpointed_state) <= 1e-6
+
+
+def test_strided_1x1_convolution_matches_torch_in_both_directions():
+    """The shortcut's 1x1 stride-2 convolution, at a shape whose oneDNN filter gradient corrupts
+    TensorFlow's heap (see ``TorchConv2D``): the Keras twin's output and gradients are torch's."""
+    import tensorflow as tf
+
+    from architectures.resnet.keras_model import TorchConv2D
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 8, 56, 56)).astype(np.float32)
+    weight = rng.normal(size=(8, 8, 1, 1)).astype(np.float32)
+    upstream = rng.normal(size=(2, 8, 28, 28)).astype(np.float32)
+    x_t, weight_t = torch.from_numpy(x).requires_grad_(), torch.from_numpy(weight).requires_grad_()
+    y_t = torch.nn.functional.conv2d(x_t, weight_t, stride=2)
+    (y_t * torch.from_numpy(upstream)).sum().backward()
+
+    layer = TorchConv2D(8, 1, 2)
+    x_k = tf.constant(keras_layout(x, "image"))
+    layer.build(x_k.shape)
+    layer.kernel.assign(weight.transpose(2, 3, 1, 0))
+    with tf.GradientTape() as tape:
+        tape.watch(x_k)
+        y_k = layer(x_k)
+        loss = tf.reduce_sum(y_k * upstream.transpose(0, 2, 3, 1))
+    grad_x, grad_kernel = tape.gradient(loss, [x_k, layer.kernel])
+    for got, expected in [
+        (np.asarray(y_k).transpose(0, 3, 1, 2), y_t.detach().numpy()),
+        (np.asarray(grad_x).transpose(0, 3, 1, 2), x_t.grad.numpy()),
+        (np.asarray(grad_kernel).transpose(3, 2, 0, 1), weight_t.grad.numpy()),
+    ]:
+        assert relative_error(got, expected) <= TWINS
