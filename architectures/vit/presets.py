@@ -1,10 +1,16 @@
-"""Named ViT configs: timm's ``vit_{tiny,small,base}_patch16_224``. Only the architecture is fixed
-here; the image size, channels and classes come from the data (timm's counts at 3 x 224 x 224,
-1000 classes)."""
+"""Named ViT configs: timm's ``vit_{tiny,small,base}_patch16_224``, and a micro one for quick runs.
+Only the architecture is fixed here; the image size, channels and classes come from the data
+(timm's counts at the defaults, 3 x 224 x 224 and 1000 classes)."""
 
 from zoo.family import Preset
 
 PRESETS = (
+    Preset(
+        "vit-micro",
+        "8x8 patches, dim 64, 4 blocks, 4 heads: quick runs and tests. It takes the embedded 8x8 "
+        "digits as one patch (plus the class token), 32x32 images as 16 patches.",
+        {"patch_size": 8, "dim": 64, "depth": 4, "num_heads": 4},
+    ),
     Preset(
         "vit-tiny",
         "timm's vit_tiny_patch16_224: 16x16 patches, dim 192, 12 blocks, 3 heads.",
