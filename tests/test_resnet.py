@@ -189,7 +189,6 @@ def test_import_then_export_is_bit_identical(reference, tmp_path, source, librar
         assert exported_meta["model_args"] == meta["model_args"]
 
 
-@pytest.mark.slow
 def test_exports_load_in_torchvision_and_timm_with_the_same_logits(reference, tmp_path):
     """zoo -> torchvision (``resnet50().load_state_dict(strict=True)``, from .pth and .safetensors)
     and -> timm (``local-dir:`` and ``pretrained_cfg_overlay=dict(file=...)``): zoo's logits."""
