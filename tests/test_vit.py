@@ -243,6 +243,10 @@ def test_the_format_refuses_what_zoo_vit_cannot_hold():
     assert found.value.unplaced == ["fc_norm.weight"]
     with pytest.raises(ForeignLayoutError, match=r"model_args.depth says depth 3, the tensors 2"):
         from_timm(tensors, {**meta, "model_args": {**meta["model_args"], "depth": 3}})
+    with pytest.raises(
+        ForeignLayoutError, match=r"architecture 'vit_small_patch16_224' says dim 384, the tensors 12"
+    ):
+        from_timm(tensors, {"architecture": "vit_small_patch16_224.augreg_in21k"})
     with pytest.raises(ForeignLayoutError, match=r"model_args set \{'global_pool': 'avg'\}"):
         from_timm(tensors, {**meta, "model_args": {**meta["model_args"], "global_pool": "avg"}})
     with pytest.raises(ForeignLayoutError, match=r"do not say how many attention heads their dim-12 ViT"):

@@ -6,7 +6,9 @@ Same tensors and names as timm's, except attention: zoo's shared ``SelfAttention
 what timm's attention computes, spelled out so that the Keras twin can round at the same
 places. Initialised as timm's default (``init_weights_vit_timm``): truncated normal (std
 0.02) for every linear weight and the position embedding, zero biases, a class token of
-std 1e-6, and torch's default draw for the patch convolution.
+std 1e-6, and torch's default draw for the patch convolution; drawn in timm's order with
+timm's sampler, so ``torch.manual_seed(s)`` gives timm's tensors bit for bit
+(tests/test_vit.py checks it).
 """
 
 from __future__ import annotations
