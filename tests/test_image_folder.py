@@ -128,6 +128,10 @@ def test_a_bad_file_stops_the_load_naming_it_or_is_skipped_and_counted(tmp_path,
         load_dataset(config(root, check_files="decode"), "image")
     data = load_dataset(config(root, on_bad_file="skip", check_files="decode", test_fraction=0.2), "image")
     assert sum(len(s) for s in (data.train, data.val, data.test)) == 14
+    for image in (root / "emu").rglob("*.*"):
+        image.write_bytes(b"garbage")
+    with pytest.raises(DataError, match=r"class folder\(s\) emu have no readable image left"):
+        load_dataset(config(root, on_bad_file="skip"), "image")
 
 
 def test_normalisation_is_torchvision_arithmetic(tmp_path):

@@ -71,5 +71,6 @@ class ImageFiles:
             )
         size = pixels.image_size
         stacked = np.stack(crops) if crops else np.empty((0, size, size, pixels.channels), np.uint8)
-        batch = normalize(stacked, pixels)
-        return batch if channels_last else np.ascontiguousarray(batch.transpose(0, 3, 1, 2))
+        if not channels_last:  # moved while still one byte a value
+            stacked = np.ascontiguousarray(stacked.transpose(0, 3, 1, 2))
+        return normalize(stacked, pixels, channels_last)

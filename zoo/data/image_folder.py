@@ -51,6 +51,10 @@ def load_image_folder(cfg, input_kind: str) -> Dataset:
         files[name], labels[name] = labelled_files(root, folder, classes, name)
     for name in folders:
         files[name], labels[name] = readable_only(root, files[name], labels[name], cfg)
+    counts = np.bincount(labels["train"], minlength=len(classes))
+    lost = [name for name, count in zip(classes, counts, strict=True) if not count]
+    if lost:
+        raise DataError(f"{folders['train']}: class folder(s) {', '.join(lost)} have no readable image left")
     carve = {name: getattr(cfg, f"{name}_fraction") for name in ("test", "val") if name not in folders}
     if carve:
         parts = stratified_split(labels["train"], carve, cfg.split_seed)

@@ -131,12 +131,15 @@ def augmented(image: Image.Image, pixels: Pixels, rng: np.random.Generator) -> n
     return array
 
 
-def normalize(batch: np.ndarray, pixels: Pixels) -> np.ndarray:
-    """uint8 (N, H, W, C) -> float32: ``ToTensor``'s x / 255, then ``Normalize``'s (x - mean) / std,
-    each a float32 operation as in torch (the same rounding)."""
-    mean = np.asarray(pixels.mean, dtype=np.float32)
-    std = np.asarray(pixels.std, dtype=np.float32)
-    return (batch.astype(np.float32) / np.float32(255) - mean) / std
+def normalize(batch: np.ndarray, pixels: Pixels, channels_last: bool = True) -> np.ndarray:
+    """uint8 (N, H, W, C), or (N, C, H, W) -> float32: ``ToTensor``'s x / 255, then ``Normalize``'s
+    (x - mean) / std, each a float32 operation as in torch (the same rounding), in place."""
+    shape = (-1,) if channels_last else (-1, 1, 1)
+    out = batch.astype(np.float32)
+    out /= np.float32(255)
+    out -= np.asarray(pixels.mean, dtype=np.float32).reshape(shape)
+    out /= np.asarray(pixels.std, dtype=np.float32).reshape(shape)
+    return out
 
 
 def epoch_key(seed: int, epoch: int) -> np.ndarray:
