@@ -58,6 +58,9 @@ ROWS = (
     Row("rnn-small", {"task": "language_modeling", "num_layers": 6}),
     Row("lstm-small", {"task": "language_modeling", "num_layers": 6}, target=True),
     Row("transformer-small", {"task": "language_modeling", "num_layers": 6}, target=True),
+    # The published networks at their published input (224x224x3), batch 8 (issue 14).
+    Row("resnet50", batch=8),
+    Row("vit-base", batch=8),
 )
 
 
@@ -177,8 +180,8 @@ def describe(row: Row, config) -> str:
     fields = config.model_dump()
     if fields.get("task") == "language_modeling":
         return f"{fields['num_layers']} layers, LM, batch {row.batch} x {row.steps} steps"
-    image = f"{fields['image_size']}x{fields['image_size']}x{fields['in_channels']}"
-    return f"{len(fields['channels'])} stages, batch {row.batch}, {image}"
+    shape = "x".join(str(s) for s in config.sample_shape())
+    return f"batch {row.batch} x {shape}"
 
 
 def mib(n: int) -> str:
@@ -190,7 +193,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per measurement (median)")
     parser.add_argument("--builds", type=int, default=5, help="fresh Keras traces per memory figure (median)")
     parser.add_argument("--out", type=Path, default=OUT, help="where to write the markdown table")
+    parser.add_argument("--rows", nargs="*", default=None, help="only these rows (model names)")
     args = parser.parse_args()
+    rows = [row for row in ROWS if args.rows is None or row.name in args.rows]
 
     import tensorflow as tf
     import torch
@@ -210,7 +215,7 @@ def main() -> None:
         "torch": lambda row, config, on: measure_torch(row, config, on, args.repeats),
         "keras": lambda row, config, on: measure_keras(row, config, on, args.repeats, args.builds),
     }
-    for row in ROWS:
+    for row in rows:
         config = registry.resolve_config(row.name, **row.overrides)
         for framework, measure in measures.items():
             plain, checkpointed = measure(row, config, False), measure(row, config, True)

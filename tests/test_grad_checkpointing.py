@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import small_input
 
 from zoo import registry
 from zoo.keras.data import keras_layout
@@ -63,7 +64,7 @@ IDS = [
 def _config(name: str, overrides: dict[str, Any], dropout: float):
     config = registry.resolve_config(name, **overrides)
     fields = {k: dropout for k in type(config).model_fields if "dropout" in k}
-    return registry.resolve_config(name, **{**overrides, **fields})
+    return registry.resolve_config(name, **{**small_input(config), **overrides, **fields})
 
 
 def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:

@@ -3,6 +3,7 @@ give the same outputs after a checkpoint round trip in either direction."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -15,7 +16,9 @@ from zoo import registry
 from zoo.checkpoint import model_tensors
 from zoo.weights import count_parameters, tensor_specs
 
-TOLERANCE = 1e-5  # float32 twins
+TOLERANCE = 1e-5  # float32 twins ...
+NOISE = 10.0  # ... or this many times torch's own float32 error (against a float64 copy), for deep
+# nets in train mode, where BatchNorm over a few values per channel amplifies rounding
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)
@@ -58,13 +61,18 @@ def test_round_trip_parity(name, source, training, tmp_path):
     loaded = zoo.load_checkpoint(path, framework=target)
     x = config.example_input(16, seed=2)
     torch_model, keras_model = (original, loaded) if source == "lightning" else (loaded, original)
+    exact = copy.deepcopy(torch_model).double()
     out_torch = forward_torch(torch_model, x, training)
     out_keras = forward_keras(keras_model, x, family, training)
-    assert max_diff(out_torch, out_keras) <= TOLERANCE
+    out_exact = forward_torch(exact, x.astype(np.float64) if x.dtype == np.float32 else x, training)
+    tolerance = max(TOLERANCE, NOISE * max_diff(out_torch, out_exact))
+    assert max_diff(out_torch, out_keras) <= tolerance
     # A train-mode pass also updates running statistics: those must agree too.
     after_torch, after_keras = model_tensors(torch_model), model_tensors(keras_model)
+    after_exact = {k: v.detach().numpy() for k, v in exact.state_dict().items()}
     for key in after_torch:
-        assert max_diff(after_torch[key], after_keras[key]) <= TOLERANCE, key
+        own = NOISE * max_diff(after_torch[key], after_exact[key])
+        assert max_diff(after_torch[key], after_keras[key]) <= max(TOLERANCE, own), key
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)

@@ -299,7 +299,9 @@ def _write_torch(path: Path, tensors: Tensors) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()}, temporary)
+        # np.require keeps a 0-d counter 0-d (np.ascontiguousarray would make it shape (1,))
+        state = {k: torch.from_numpy(np.require(v, requirements="C")) for k, v in tensors.items()}
+        torch.save(state, temporary)
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveInt, field_validator
 
 from zoo.family import ArchitectureConfig
 
@@ -78,17 +78,6 @@ class ResNetConfig(ArchitectureConfig):
                 f"[2, 2, 2, 2] for resnet18 or [3, 4, 6, 3] for resnet50; got {len(value)}: {list(value)}"
             )
         return value
-
-    @model_validator(mode="after")
-    def _fits_the_image(self):
-        if self.image_size < self.total_stride:
-            raise ValueError(
-                f"image_size {self.image_size} is smaller than the network's total stride "
-                f"{self.total_stride} with the {self.stem!r} stem, so the last stages would see 1x1 maps "
-                f"padded on every side; use images of at least {self.total_stride} pixels"
-                + (" or stem='small' (total stride 8)" if self.stem == "imagenet" else "")
-            )
-        return self
 
     @property
     def expansion(self) -> int:
