@@ -144,3 +144,11 @@ def test_the_config_declares_its_task_and_context():
     lm = registry.resolve_config("transformer", task="language_modeling", max_len=64)
     assert lm.active_task == "language_modeling" and lm.context_length() == 64
     assert registry.resolve_config("lstm", task="language_modeling").context_length() is None
+
+
+def test_data_that_does_not_fit_the_model_is_a_data_error_naming_both():
+    from zoo.data import DataError
+
+    config = registry.resolve_config("convnet-tiny")
+    with pytest.raises(DataError, match=r"the data \(image_size=0\) does not fit model 'convnet-tiny': .*"):
+        config.bind({"image_size": 0})

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from zoo.foreign import ForeignFormat
 from zoo.weights import Port
@@ -54,7 +54,16 @@ class ArchitectureConfig(BaseModel):
                     f"remove model.{key} from the recipe to take it from the data"
                 )
             updates[key] = value
-        return self.model_validate({**self.model_dump(), **updates})
+        try:
+            return self.model_validate({**self.model_dump(), **updates})
+        except ValidationError as error:
+            from zoo.data import DataError
+
+            given = ", ".join(f"{k}={v!r}" for k, v in updates.items())
+            problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
+            raise DataError(
+                f"the data ({given}) does not fit model {self.preset or self.architecture!r}: {problems}"
+            ) from None
 
     @property
     def active_task(self) -> Task:

@@ -32,6 +32,12 @@ _PATTERNS = tuple(
 )
 
 
+# A graph assertion's message travels between these markers (zoo.nn.keras.checks.require), so
+# any check's words, a family's own included, are found again in TensorFlow's error text.
+GRAPH_MARK, GRAPH_END = "[zoo input] ", " [/zoo input]"
+_MARKED = re.compile(re.escape(GRAPH_MARK) + "(.*?)" + re.escape(GRAPH_END), re.DOTALL)
+
+
 class InputError(DataError):
     """A batch the model cannot take: what is wrong, and what would work.
 
@@ -82,6 +88,9 @@ def input_error(error: BaseException) -> InputError | None:
     if isinstance(error, InputError):
         return error
     text = str(error)
+    marked = _MARKED.search(text)
+    if marked:
+        return InputError(marked.group(1).replace("\\'", "'"))
     for pattern in _PATTERNS:
         found = pattern.search(text)
         if found:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from zoo.nn.errors import InputError
+from zoo.nn.errors import GRAPH_END, GRAPH_MARK, InputError
 
 
 def require(condition, message: str, *guarded):
@@ -30,7 +30,7 @@ def require(condition, message: str, *guarded):
         if not bool(condition):
             raise InputError(message)
         return guarded[0] if len(guarded) == 1 else guarded
-    check = tf.debugging.Assert(condition, [message])
+    check = tf.debugging.Assert(condition, [GRAPH_MARK + message + GRAPH_END])
     with tf.control_dependencies([check]):
         ordered = tuple(tf.identity(t) for t in guarded)
     return ordered[0] if len(ordered) == 1 else ordered
