@@ -99,3 +99,20 @@ def test_a_non_finite_loss_stops_training_with_where_and_what_before(framework, 
         NonFiniteLoss, match=r"became nan at step \d+; the last finite loss was [\d.]+ at step"
     ):
         zoo.train(RECIPE, framework, tiny(tmp_path, "optimizer.name=sgd", "optimizer.lr=1e12"))
+
+
+@pytest.mark.parametrize(("source", "target"), [("lightning", "keras"), ("keras", "lightning")])
+def test_a_frozen_backbone_keeps_its_batchnorm_statistics_in_both_frameworks(source, target, tmp_path):
+    """Frozen BatchNorm layers normalise with the source's running statistics and never update
+    them (Keras' trainable=False convention, kept by the Lightning twin too): every backbone
+    tensor, statistics and batch counters included, leaves fine-tuning bit for bit."""
+    common = ["model.architecture=resnet-8", "trainer.max_epochs=1"]
+    first = zoo.train(RECIPE, source, tiny(tmp_path / "a", *common, "data.classes=[0,1,2,3,4]"))
+    start = [f"init.from={first.checkpoint}", "init.freeze_backbone=true"]
+    tuned = zoo.train(RECIPE, target, tiny(tmp_path / "b", *common, "data.classes=[5,6,7]", *start))
+    before, after = load_file(first.checkpoint), load_file(tuned.checkpoint)
+    assert any(name.endswith("running_mean") for name in before)
+    for name in before:
+        if not name.startswith("head.fc"):
+            assert np.array_equal(before[name], after[name]), f"{name}: the frozen backbone moved"
+    assert not np.array_equal(before["head.fc.bias"][:3], after["head.fc.bias"])

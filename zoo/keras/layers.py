@@ -84,7 +84,7 @@ class BatchNorm(keras.layers.Layer):
         dtype = "float64" if self.variable_dtype == "float64" else "float32"
         x_ = ops.cast(x, dtype)
         axes = list(range(len(x.shape) - 1))
-        if training:
+        if training and self.trainable:  # a frozen BatchNorm is in inference mode (Keras' convention)
             x_ = _with_values_per_channel(x_)
             mean = ops.mean(x_, axis=axes)
             variance = ops.var(x_, axis=axes)

@@ -103,10 +103,10 @@ def initialise(model, family, init) -> dict[str, float]:
     for port in family.weight_table(model.zoo_config):
         layer = keras_layer(model, port.layer)
         in_head = any(spec.name in init.head for spec in port.tensors)
+        if not in_head and init.freeze_backbone:
+            layer.trainable = False  # a frozen BatchNorm also normalises with its running statistics
         for name in port.variables:
             variable = keras_layer(layer, name)
-            if not in_head and init.freeze_backbone:
-                variable.trainable = False
             if in_head and init.head_lr:
                 multipliers[variable.path] = init.head_lr
     return multipliers

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import types
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -80,8 +81,26 @@ def initialise(model: torch.nn.Module, init) -> list[dict]:
         for parameter in backbone:
             parameter.requires_grad_(False)
         backbone = []
+        hold_frozen_norms_in_eval(model)
     groups = [{"params": backbone}] if backbone else []
     return [*groups, {"params": head, **({"lr": init.head_lr} if init.head_lr else {})}]
+
+
+def hold_frozen_norms_in_eval(model: torch.nn.Module) -> None:
+    """A BatchNorm whose parameters are all frozen normalises with its running statistics and
+    leaves them as they are, whatever ``train()`` Lightning calls: Keras' convention for a
+    layer with ``trainable = False``, and what a frozen backbone means to a user (its
+    statistics are the source model's, not the small fine-tuning set's)."""
+    for module in model.modules():
+        parameters = list(module.parameters(recurse=False))
+        norm = isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+        if norm and parameters and not any(p.requires_grad for p in parameters):
+            module.train = types.MethodType(_stay_in_eval, module)
+            module.eval()
+
+
+def _stay_in_eval(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
+    return torch.nn.Module.train(module, False)
 
 
 def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):
