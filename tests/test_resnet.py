@@ -521,7 +521,7 @@ def test_gradient_checkpointing_changes_no_gradient(fields, checkpointed_blocks)
 
 def test_strided_1x1_convolution_matches_torch_in_both_directions():
     """The shortcut's 1x1 stride-2 convolution, at a shape whose oneDNN filter gradient corrupts
-    TensorFlow's heap (see ``TorchConv2D``): the Keras twin's output and gradients are torch's."""
+    TensorFlow's heap (see ``zoo.nn.keras.Conv2D``): the Keras twin's output and gradients are torch's."""
     import tensorflow as tf
 
     from architectures.resnet.keras_model import TorchConv2D

@@ -28,14 +28,8 @@ KAIMING_FAN_OUT = keras.initializers.VarianceScaling(2.0, mode="fan_out", distri
 @keras.saving.register_keras_serializable(package="zoo")
 class TorchConv2D(Conv2D):
     """A bias-free convolution with torch's ``padding=p``: ``p`` zeros on every side, then "valid".
-
-    A 1x1 convolution with stride s (a shortcut's downsample) runs as the pixels it reads,
-    ``x[:, ::s, ::s]``, through a stride-1 1x1 convolution: the same products, summed in the same
-    order. TensorFlow's oneDNN gradient of the strided 1x1 kernel corrupts the heap for some
-    shapes: on this stack, its filter gradient for a (2, 56, 56, 8) input, 8 outputs, stride 2
-    aborted the process ("double free or corruption") in every run with oneDNN on, and in none
-    with TF_ENABLE_ONEDNN_OPTS=0.
-    """
+    (zoo's Conv2D runs a strided 1x1 convolution, a shortcut's downsample, as a subsample and
+    a stride-1 one: TensorFlow's oneDNN gradient of the strided 1x1 kernel corrupts the heap.)"""
 
     def __init__(self, filters: int, kernel_size: int, strides: int = 1, torch_padding: int = 0, **kwargs):
         kwargs.setdefault("kernel_initializer", KAIMING_FAN_OUT)
@@ -46,9 +40,6 @@ class TorchConv2D(Conv2D):
         p = self.torch_padding
         if p:
             inputs = ops.pad(inputs, ((0, 0), (p, p), (p, p), (0, 0)))
-        if self.kernel_size == (1, 1) and self.strides != (1, 1) and not p:
-            sh, sw = self.strides
-            return ops.conv(inputs[:, ::sh, ::sw, :], self.kernel, strides=1, padding="valid")
         return super().call(inputs)
 
     def compute_output_shape(self, input_shape):

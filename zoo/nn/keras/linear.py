@@ -36,7 +36,21 @@ class Dense(keras.layers.Dense):
 
 @keras.saving.register_keras_serializable(package="zoo")
 class Conv2D(keras.layers.Conv2D):
-    """``keras.layers.Conv2D`` (channels last) with :func:`add_bias`."""
+    """``keras.layers.Conv2D`` (channels last) with :func:`add_bias`.
+
+    A 1x1 convolution with stride s and "valid" padding (a ResNet shortcut) runs as the pixels
+    it reads, ``x[:, ::s, ::s]``, through a stride-1 convolution: the same products summed in
+    the same order. TensorFlow 2.21's oneDNN filter gradient of the strided 1x1 kernel corrupts
+    the heap for some shapes (a (2, 56, 56, 8) input, 8 outputs, stride 2 aborted every run
+    with "double free or corruption"; none with TF_ENABLE_ONEDNN_OPTS=0).
+    """
+
+    def convolution_op(self, inputs, kernel):
+        strided = self.strides != (1, 1) and self.kernel_size == (1, 1) and self.padding == "valid"
+        if strided and self.dilation_rate == (1, 1) and self.data_format == "channels_last":
+            sh, sw = self.strides
+            return ops.conv(inputs[:, ::sh, ::sw, :], kernel, strides=1, padding="valid")
+        return super().convolution_op(inputs, kernel)
 
     def call(self, inputs):
         y = self.convolution_op(inputs, self.kernel)
