@@ -326,3 +326,23 @@ def test_compare_reads_an_image_folder(digits_folder):
         steps=2, speed_steps=0, write=False,
     )  # fmt: skip
     assert comparison.passed and comparison.report["sections"]["training"]["steps"] == 2
+
+
+def test_chosen_classes_and_few_shot_training_images(folder):
+    dataset = load_dataset(config(folder, classes=["emu", "cat"], train_per_class=2), "image")
+    assert dataset.classes == ("emu", "cat") and dataset.info["num_classes"] == 2
+    assert np.bincount(dataset.train.y).tolist() == [2, 2]
+    again = load_dataset(config(folder, classes=["emu", "cat"], train_per_class=2), "image")
+    assert list(again.train.x.files) == list(dataset.train.x.files)  # seeded: the same images
+    with pytest.raises(DataError, match=r"names zebra, which .* has no folder for; it has: cat, dog, emu"):
+        load_dataset(config(folder, classes=["cat", "zebra"]), "image")
+    with pytest.raises(ValueError, match="names a class twice"):
+        config(folder, classes=["cat", "cat"])
+
+
+def test_without_a_root_the_embedded_digits_are_the_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path))
+    dataset = load_dataset(ImageFolderData(image_size=16, classes=["3", "8"]), "image")
+    assert (tmp_path / "digits-16px" / ".complete").is_file()
+    assert dataset.info == {"in_channels": 3, "image_size": 16, "num_classes": 2}
+    assert dataset.train.x[np.arange(2)].shape == (2, 3, 16, 16)

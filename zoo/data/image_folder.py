@@ -36,7 +36,7 @@ def load_image_folder(cfg, input_kind: str) -> Dataset:
             f"data.name 'image_folder' gives images, but the model reads {input_kind}s; "
             "use an image architecture (cnn and its presets)"
         )
-    root = cfg.root.resolve()
+    root = (cfg.root or embedded_digits(cfg.image_size)).resolve()
     folders = split_folders(root)
     for name in ("val", "test"):
         if name in folders and f"{name}_fraction" in cfg.model_fields_set:
@@ -44,11 +44,12 @@ def load_image_folder(cfg, input_kind: str) -> Dataset:
                 f"data.{name}_fraction is set, but {folders[name]} is the {name} split; "
                 f"remove data.{name}_fraction (it only carves a split that has no folder)"
             )
-    classes = class_names(folders["train"])
+    known = class_names(folders["train"])
+    classes = chosen_classes(known, cfg.classes, folders["train"])
     files: dict[str, list[str]] = {}
     labels: dict[str, np.ndarray] = {}
     for name, folder in folders.items():
-        files[name], labels[name] = labelled_files(root, folder, classes, name)
+        files[name], labels[name] = labelled_files(root, folder, classes, name, known)
     for name in folders:
         files[name], labels[name] = readable_only(root, files[name], labels[name], cfg)
     counts = np.bincount(labels["train"], minlength=len(classes))
@@ -61,6 +62,9 @@ def load_image_folder(cfg, input_kind: str) -> Dataset:
         pool_files, pool_labels = np.array(files["train"]), labels["train"]
         for name, index in parts.items():
             files[name], labels[name] = list(pool_files[index]), pool_labels[index]
+    if cfg.train_per_class is not None:
+        keep = first_per_class(labels["train"], cfg.train_per_class, cfg.split_seed)
+        files["train"], labels["train"] = [files["train"][i] for i in keep], labels["train"][keep]
     if not len(labels["test"]):
         raise DataError(
             f"{root}: the test split is empty; add a test/ folder of class folders, "
@@ -126,9 +130,51 @@ def class_names(train: Path) -> list[str]:
     return classes
 
 
-def labelled_files(root: Path, folder: Path, classes: list[str], split: str) -> tuple[list[str], np.ndarray]:
-    """Image paths under ``folder``'s class folders (relative to ``root``) and their labels."""
-    unknown = sorted(set(subfolders(folder)) - set(classes))
+def embedded_digits(size: int) -> Path:
+    """scikit-learn's digits as a folder of ``size`` px RGB PNGs, written once under
+    ``$ZOO_CACHE`` (default ``~/.cache/zoo``): the offline default of ``image_folder``."""
+    from zoo.data.digits import write_digits_folder
+
+    cache = Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo")
+    folder = cache / f"digits-{size}px"
+    if not (folder / ".complete").is_file():
+        partial = cache / f".digits-{size}px.{os.getpid()}"
+        write_digits_folder(partial, size=size)
+        (partial / ".complete").touch()
+        try:
+            partial.rename(folder)  # another process may have finished first: keep its folder
+        except OSError:
+            import shutil
+
+            shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+def chosen_classes(known: list[str], chosen: list[str] | None, train: Path) -> list[str]:
+    """``data.classes`` (checked against the folders), or every class folder."""
+    if chosen is None:
+        return known
+    missing = [name for name in chosen if name not in known]
+    if missing:
+        raise DataError(f"data.classes names {', '.join(missing)}, which {train} has no folder for; it has: "
+                        f"{', '.join(known)}")  # fmt: skip
+    return list(chosen)
+
+
+def first_per_class(labels: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """Sorted indices of ``count`` seeded-random training images of each class (all of a
+    class that has fewer)."""
+    rng = np.random.default_rng([seed, count])
+    chosen = [rng.permutation(np.flatnonzero(labels == label))[:count] for label in np.unique(labels)]
+    return np.sort(np.concatenate(chosen)).astype(np.int64)
+
+
+def labelled_files(
+    root: Path, folder: Path, classes: list[str], split: str, known: list[str] | None = None
+) -> tuple[list[str], np.ndarray]:
+    """Image paths under ``folder``'s class folders (relative to ``root``) and their labels:
+    the position of their class in ``classes``; folders of ``known`` classes not chosen are left out."""
+    unknown = sorted(set(subfolders(folder)) - set(known or classes))
     if unknown:
         raise DataError(
             f"{folder} has class folders that train/ lacks: {', '.join(unknown)}; every split "

@@ -167,7 +167,17 @@ class ImageFolderData(DataBase):
     batch, identically in both frameworks."""
 
     name: Literal["image_folder"] = "image_folder"
-    root: Path = Field(description="The folder of class folders (or of train/, val/, test/ folders).")
+    root: Path | None = Field(
+        None,
+        description="The folder of class folders (or of train/, val/, test/ folders); null: the "
+        "embedded digits, written once as image_size PNGs into ~/.cache/zoo (offline).",
+    )
+    classes: list[str] | None = Field(
+        None, min_length=2, description="Keep only these class folders, label ids in this order (transfer)."
+    )
+    train_per_class: PositiveInt | None = Field(
+        None, description="Keep only this many training images of each class (few-shot fine-tuning)."
+    )
     image_size: PositiveInt = Field(224, description="Side of the square image the model sees.")
     resize: PositiveInt | None = Field(
         None,
@@ -221,7 +231,9 @@ class ImageFolderData(DataBase):
 
     @model_validator(mode="after")
     def _consistent(self):
-        if not self.root.is_dir():
+        if self.classes is not None and len(set(self.classes)) != len(self.classes):
+            raise ValueError(f"data.classes {self.classes} names a class twice")
+        if self.root is not None and not self.root.is_dir():
             raise ValueError(
                 f"data.root {str(self.root)!r} is not a folder; give the folder of class folders "
                 "(root/<class>/<image>)"
