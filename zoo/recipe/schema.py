@@ -16,9 +16,7 @@ from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PositiveFloat,
     PositiveInt,
@@ -34,239 +32,21 @@ from zoo.recipe.capabilities import (
     cpu_problems,
     normalize_framework,
 )
+from zoo.recipe.data import (  # noqa: F401 (the data section's classes are part of the schema)
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Augmentation,
+    DataBase,
+    DataConfig,
+    DigitsData,
+    ImageFolderData,
+    NpzData,
+    Section,
+    TextData,
+    default_tag,
+)
 
 Framework = Annotated[Literal["lightning", "keras"], BeforeValidator(normalize_framework)]
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
-
-
-# ------------------------------------------------------------------------------ data
-
-
-class DataBase(Section):
-    batch_size: PositiveInt = Field(64, description="Training batch size (global, across devices).")
-    eval_batch_size: PositiveInt = Field(512, description="Batch size for validation and test.")
-    shuffle: bool = Field(True, description="Reshuffle the training set every epoch (seeded).")
-
-
-class DigitsData(DataBase):
-    """The 8x8 digits that scikit-learn ships (1,797 images, 10 classes), scaled to [0, 1]."""
-
-    name: Literal["digits"] = "digits"
-    val_fraction: float = Field(0.1, ge=0, lt=0.5, description="Share of the data held out for validation.")
-    test_fraction: float = Field(0.2, gt=0, lt=0.5, description="Share of the data held out for testing.")
-    split_seed: int = Field(0, description="Seed of the fixed stratified split (not the training seed).")
-    classes: list[Annotated[int, Field(ge=0, le=9)]] | None = Field(
-        None, min_length=2, description="Keep only these digits, relabelled 0..k-1 in this order (transfer)."
-    )
-    train_per_class: PositiveInt | None = Field(
-        None, description="Keep only this many training samples of each class (few-shot fine-tuning)."
-    )
-
-    @model_validator(mode="after")
-    def _distinct(self):
-        if self.classes is not None and len(set(self.classes)) != len(self.classes):
-            raise ValueError(f"data.classes {self.classes} names a digit twice")
-        return self
-
-
-class NpzData(DataBase):
-    """A user's ``.npz``: ``x_train``, ``y_train``, ``x_test``, ``y_test`` (and optionally
-    ``x_val``, ``y_val``). Images are (N, H, W) or (N, C, H, W); sequences (N, T, F)."""
-
-    name: Literal["npz"] = "npz"
-    path: Path = Field(description="Path of the .npz file.")
-    val_fraction: float = Field(
-        0.1,
-        ge=0,
-        lt=0.5,
-        description="Held out from the training arrays when the file has no x_val.",
-    )
-    split_seed: int = Field(0, description="Seed of the validation split taken from the training arrays.")
-
-    @model_validator(mode="after")
-    def _exists(self):
-        if not self.path.is_file():
-            raise ValueError(f"data.path {str(self.path)!r} is not a file; give the path of an .npz")
-        return self
-
-
-class TextData(DataBase):
-    """Characters of a text for language modeling: Python's own documentation
-    (``pydoc_data.topics``, on every Python install) or a UTF-8 file of yours."""
-
-    name: Literal["text"] = "text"
-    path: Path | None = Field(None, description="A UTF-8 text file; None uses the embedded Python docs.")
-    seq_len: int = Field(128, ge=2, le=8192, description="Characters per training window.")
-    val_fraction: float = Field(
-        0.05, ge=0, lt=0.5, description="Share of the text (by position) for validation."
-    )
-    test_fraction: float = Field(0.05, gt=0, lt=0.5, description="Share of the text (its end) for testing.")
-
-    @model_validator(mode="after")
-    def _exists(self):
-        if self.path is not None and not self.path.is_file():
-            raise ValueError(f"data.path {str(self.path)!r} is not a file; give a UTF-8 text file or null")
-        return self
-
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def _switch(value: Any) -> Any:
-    """``augment: true`` is every default augmentation; ``false`` is none."""
-    if value is True:
-        return {}
-    return None if value is False else value
-
-
-class Augmentation(Section):
-    """Training-time augmentation, torchvision's ImageNet recipe: ``RandomResizedCrop`` then
-    ``RandomHorizontalFlip``. Drawn per sample from (trainer.seed, epoch, sample index), the
-    same in both frameworks; validation and test images get the eval transform."""
-
-    random_resized_crop: bool = Field(
-        True,
-        description="Crop a random area and aspect ratio of the image, resized to image_size; "
-        "false: the eval transform (resize, centre crop).",
-    )
-    scale: tuple[Annotated[float, Field(gt=0, le=1)], Annotated[float, Field(gt=0, le=1)]] = Field(
-        (0.08, 1.0), description="Range of the crop's area, as a share of the image's."
-    )
-    ratio: tuple[PositiveFloat, PositiveFloat] = Field(
-        (3 / 4, 4 / 3), description="Range of the crop's aspect ratio (width / height), drawn log-uniformly."
-    )
-    horizontal_flip: bool = Field(True, description="Mirror half the images left to right.")
-
-    @model_validator(mode="after")
-    def _meaningful(self):
-        for name in ("scale", "ratio"):
-            low, high = getattr(self, name)
-            if low > high:
-                raise ValueError(
-                    f"data.augment.{name} {[low, high]} is not a range: its first value is the larger"
-                )
-        crop_fields = {"scale", "ratio"} & self.model_fields_set
-        if not self.random_resized_crop and crop_fields:
-            raise ValueError(
-                f"data.augment.{sorted(crop_fields)[0]} is set but data.augment.random_resized_crop is "
-                "false; remove it or turn the crop on"
-            )
-        if not self.random_resized_crop and not self.horizontal_flip:
-            raise ValueError("data.augment turns every augmentation off; write augment: null instead")
-        return self
-
-
-class ImageFolderData(DataBase):
-    """Image files in class folders: ``root/<class>/<image>`` (torchvision's ImageFolder, Keras'
-    image_dataset_from_directory), or ``root/train/<class>/...`` with optional ``val/`` and
-    ``test/``. Classes sorted by name are the label ids; JPEG and PNG files are decoded batch by
-    batch, identically in both frameworks."""
-
-    name: Literal["image_folder"] = "image_folder"
-    root: Path | None = Field(
-        None,
-        description="The folder of class folders (or of train/, val/, test/ folders); null: the "
-        "embedded digits, written once as image_size PNGs into ~/.cache/zoo (offline).",
-    )
-    classes: list[str] | None = Field(
-        None, min_length=2, description="Keep only these class folders, label ids in this order (transfer)."
-    )
-    train_per_class: PositiveInt | None = Field(
-        None, description="Keep only this many training images of each class (few-shot fine-tuning)."
-    )
-    image_size: PositiveInt = Field(224, description="Side of the square image the model sees.")
-    resize: PositiveInt | None = Field(
-        None,
-        description="Eval transform: the shorter side is resized to this, then the centre "
-        "image_size square is cropped (torchvision's Resize + CenterCrop); None: image_size.",
-    )
-    channels: Literal["rgb", "grayscale"] = Field("rgb", description="Colour images, or one channel.")
-    mean: tuple[float, ...] = Field(
-        IMAGENET_MEAN,
-        description="Per-channel mean subtracted from pixels in [0, 1]; default ImageNet's "
-        "(for grayscale, the average of its three).",
-    )
-    std: tuple[PositiveFloat, ...] = Field(
-        IMAGENET_STD, description="Per-channel standard deviation divided by; default ImageNet's."
-    )
-    augment: Annotated[Augmentation | None, BeforeValidator(_switch)] = Field(
-        None, description="Training augmentation (true: the defaults); null: none."
-    )
-    val_fraction: float = Field(
-        0.1, ge=0, lt=0.5, description="Share of each class carved from train for validation, without val/."
-    )
-    test_fraction: float = Field(
-        0.1, ge=0, lt=0.5, description="Share of each class carved from train for testing, without test/."
-    )
-    split_seed: int = Field(0, description="Seed of the carved splits (not the training seed).")
-    check_files: Literal["header", "decode"] = Field(
-        "header",
-        description="How every file is checked when the folder is read: 'header' opens it (fast); "
-        "'decode' decodes every pixel once (slow, also finds truncated files).",
-    )
-    on_bad_file: Literal["error", "skip"] = Field(
-        "error",
-        description="A file that fails the check stops the load naming it, or is left out and counted.",
-    )
-    workers: int | None = Field(
-        None,
-        ge=0,
-        description="Decoding processes (torch DataLoader workers) and parallel map calls (tf.data); "
-        "0 decodes in the training process; None: the CPU count, at most 8.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _grayscale_defaults(cls, raw: Any) -> Any:
-        """Grayscale without its own mean/std takes the average of ImageNet's three channels."""
-        if isinstance(raw, dict) and raw.get("channels") == "grayscale":
-            for key, rgb in (("mean", IMAGENET_MEAN), ("std", IMAGENET_STD)):
-                if raw.get(key) is None:
-                    raw = {**raw, key: (round(sum(rgb) / 3, 4),)}
-        return raw
-
-    @model_validator(mode="after")
-    def _consistent(self):
-        if self.classes is not None and len(set(self.classes)) != len(self.classes):
-            raise ValueError(f"data.classes {self.classes} names a class twice")
-        if self.root is not None and not self.root.is_dir():
-            raise ValueError(
-                f"data.root {str(self.root)!r} is not a folder; give the folder of class folders "
-                "(root/<class>/<image>)"
-            )
-        if self.resize is not None and self.resize < self.image_size:
-            raise ValueError(
-                f"data.resize {self.resize} is smaller than data.image_size {self.image_size}; the "
-                "centre crop must fit in the resized image (ImageNet's eval: resize 256, image_size 224)"
-            )
-        channels = 1 if self.channels == "grayscale" else 3
-        for name in ("mean", "std"):
-            if len(getattr(self, name)) != channels:
-                raise ValueError(
-                    f"data.{name} has {len(getattr(self, name))} value(s) but data.channels "
-                    f"{self.channels!r} has {channels}"
-                )
-        return self
-
-
-def default_tag(tag: str):
-    """A section without ``name`` is the default variant, so ``--set data.batch_size=8`` works."""
-
-    def fill(value: Any) -> Any:
-        return {"name": tag, **value} if isinstance(value, dict) else value
-
-    return BeforeValidator(fill)
-
-
-DataConfig = Annotated[
-    Union[DigitsData, NpzData, TextData, ImageFolderData],  # noqa: UP007
-    Field(discriminator="name"),
-    default_tag("digits"),
-]
 
 
 # ------------------------------------------------------------------------- optimizer
