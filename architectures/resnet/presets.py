@@ -24,4 +24,10 @@ PRESETS = (
         "torchvision's ResNet-101 (v1.5): bottleneck blocks [3, 4, 23, 3].",
         {"block": "bottleneck", "layers": [3, 4, 23, 3]},
     ),
+    Preset(
+        "resnet-micro",
+        "A ResNet-10 at width 8 with the small stem (one basic block per stage): the family's "
+        "structure at a few thousand parameters, for quick runs and tests on small images.",
+        {"block": "basic", "layers": [1, 1, 1, 1], "width": 8, "stem": "small"},
+    ),
 )

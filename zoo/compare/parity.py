@@ -15,6 +15,8 @@ different there, and the report names the step and the tensor.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -244,23 +246,29 @@ def check_training(
     kept: dict[int, Snapshot] = {}
     torch_losses, keras_losses = [], []
     first = None
-    for step, index in enumerate(batches, 1):
-        x, y = split.x[index], split.y[index]
-        state = snapshot(pair, torch_step.optimizer, step) if first is None or step in fixed else None
-        torch_losses.append(float(torch_step(*pair.torch_batch(x, y))))
-        keras_losses.append(float(keras_step(*pair.keras_batch(x, y))))
-        over = _step_limit(torch_losses[-1], keras_losses[-1], floors, step - 1, tolerances)
-        if first is None and not over[0]:
-            first = step
-            kept[step] = state
-        if step in fixed:
-            kept[step] = state
-    final = tensor_gaps(pair.torch_state(), pair.keras_state())
-    final.sort(key=lambda g: (-g.max_abs_diff, g.name))
-    pair.reset()
-    points = [
-        checker.check(s, split.x[batches[s - 1]], split.y[batches[s - 1]], kept[s]) for s in sorted(kept)
-    ]
+    with tempfile.TemporaryDirectory(prefix="zoo-compare-") as scratch:
+        root = Path(scratch)
+        for step, index in enumerate(batches, 1):
+            x, y = split.x[index], split.y[index]
+            # Until a step goes over its bound, the state before each step is a candidate.
+            where = root / (f"step-{step}" if step in fixed else "candidate")
+            state = (
+                snapshot(pair, torch_step.optimizer, step, where) if first is None or step in fixed else None
+            )
+            torch_losses.append(float(torch_step(*pair.torch_batch(x, y))))
+            keras_losses.append(float(keras_step(*pair.keras_batch(x, y))))
+            over = _step_limit(torch_losses[-1], keras_losses[-1], floors, step - 1, tolerances)
+            if first is None and not over[0]:
+                first = step
+                kept[step] = state if step in fixed else state.move(root / f"step-{step}")
+            if step in fixed:
+                kept[step] = state
+        final = tensor_gaps(pair.torch_state(), pair.keras_state())
+        final.sort(key=lambda g: (-g.max_abs_diff, g.name))
+        pair.reset()
+        points = [
+            checker.check(s, split.x[batches[s - 1]], split.y[batches[s - 1]], kept[s]) for s in sorted(kept)
+        ]
     return _training_section(
         np.array(torch_losses),
         np.array(keras_losses),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,15 +44,42 @@ KERAS_SLOTS = {"exp_avg": "_m", "exp_avg_sq": "_v", "momentum_buffer": "_buffers
 @dataclass
 class Snapshot:
     """The torch twin's state before update ``step`` (1-based): canonical tensors (float64,
-    exact for every precision) and the optimizer's ``state_dict`` (moments, step, rate)."""
+    exact for every precision) and the optimizer's ``state_dict`` (moments, step, rate).
+
+    Kept on disk, in ``folder``, and read back when checked: a run keeps up to six of them,
+    and six float64 copies of an 86M-parameter ViT with its Adam moments (~1.4 GB each) next
+    to both twins and their float64 references do not fit in the memory of a small machine."""
 
     step: int
-    tensors: dict[str, np.ndarray]
-    optimizer: dict[str, Any]
+    folder: Path
+
+    @property
+    def tensors(self) -> dict[str, np.ndarray]:
+        from safetensors.numpy import load_file
+
+        return load_file(self.folder / "tensors.safetensors")
+
+    @property
+    def optimizer(self) -> dict[str, Any]:
+        import torch
+
+        return torch.load(self.folder / "optimizer.pt", weights_only=True)
+
+    def move(self, folder: Path) -> Snapshot:
+        self.folder.rename(folder)
+        return Snapshot(self.step, folder)
 
 
-def snapshot(twins: Twins, torch_optimizer: Any, step: int) -> Snapshot:
-    return Snapshot(step, twins.torch_state(), copy.deepcopy(torch_optimizer.state_dict()))
+def snapshot(twins: Twins, torch_optimizer: Any, step: int, folder: Path) -> Snapshot:
+    """Write the state before update ``step`` into ``folder`` (replacing what it held)."""
+    import torch
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: np.ascontiguousarray(v) if v.ndim else v for k, v in twins.torch_state().items()},
+              str(folder / "tensors.safetensors"))  # fmt: skip
+    torch.save(torch_optimizer.state_dict(), folder / "optimizer.pt")
+    return Snapshot(step, folder)
 
 
 # -------------------------------------------------------------------------- one pass
