@@ -79,6 +79,12 @@ def forward_keras(model, x: np.ndarray, family, training: bool) -> np.ndarray:
     return np.asarray(model(keras_layout(x, family.input_kind), training=training))
 
 
+def relative_error(got, expected) -> float:
+    """max |got - expected| / max |expected|: the norm of the reference-implementation tests."""
+    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    return float(np.max(np.abs(got - expected)) / np.max(np.abs(expected)))
+
+
 def max_diff(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
 

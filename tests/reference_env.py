@@ -82,3 +82,15 @@ def fixtures(script: str, *args: str) -> Path:
             raise RuntimeError(f"{script} {' '.join(args)} failed in {VENV}:\n{done.stderr[-4000:]}")
         (out / ".done").touch()
     return out
+
+
+def run(script: str, out: Path, *args: str) -> Path:
+    """Run ``tests/reference/<script> OUT *args`` in the reference environment on files a test
+    wrote (not cached: they change with zoo's code); return OUT."""
+    env = {**os.environ, "PYTHONPATH": str(SCRIPTS), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [str(python()), str(SCRIPTS / script), str(out), *args], capture_output=True, text=True, env=env
+    )
+    if done.returncode:
+        raise RuntimeError(f"{script} {' '.join(args)} failed in {VENV}:\n{done.stderr[-4000:]}")
+    return out

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,7 @@ import pytest
 import reference_env
 import safetensors.numpy
 import torch
-from conftest import forward_keras, forward_torch
+from conftest import forward_keras, forward_torch, relative_error
 
 import zoo
 from architectures.resnet.formats import timm_to_zoo, torchvision_to_zoo, zoo_to_timm, zoo_to_torchvision
@@ -56,20 +54,8 @@ def reference() -> Path:
     return reference_env.fixtures("torchvision_resnet.py")
 
 
-def relative_error(got, expected) -> float:
-    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
-    return float(np.max(np.abs(got - expected)) / np.max(np.abs(expected)))
-
-
 def run_reference(out: Path, *args: str) -> Path:
-    """The reference script on files this test wrote (not cached: they change with zoo's code)."""
-    env = {**os.environ, "PYTHONPATH": str(reference_env.SCRIPTS), "CUDA_VISIBLE_DEVICES": ""}
-    script = reference_env.SCRIPTS / "torchvision_resnet.py"
-    done = subprocess.run(
-        [str(reference_env.python()), str(script), str(out), *args], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return out
+    return reference_env.run("torchvision_resnet.py", out, *args)
 
 
 def randomise_batchnorm(tensors: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:

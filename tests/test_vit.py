@@ -19,8 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,7 @@ import pytest
 import reference_env
 import safetensors.numpy
 import torch
-from conftest import RECIPE, forward_keras, forward_torch
+from conftest import RECIPE, forward_keras, forward_torch, relative_error
 
 import zoo
 from architectures.vit.formats import from_timm, timm_config, to_timm
@@ -53,11 +51,6 @@ FINETUNE = ((112, 1), (64, 2), (224, 4))
 @pytest.fixture(scope="module")
 def reference() -> Path:
     return reference_env.fixtures("timm_vit.py")
-
-
-def relative_error(got, expected) -> float:
-    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
-    return float(np.max(np.abs(got - expected)) / np.max(np.abs(expected)))
 
 
 def timm_files(reference: Path, case: str) -> tuple[dict[str, np.ndarray], dict]:
@@ -187,14 +180,7 @@ def test_import_then_export_is_bit_identical(reference, imported, case, tmp_path
 
 
 def run_reference(out: Path, *args: str) -> Path:
-    """The reference script on files this test wrote (not cached: they change with zoo's code)."""
-    env = {**os.environ, "PYTHONPATH": str(reference_env.SCRIPTS), "CUDA_VISIBLE_DEVICES": ""}
-    script = reference_env.SCRIPTS / "timm_vit.py"
-    done = subprocess.run(
-        [str(reference_env.python()), str(script), str(out), *args], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return out
+    return reference_env.run("timm_vit.py", out, *args)
 
 
 def test_export_loads_strictly_in_timm(tmp_path):
