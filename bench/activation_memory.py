@@ -2,7 +2,8 @@
 
 One row per family's small preset, plus resnet-8 (a plain ConvNet block keeps nothing its
 checkpoint would not keep too, residual blocks do); the recurrent and transformer rows run at
-6 layers and 128 steps, where activations dominate. Measured over one training step
+6 layers and 128 steps, where activations dominate; resnet50 and vit-base at their published
+input, batch 8 x 3 x 224 x 224 (``--rows resnet50 vit-base`` runs only those). Measured over one training step
 (forward, backward, SGD update):
 
 - torch: bytes of the tensors autograd keeps for backward, each storage counted once
