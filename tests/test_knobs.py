@@ -38,9 +38,9 @@ def test_each_precision_trains_every_family(framework, precision, architecture, 
     losses = [float(row["train_loss"]) for row in result.history]
     assert all(np.isfinite(losses)) and losses[1] < losses[0]
     assert result.metrics["test_accuracy"] > 0.2  # 10 classes: chance is 0.1
-    # The exported checkpoint is float32 whatever the training precision.
+    # The exported checkpoint is float32 whatever the training precision (counters stay int64).
     tensors = load_file(result.checkpoint)
-    assert {str(t.dtype) for t in tensors.values()} == {"float32"}
+    assert {str(t.dtype) for t in tensors.values() if t.dtype.kind == "f"} == {"float32"}
 
 
 @pytest.mark.parametrize("precision", GPU_PRECISIONS)

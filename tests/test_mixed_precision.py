@@ -27,7 +27,20 @@ def bench():
     return module
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+# Measured, cause not yet named (issue 14): on ResNet-18 over digit images (flat backgrounds),
+# the twins' float32 gradients differ by 4.4e-3 (0to4, worst bn1.weight; torch's own float32
+# error there is 6.9e-6, and with TF_ENABLE_ONEDNN_OPTS=0 the gap is 6.3e-6) and by 8.8e-5
+# (5to9-few, 25 images; 5.9e-4 with oneDNN off). Strict: the mark goes when the gap does.
+UNEXPLAINED = {"resnet18-digits32-0to4", "resnet18-digits32-5to9-few"}
+CASES = [
+    pytest.param(r, marks=pytest.mark.xfail(strict=True, reason="float32 gap, resnet18 on digits"))
+    if r.stem in UNEXPLAINED
+    else r
+    for r in RECIPES
+]
+
+
+@pytest.mark.parametrize("recipe", CASES, ids=lambda p: p.stem)
 def test_both_twins_round_the_same_operations_under_bf16_mixed(bench, recipe):
     rows = list(bench.measure(recipe, "bf16-mixed", batch=32).values())
     float32_twins, torch_own, keras_own, twins = (row[0] for row in rows)

@@ -17,6 +17,20 @@ Modules: ``twins`` (what both sides share), ``steps`` (one plain training step e
 ``tolerances``, ``results``, ``report``, ``runner``.
 """
 
+import sys
+import types
+
 from zoo.compare.runner import Comparison, compare
 
 __all__ = ["Comparison", "compare"]
+
+
+class _CallablePackage(types.ModuleType):
+    """``zoo.compare(...)`` is the API's verb, but importing this package (``zoo.compare.runner``,
+    say) makes ``zoo.compare`` the package: calling the package calls the verb."""
+
+    def __call__(self, *args, **kwargs):
+        return compare(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
