@@ -259,8 +259,12 @@ def compare(recipe: Path, steps: int, out: Path | None, speed_steps: int, overri
 
 @main.command("import")
 @click.argument("src", type=click.Path(path_type=Path))
-@click.option("--out", required=True, type=click.Path(path_type=Path),
-              help="The zoo checkpoint to write: a .safetensors path, or a directory for model.safetensors.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The zoo checkpoint to write: a .safetensors path, or a directory for model.safetensors.",
+)
 @click.option("--format", "format_", default=None, help="Source layout (torchvision, timm...); default: any.")
 @click.option("--architecture", default=None, help="A family or preset the weights must be.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out.")
@@ -277,8 +281,12 @@ def import_(src: Path, out: Path, format_: str | None, architecture: str | None,
 @main.command("export")
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--format", "format_", required=True, help="The target layout (torchvision, timm, ...).")
-@click.option("--out", required=True, type=click.Path(path_type=Path),
-              help="A .safetensors or .pth/.pt file, or a directory (model.safetensors + config.json).")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="A .safetensors or .pth/.pt file, or a directory (model.safetensors + config.json).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace existing files at --out.")
 @user_errors
 def export(checkpoint: Path, format_: str, out: Path, overwrite: bool) -> None:

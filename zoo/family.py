@@ -7,14 +7,13 @@ showing and validating never pay for importing a deep-learning framework.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from zoo.foreign import ForeignFormat
+from zoo.foreign import ForeignFormat, resolve
 from zoo.weights import Port
 
 InputKind = Literal["image", "sequence"]
@@ -164,10 +163,10 @@ class Family:
         return self.inputs.kind
 
     def build_torch(self, config: ArchitectureConfig):
-        return self._checked(_resolve(self.torch_model)(config), "lightning")
+        return self._checked(resolve(self.torch_model)(config), "lightning")
 
     def build_keras(self, config: ArchitectureConfig):
-        return self._checked(_resolve(self.keras_model)(config), "keras")
+        return self._checked(resolve(self.keras_model)(config), "keras")
 
     def supports_grad_checkpointing(self, framework: str) -> bool:
         return framework in self.grad_checkpointing
@@ -184,6 +183,12 @@ class Family:
                 "set trainer.gradient_checkpointing=false"
             )
 
+    def adapt(self, tensors, old_config: ArchitectureConfig, new_config: ArchitectureConfig) -> dict:
+        """The tensors ``adapt_tensors`` carries over to ``new_config`` (none without the hook)."""
+        if self.adapt_tensors is None:
+            return {}
+        return resolve(self.adapt_tensors)(tensors, old_config, new_config)
+
     def format(self, name: str) -> ForeignFormat:
         for candidate in self.formats:
             if candidate.name == name:
@@ -199,8 +204,3 @@ class Family:
                 f"{target} built a {type(model).__name__} without set_grad_checkpointing(enable)"
             )
         return model
-
-
-def _resolve(target: str) -> Callable[..., Any]:
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)

@@ -11,7 +11,6 @@ family, another width) is refused before training.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,8 +111,7 @@ def adapted_tensors(
     family, named as such)."""
     if family.adapt_tensors is None or not reshaped:
         return {}
-    module, _, attribute = family.adapt_tensors.partition(":")
-    carried = getattr(importlib.import_module(module), attribute)(tensors, old_config, new_config)
+    carried = family.adapt(tensors, old_config, new_config)
     adapted = {}
     for name, value in carried.items():
         if name not in reshaped:

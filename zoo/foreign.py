@@ -44,10 +44,10 @@ class ForeignFormat:
     from_zoo: str  # "module:callable(config, tensors) -> (tensors, meta | None)"
 
     def read(self, tensors: Tensors, meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
-        return _resolve(self.to_zoo)(tensors, meta)
+        return resolve(self.to_zoo)(tensors, meta)
 
     def write(self, config: Any, tensors: Tensors) -> tuple[Tensors, dict[str, Any] | None]:
-        return _resolve(self.from_zoo)(config, tensors)
+        return resolve(self.from_zoo)(config, tensors)
 
 
 def renamed(
@@ -83,6 +83,8 @@ def _some(keys: list[str], limit: int = 5) -> str:
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def _resolve(target: str) -> Callable[..., Any]:
+def resolve(target: str) -> Callable[..., Any]:
+    """The callable a ``"module:attribute"`` target names, imported now (a family's pieces
+    and formats are named this way so that listing them imports no framework)."""
     module, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module), attribute)
