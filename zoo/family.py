@@ -16,8 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from zoo.foreign import ForeignFormat, resolve
 from zoo.weights import Port
 
-InputKind = Literal["image", "sequence"]
-Task = Literal["classification", "language_modeling"]
+InputKind = Literal["image", "sequence", "tokens"]
+# "features": a backbone without a head; it returns the last hidden state and is not trained alone.
+Task = Literal[
+    "classification", "language_modeling", "token_classification", "masked_language_modeling", "features"
+]
 Framework = Literal["lightning", "keras"]
 TASKS: tuple[str, ...] = get_args(Task)
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
@@ -110,17 +113,20 @@ class InputSpec:
     ``image``: float32 ``(N, C, H, W)``; the Keras twin reads ``(N, H, W, C)``.
     ``sequence``: float32 features ``(N, T, F)`` for classification, int64 token ids
     ``(N, T)`` for language modeling; the same in both twins.
+    ``tokens``: int64 token ids ``(N, T)`` for every task, the same in both twins.
     ``padding_mask``: the twins take an optional ``padding_mask`` (N, T) bool argument
-    (True marks padding) and ignore padded steps.
+    (True marks padding, the opposite of transformers' ``attention_mask``) and ignore padded steps.
     """
 
     kind: InputKind
     padding_mask: bool = False
 
     def dtype(self, task: Task) -> str:
-        return "int64" if task == "language_modeling" else "float32"
+        return "int64" if self.kind == "tokens" or task == "language_modeling" else "float32"
 
     def layout(self, task: Task, framework: Framework = "lightning") -> str:
+        if self.kind == "tokens":
+            return "NT"
         if self.kind == "image":
             return "NCHW" if framework == "lightning" else "NHWC"
         return "NT" if task == "language_modeling" else "NTF"

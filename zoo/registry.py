@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal, get_args, get_origin
 
-from zoo.family import FRAMEWORKS, TASKS, ArchitectureConfig, Family, InputSpec, Preset
+from zoo.family import FRAMEWORKS, TASKS, ArchitectureConfig, Family, InputKind, InputSpec, Preset
 from zoo.foreign import ForeignFormat
 from zoo.weights import Port, count_parameters
 
@@ -80,8 +80,8 @@ def check_family(family: Family) -> list[str]:
         problems.append("description: missing (a one-line string)")
     if not isinstance(family.inputs, InputSpec):
         problems.append(f"inputs: {family.inputs!r} is not a zoo.family.InputSpec")
-    elif family.inputs.kind not in ("image", "sequence"):
-        problems.append(f"inputs: kind {family.inputs.kind!r} is not 'image' or 'sequence'")
+    elif family.inputs.kind not in get_args(InputKind):
+        problems.append(f"inputs: kind {family.inputs.kind!r} is not one of {get_args(InputKind)}")
     if not isinstance(family.tasks, tuple) or not family.tasks or set(family.tasks) - set(TASKS):
         problems.append(f"tasks: {family.tasks!r} is not a non-empty tuple of {TASKS}")
     for piece in ("torch_model", "keras_model"):
