@@ -63,15 +63,25 @@ class SelfAttention(layers.Layer):
     def call(self, x, blocked=None, training=False):
         """(N, T, E) -> (N, T, E). ``blocked``: True where a query may not attend to a key,
         broadcastable to (N, heads, T, T): (T, T) or (N, 1, T, T), see :func:`blocked_mask`."""
+        return self.call_cached(x, blocked, training=training)[0]
+
+    def call_cached(self, x, blocked=None, past=None, training=False):
+        """Incremental decoding, as the torch twin's ``forward_cached``: this step's T queries
+        attend over the ``past`` keys and values (each (N, heads, P, head_dim)) followed by this
+        step's own. Returns the output (N, T, E) and the keys and values (N, heads, P + T,
+        head_dim) to pass as ``past`` next time; ``blocked`` is broadcastable to
+        (N, heads, T, P + T) (:func:`blocked_mask` with ``past=P``)."""
         steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         # A 1-D bias on the last axis (bias_add gets this one right), summed in float32.
         qkv = add_bias(ops.matmul(x, self.in_proj_kernel), self.in_proj_bias)
         q, k, v = (self._heads(part, steps) for part in ops.split(qkv, 3, axis=-1))
-        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (N, heads, T, T)
+        if past is not None:
+            k, v = ops.concatenate([past[0], k], axis=2), ops.concatenate([past[1], v], axis=2)
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (N, heads, T, P + T)
         probs = attention_probabilities(scores, blocked, self.head_dim)
         out = ops.matmul(self.dropout(probs, training=training), v)
         out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, steps, self.embed_dim))
-        return self.out_proj(out)
+        return self.out_proj(out), (k, v)
 
     def _heads(self, x, steps):
         """(N, T, E) -> (N, heads, T, head_dim)."""
@@ -99,18 +109,20 @@ def attention_probabilities(scores, blocked, head_dim: int):
     return ops.cast(ops.softmax(logits, axis=-1), scores.dtype)
 
 
-def blocked_mask(steps, padding_mask=None, causal: bool = False):
+def blocked_mask(steps, padding_mask=None, causal: bool = False, past=0):
     """True where attention is blocked, as ``zoo.nn.torch.attention.blocked_mask``: later keys
-    (``causal``) and padding keys (``padding_mask`` (N, T), True at padding) except a step's own.
+    (``causal``) and padding keys (``padding_mask`` (N, P + T), True at padding) except a step's
+    own; the queries are the ``steps`` positions after ``past`` cached ones.
 
-    ``None`` when nothing is blocked, (T, T) without padding, (N, 1, T, T) with it.
+    ``None`` when nothing is blocked, (T, P + T) without padding, (N, 1, T, P + T) with it.
     """
     if padding_mask is None and not causal:
         return None
-    index = ops.arange(steps)
-    blocked = ops.greater(index[None, :], index[:, None]) if causal else None  # key after query
+    queries = ops.arange(past, past + steps)[:, None]
+    keys = ops.arange(past + steps)[None, :]
+    blocked = ops.greater(keys, queries) if causal else None  # key after query
     if padding_mask is None:
         return blocked
     padding = ops.cast(padding_mask, "bool")[:, None, None, :]
     blocked = padding if blocked is None else ops.logical_or(padding, blocked)
-    return ops.logical_and(blocked, ops.not_equal(index[None, :], index[:, None]))
+    return ops.logical_and(blocked, ops.not_equal(keys, queries))

@@ -48,15 +48,33 @@ class SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, blocked: torch.Tensor | None = None) -> torch.Tensor:
         """(N, T, E) -> (N, T, E). ``blocked``: True where a query may not attend to a key,
         broadcastable to (N, heads, T, T): (T, T) or (N, 1, T, T), see :func:`blocked_mask`."""
+        return self.forward_cached(x, blocked)[0]
+
+    def forward_cached(
+        self,
+        x: torch.Tensor,
+        blocked: torch.Tensor | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Incremental decoding: this step's T queries attend over the ``past`` keys and values
+        (each (N, heads, P, head_dim)) followed by this step's own, so a decoder reads each token
+        once instead of re-reading its whole window per generated token.
+
+        Returns the output (N, T, E) and the keys and values to pass as ``past`` next time, now
+        (N, heads, P + T, head_dim). ``blocked`` is broadcastable to (N, heads, T, P + T)
+        (:func:`blocked_mask` with ``past=P``). The arithmetic is :meth:`forward`'s, key for key.
+        """
         n, t, _ = x.shape
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
         q, k, v = (
             part.reshape(n, t, self.num_heads, self.head_dim).transpose(1, 2) for part in qkv.chunk(3, -1)
         )
-        scores = q @ k.transpose(-2, -1)  # (N, heads, T, T), in the compute dtype
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        scores = q @ k.transpose(-2, -1)  # (N, heads, T, P + T), in the compute dtype
         probs = attention_probabilities(scores, blocked, self.head_dim)
         out = self.dropout(probs) @ v
-        return self.out_proj(out.transpose(1, 2).reshape(n, t, self.embed_dim))
+        return self.out_proj(out.transpose(1, 2).reshape(n, t, self.embed_dim)), (k, v)
 
 
 def attention_probabilities(
@@ -71,20 +89,27 @@ def attention_probabilities(
 
 
 def blocked_mask(
-    steps: int, padding_mask: torch.Tensor | None = None, causal: bool = False, device=None
+    steps: int,
+    padding_mask: torch.Tensor | None = None,
+    causal: bool = False,
+    device=None,
+    past: int = 0,
 ) -> torch.Tensor | None:
     """True where attention is blocked: later keys (``causal``) and padding keys (``padding_mask``
-    (N, T), True at padding), except a step's own key, so no row is empty (an all-blocked row
+    (N, P + T), True at padding), except a step's own key, so no row is empty (an all-blocked row
     would give NaN, which the zero weights of other rows would carry everywhere).
 
-    ``None`` when nothing is blocked, (T, T) without padding, (N, 1, T, T) with it.
+    The queries are the ``steps`` positions after ``past`` cached ones (incremental decoding,
+    :meth:`SelfAttention.forward_cached`); the keys are all P + T positions.
+    ``None`` when nothing is blocked, (T, P + T) without padding, (N, 1, T, P + T) with it.
     """
     if padding_mask is None and not causal:
         return None
-    steps_ = torch.arange(steps, device=device)
-    blocked = steps_[None, :] > steps_[:, None] if causal else None  # key after query
+    queries = torch.arange(past, past + steps, device=device)[:, None]
+    keys = torch.arange(past + steps, device=device)[None, :]
+    blocked = keys > queries if causal else None  # key after query
     if padding_mask is None:
         return blocked
     padding = padding_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
     blocked = padding if blocked is None else padding | blocked
-    return blocked & (steps_[None, :] != steps_[:, None])
+    return blocked & (keys != queries)

@@ -1,0 +1,31 @@
+"""GPT-2 family: transformers' ``GPT2LMHeadModel`` (and ``GPT2Model``), exactly, in both frameworks."""
+
+from architectures.gpt2.config import GPT2Config
+from architectures.gpt2.presets import PRESETS
+from architectures.gpt2.weights import table
+from zoo.family import Family, InputSpec
+from zoo.foreign import ForeignFormat
+
+FAMILY = Family(
+    name="gpt2",
+    description="GPT-2 (transformers' GPT2LMHeadModel; at its defaults OpenAI's gpt2): learned "
+    "positions, pre-LN causal blocks, tanh-GELU, LM head tied to the token embedding, key/value "
+    "cache; imports and exports transformers weights.",
+    config=GPT2Config,
+    inputs=InputSpec("tokens", padding_mask=True),
+    tasks=("language_modeling", "features"),
+    weight_table=table,
+    torch_model="architectures.gpt2.torch_model:build",
+    keras_model="architectures.gpt2.keras_model:build",
+    grad_checkpointing=("lightning", "keras"),
+    presets=PRESETS,
+    formats=(
+        ForeignFormat(
+            "hf",
+            "transformers' GPT2LMHeadModel / GPT2Model state dict (Conv1D weights [in, out], the tied "
+            "lm_head once) with its config.json",
+            to_zoo="architectures.gpt2.formats:from_hf",
+            from_zoo="architectures.gpt2.formats:to_hf",
+        ),
+    ),
+)

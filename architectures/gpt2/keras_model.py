@@ -1,0 +1,164 @@
+"""The gpt2 family's Keras twin: the torch twin's structure, sub-layer names and arithmetic.
+
+Every default that differs between the frameworks is set explicitly: LayerNorm epsilon
+(Keras' is 1e-3) and the tanh-approximated GELU (transformers' "gelu_new"). Attention and the
+MLP are zoo's shared layers (``zoo.nn.keras``); the head is a product with the token
+embedding's matrix, so, as in the torch twin, there is no head variable to come untied.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import layers, ops
+
+from architectures.gpt2.cache import DecodeCache
+from architectures.gpt2.config import GPT2Config, sequence_length_message
+from zoo.keras.remat import checkpointed_call
+from zoo.nn.errors import InputError
+from zoo.nn.keras import Embedding, Mlp, SelfAttention, blocked_mask, require
+
+
+class Block(layers.Layer):
+    """Pre-LN: ``x + drop(attn(ln_1(x)))``, then ``x + mlp(ln_2(x))`` (the MLP drops its output)."""
+
+    def __init__(self, cfg: GPT2Config, **kw):
+        super().__init__(**kw)
+        d, std = cfg.n_embd, cfg.initializer_range
+        self.ln_1 = layers.LayerNormalization(epsilon=cfg.layer_norm_epsilon)
+        self.attn = SelfAttention(d, cfg.n_head, dropout=cfg.attn_dropout)
+        self.attn_drop = layers.Dropout(cfg.resid_dropout)
+        self.ln_2 = layers.LayerNormalization(epsilon=cfg.layer_norm_epsilon)
+        self.mlp = Mlp(
+            d,
+            cfg.inner,
+            activation="gelu_tanh",
+            output_dropout=cfg.resid_dropout,
+            kernel_initializer=keras.initializers.RandomNormal(stddev=std),
+            bias_initializer="zeros",
+        )
+
+    def call(self, x, blocked=None, training=False):
+        x = x + self.attn_drop(self.attn(self.ln_1(x), blocked, training=training), training=training)
+        return x + self.mlp(self.ln_2(x), training=training)
+
+    def call_cached(self, x, blocked, past=None):
+        """:meth:`call` in inference, reading and extending a key/value cache (``decode``)."""
+        attended, present = self.attn.call_cached(self.ln_1(x), blocked, past)
+        x = x + attended
+        return x + self.mlp(self.ln_2(x)), present
+
+
+class GPT2(keras.Model):
+    """(N, T) int token ids -> (N, T, vocab_size) logits, or the final LayerNorm's hidden states
+    (N, T, n_embd) for task "features"; ``padding_mask`` and ``decode`` as in the torch twin.
+
+    With ``grad_checkpointing`` on, training keeps only each block's input for backward and
+    recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
+    """
+
+    grad_checkpointing: bool = False
+
+    def __init__(self, cfg: GPT2Config, **kw):
+        super().__init__(**kw)
+        self.zoo_config = cfg
+        normal = keras.initializers.RandomNormal(stddev=cfg.initializer_range)
+        self.wte = Embedding(cfg.vocab_size, cfg.n_embd, embeddings_initializer=normal)
+        self.wpe = layers.Embedding(
+            cfg.n_positions,
+            cfg.n_embd,
+            embeddings_initializer=keras.initializers.RandomNormal(stddev=cfg.initializer_range),
+        )
+        self.drop = layers.Dropout(cfg.embd_dropout)
+        self.h = [Block(cfg) for _ in range(cfg.n_layer)]
+        self.ln_f = layers.LayerNormalization(epsilon=cfg.layer_norm_epsilon)
+
+    def call(self, ids, padding_mask=None, token_type_ids=None, training=False):
+        if token_type_ids is not None:
+            raise InputError("GPT-2 has no token types: pass token_type_ids=None")
+        h = self.forward_features(ids, padding_mask, training=training)
+        return h if self.zoo_config.active_task == "features" else self.forward_head(h)
+
+    def forward_features(self, ids, padding_mask=None, training=False):
+        """The final LayerNorm's hidden states (N, T, n_embd): transformers' ``GPT2Model`` output."""
+        return self._run(ids, padding_mask, None, cached=False, training=training)[0]
+
+    def forward_head(self, h):
+        """Logits through the token embedding (the tied head)."""
+        return ops.matmul(h, ops.transpose(ops.cast(self.wte.embeddings, h.dtype)))
+
+    def decode(self, ids, cache: DecodeCache | None = None, padding_mask=None):
+        """As the torch twin's: the last position's logits (N, vocab_size) and the extended cache.
+        Eager only (each call grows the cache)."""
+        h, cache = self._run(ops.convert_to_tensor(ids), padding_mask, cache, cached=True, training=False)
+        return self.forward_head(h[:, -1]), cache
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool, training: bool):
+        limit = self.zoo_config.n_positions
+        past = cache.length if cache is not None else 0
+        steps = ids.shape[1]
+        if steps is None:  # known only when the graph runs
+            steps = ops.shape(ids)[1]
+            ids = require(past + steps <= limit, sequence_length_message(limit), ids)
+        elif past + steps > limit:
+            raise InputError(sequence_length_message(limit, past + steps))
+        padding = _joined_padding(cache, padding_mask, ids)
+        if padding is None:
+            positions = ops.arange(past, past + steps)[None]
+        else:  # real tokens count from 0 whatever padding comes before them
+            real = ops.cast(ops.logical_not(padding), "int32")
+            positions = ops.maximum(ops.cumsum(real, axis=1) - 1, 0)[:, past:]
+        embedded = self.wte(ids) + ops.cast(self.wpe(positions), self.compute_dtype)
+        h = self.drop(embedded, training=training)
+        blocked = blocked_mask(steps, padding, causal=True, past=past)
+        presents = []
+        checkpointing = training and self.grad_checkpointing and not cached
+        for i, block in enumerate(self.h):
+            if cached:
+                h, present = block.call_cached(h, blocked, cache.layers[i] if cache else None)
+                presents.append(present)
+            elif checkpointing:
+                h = checkpointed_call(block, h, blocked)
+            else:
+                h = block(h, blocked, training=training)
+        h = self.ln_f(h)
+        return h, (DecodeCache(tuple(presents), padding, past + int(steps)) if cached else None)
+
+
+def _joined_padding(cache: DecodeCache | None, padding_mask, ids):
+    """The padding of every position read so far and now (N, P + T), or None if none is padding."""
+    before = cache.padding if cache is not None else None
+    if padding_mask is None and before is None:
+        return None
+    now = ops.zeros_like(ids, dtype="bool") if padding_mask is None else ops.cast(padding_mask, "bool")
+    if cache is None:
+        return now
+    if before is None:
+        before = ops.zeros((ops.shape(ids)[0], cache.length), dtype="bool")
+    return ops.concatenate([before, now], axis=1)
+
+
+def _init_like_transformers(model: GPT2) -> None:
+    """transformers' ``_init_weights``: normal(0, 0.02) projections (zoo's shared attention draws
+    torch's defaults), zero biases, both residual output projections at 0.02 / sqrt(2 * n_layer)."""
+    cfg = model.zoo_config
+    std = cfg.initializer_range
+    projection_std = std / (2 * cfg.n_layer) ** 0.5
+    for block in model.h:
+        attention = block.attn
+        for variable, scale in (
+            (attention.in_proj_kernel, std),
+            (attention.out_proj.kernel, projection_std),
+            (block.mlp.fc2.kernel, projection_std),
+        ):
+            variable.assign(keras.random.normal(tuple(variable.shape), stddev=scale, dtype=variable.dtype))
+        attention.out_proj.bias.assign(ops.zeros_like(attention.out_proj.bias))
+
+
+def build(cfg: GPT2Config) -> GPT2:
+    model = GPT2(cfg)
+    model(ops.zeros((1, cfg.sample_shape()[0]), dtype="int32"))
+    _init_like_transformers(model)
+    return model
