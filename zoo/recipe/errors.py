@@ -44,6 +44,10 @@ def describe(error: dict[str, Any], raw: dict[str, Any]) -> str:
     if error["type"] in ("missing",):
         return f"{path}: {message}"
     given = error.get("input")
+    if error["type"] in ("int_type", "float_type") and isinstance(given, bool | str):
+        kind = "an integer" if error["type"] == "int_type" else "a number"
+        what = "true/false" if isinstance(given, bool) else "quoted text"
+        return f"{path}: needs {kind}, not {what} (got {given!r}); write the number itself, without quotes"
     quoted = error["type"] == "value_error" and repr(given) in message
     if isinstance(given, dict | list) or given is None or quoted:
         return f"{path}: {message}"

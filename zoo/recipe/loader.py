@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,36 @@ def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[
             problems.append(str(error))
     if problems:
         raise RecipeError(source, problems)
+    problems = plain_data_problems(raw)
+    if problems:
+        raise RecipeError(source, problems)
     try:
-        return Recipe.model_validate(raw)
+        # Strict, from JSON: numbers are numbers (``batch_size: true`` or ``"8"`` is refused,
+        # not read as 1 or 8), while text still becomes a path and a list a tuple.
+        return Recipe.model_validate_json(json.dumps(raw), strict=True)
     except ValidationError as error:
         raise RecipeError(source, [describe(e, raw) for e in error.errors()]) from None
+
+
+def plain_data_problems(node: Any, path: str = "") -> list[str]:
+    """What a recipe cannot hold, wherever it is: a non-finite number (no field has a use for
+    ``.inf`` or ``.nan``), a key that is not text, a YAML date, binary or set."""
+    where = path or "recipe"
+    if isinstance(node, dict):
+        problems = []
+        for key, value in node.items():
+            if not isinstance(key, str):
+                problems.append(f"{where}: the key {key!r} is not text; field names are words")
+                continue
+            problems += plain_data_problems(value, f"{path}.{key}" if path else key)
+        return problems
+    if isinstance(node, list):
+        return [p for i, item in enumerate(node) for p in plain_data_problems(item, f"{where}.{i}")]
+    if isinstance(node, float) and not math.isfinite(node):
+        return [f"{where}: {node} is not a finite number; give a finite value"]
+    if node is None or isinstance(node, str | int | float):
+        return []
+    return [
+        f"{where}: a YAML {type(node).__name__} ({node!r:.40}) is not a recipe value; "
+        "quote it if you meant text"
+    ]

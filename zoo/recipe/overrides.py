@@ -18,6 +18,11 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, dict | list):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a {type(key).__name__} is used as a key (line {key_node.start_mark.line + 1}); "
+                "keys are field names", key_node.start_mark,
+            )  # fmt: skip
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"the key {key!r} is given twice in one mapping (line {seen[key]} and "

@@ -18,7 +18,6 @@ import yaml
 from pydantic import (
     BeforeValidator,
     Field,
-    PositiveFloat,
     PositiveInt,
     model_validator,
 )
@@ -48,6 +47,17 @@ from zoo.recipe.data import (  # noqa: F401 (the data section's classes are part
 
 Framework = Annotated[Literal["lightning", "keras"], BeforeValidator(normalize_framework)]
 
+# Rates, epsilons and decays are finite numbers: an infinite or NaN one only shows up later
+# as a non-finite loss. (The loader refuses non-finite numbers in every section; these keep
+# a Recipe built in Python to the same rule.)
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
+SEED_LIMIT = 2**32  # numpy's and torch's seeds are unsigned 32-bit (torch also takes 64, numpy not)
+# Both frameworks tabulate the whole run up front: one learning rate per optimizer step,
+# and (Keras) every epoch's sample order, 8 bytes x samples x epochs. 10,000 epochs of
+# 60,000 samples is 4.8 GB already; 1e9 would ask for terabytes before the first step.
+MAX_EPOCHS = 10_000
+
 
 # ------------------------------------------------------------------------- optimizer
 
@@ -57,10 +67,10 @@ class SGD(Section):
 
     name: Literal["sgd"] = "sgd"
     lr: PositiveFloat = Field(0.1, description="Peak learning rate.")
-    momentum: float = Field(0.0, ge=0, lt=1)
+    momentum: float = Field(0.0, ge=0, lt=1, allow_inf_nan=False)
     nesterov: bool = False
     weight_decay: float = Field(
-        0.0, ge=0, description="L2 penalty added to the gradient (as torch.optim.SGD)."
+        0.0, ge=0, allow_inf_nan=False, description="L2 penalty added to the gradient (as torch.optim.SGD)."
     )
 
     @model_validator(mode="after")
@@ -75,7 +85,7 @@ class Adam(Section):
 
     name: Literal["adam"] = "adam"
     lr: PositiveFloat = Field(1e-3, description="Peak learning rate.")
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (
+    betas: tuple[Fraction, Fraction] = (
         0.9,
         0.999,
     )
@@ -83,7 +93,7 @@ class Adam(Section):
         1e-8, description="Added to sqrt(v_hat) (torch's convention, in both frameworks)."
     )
     weight_decay: float = Field(
-        0.0, ge=0, description="L2 penalty added to the gradient (as torch.optim.Adam)."
+        0.0, ge=0, allow_inf_nan=False, description="L2 penalty added to the gradient (as torch.optim.Adam)."
     )
 
 
@@ -91,7 +101,7 @@ class AdamW(Adam):
     """AdamW: decoupled weight decay (as torch.optim.AdamW and keras.optimizers.AdamW)."""
 
     name: Literal["adamw"] = "adamw"  # type: ignore[assignment]
-    weight_decay: float = Field(0.01, ge=0, description="Decoupled weight decay.")
+    weight_decay: float = Field(0.01, ge=0, allow_inf_nan=False, description="Decoupled weight decay.")
 
 
 OptimizerConfig = Annotated[
@@ -116,7 +126,7 @@ class Cosine(ScheduleBase):
     """Cosine decay from the peak rate to ``min_lr_ratio`` x peak at the last step."""
 
     name: Literal["cosine"] = "cosine"
-    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
 
 
 class Step(ScheduleBase):
@@ -124,7 +134,7 @@ class Step(ScheduleBase):
 
     name: Literal["step"] = "step"
     step_epochs: PositiveInt = 10
-    gamma: float = Field(0.1, gt=0, le=1)
+    gamma: float = Field(0.1, gt=0, le=1, allow_inf_nan=False)
 
 
 ScheduleConfig = Annotated[
@@ -140,7 +150,13 @@ class TrainerConfig(Section):
         "lightning",
         description="lightning (PyTorch) or keras (TensorFlow); 'torch' means lightning.",
     )
-    max_epochs: PositiveInt = Field(10, description="Epochs to train.")
+    max_epochs: int = Field(
+        10,
+        gt=0,
+        le=MAX_EPOCHS,
+        description=f"Epochs to train (at most {MAX_EPOCHS:,}: both frameworks tabulate the learning "
+        "rate of every step, and Keras every epoch's sample order, before the first step).",
+    )
     precision: Precision = Field(
         "32-true",
         description="Lightning's precision words; on Keras the matching dtype policy "
@@ -166,7 +182,12 @@ class TrainerConfig(Section):
         1, description="Average the gradients of this many batches per optimizer step."
     )
     compile: bool = Field(False, description="torch.compile (inductor) / Keras jit_compile (XLA).")
-    seed: int = Field(0, description="Seeds weights init, batch order and dropout.")
+    seed: int = Field(
+        0,
+        ge=0,
+        lt=SEED_LIMIT,
+        description="Seeds weights init, batch order and dropout; 0 <= seed < 2**32 (numpy's range).",
+    )
     deterministic: bool = Field(False, description="Ask both frameworks for deterministic kernels.")
     num_threads: PositiveInt | None = Field(
         None,
@@ -263,6 +284,10 @@ def _model_union():
 ModelConfig = _model_union()
 
 
+# How families name the rows of their position table (the longest sequence they read).
+POSITION_FIELDS = ("max_len", "n_positions", "max_position_embeddings")
+
+
 class Recipe(Section):
     name: str = Field("run", description="Name of the recipe; names the run folders.")
     description: str = ""
@@ -310,6 +335,22 @@ class Recipe(Section):
             raise ValueError(
                 f"model.architecture {family.name!r} does ({', '.join(family.tasks)}), "
                 f"but data {self.data.name!r} is for {task}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _windows_fit_positions(self):
+        """A text window longer than the model's position table fails only at the first
+        batch; the recipe alone says so (sequence files are checked when their data binds)."""
+        context = self.model.context_length()
+        window = getattr(self.data, "seq_len", None)
+        if context is not None and window is not None and window > context:
+            named = [n for n in POSITION_FIELDS if getattr(self.model, n, None) == context]
+            field = f"model.{named[0]}" if named else "model.max_len"
+            raise ValueError(
+                f"{field} {context} is shorter than data.seq_len {window} (the characters each "
+                f"training window feeds the model); raise {field} to at least {window} or lower "
+                f"data.seq_len to {context}"
             )
         return self
 

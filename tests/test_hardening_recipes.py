@@ -1,0 +1,144 @@
+"""Numbers in recipes are what they say (strict types, finite, in range) and no YAML
+document, however odd, ends in anything but a Recipe or a RecipeError."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zoo.recipe import Recipe, RecipeError, load_recipe
+
+BASE = {"model": {"architecture": "convnet-tiny"}}
+
+
+def problems(**sections) -> str:
+    with pytest.raises(RecipeError) as error:
+        load_recipe({**BASE, **sections})
+    assert len(error.value.problems) == 1, error.value.problems
+    return error.value.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("sections", "field", "words"),
+    [
+        ({"data": {"batch_size": True}}, "data.batch_size", "not true/false"),
+        ({"data": {"batch_size": "8"}}, "data.batch_size", "not quoted text"),
+        ({"trainer": {"max_epochs": 2.0}}, "trainer.max_epochs", "valid integer"),
+        ({"trainer": {"progress_bar": 1}}, "trainer.progress_bar", "valid boolean"),
+        ({"trainer": {"seed": -1}}, "trainer.seed", "greater than or equal to 0"),
+        ({"trainer": {"seed": 2**32}}, "trainer.seed", "less than 4294967296"),
+        ({"trainer": {"seed": 2**70}}, "trainer.seed", "less than 4294967296"),
+        ({"optimizer": {"lr": float("inf")}}, "optimizer.lr", "not a finite number"),
+        ({"optimizer": {"lr": float("nan")}}, "optimizer.lr", "not a finite number"),
+        ({"optimizer": {"name": "sgd", "momentum": float("nan")}}, "optimizer.momentum", "finite"),
+        ({"schedule": {"name": "step", "gamma": float("-inf")}}, "schedule.gamma", "finite"),
+        ({"model": {"architecture": "convnet-tiny", "dropout": float("nan")}}, "model.dropout", "finite"),
+        ({"trainer": {"max_epochs": 10**9}}, "trainer.max_epochs", "less than or equal to 10000"),
+        ({"trainer": {"max_epochs": 0}}, "trainer.max_epochs", "greater than 0"),
+    ],
+)
+def test_numbers_are_strict_finite_and_bounded(sections, field, words):
+    message = problems(**sections)
+    assert message.startswith(f"{field}:") and words in message, message
+
+
+def test_the_bounds_that_stay_allowed():
+    trainer = {"seed": 2**32 - 1, "max_epochs": 10_000}
+    recipe = load_recipe({**BASE, "trainer": trainer, "optimizer": {"lr": 1}})
+    assert recipe.trainer.seed == 2**32 - 1 and recipe.optimizer.lr == 1.0
+    assert isinstance(recipe.optimizer.lr, float)
+
+
+def test_python_built_recipes_refuse_non_finite_rates_too():
+    from pydantic import ValidationError
+
+    from zoo.recipe import Adam
+
+    with pytest.raises(ValidationError, match="finite number"):
+        Adam(lr=float("inf"))
+
+
+def test_max_len_shorter_than_the_text_window_is_caught_at_validate(tmp_path):
+    recipe = tmp_path / "lm.yaml"
+    recipe.write_text("model: {architecture: transformer, max_len: 16}\ndata: {name: text, seq_len: 32}\n")
+    with pytest.raises(RecipeError) as error:
+        load_recipe(recipe)
+    (message,) = error.value.problems
+    assert message.startswith("model.max_len: 16 is shorter than data.seq_len 32"), message
+    assert "raise model.max_len to at least 32 or lower data.seq_len to 16" in message
+    load_recipe(recipe, ["model.max_len=32"])  # the fix it names works
+
+
+def test_yaml_values_no_field_takes_are_named(tmp_path):
+    recipe = tmp_path / "dated.yaml"
+    recipe.write_text("description: 2024-01-02\nmodel: {architecture: convnet-tiny}\n3: x\n")
+    with pytest.raises(RecipeError) as error:
+        load_recipe(recipe)
+    text = "\n".join(error.value.problems)
+    assert "description: a YAML date" in text and "quote it" in text, text
+    assert "the key 3 is not text" in text, text
+    recipe.write_text("model: {architecture: convnet-tiny}\n{1: 2}: x\n")
+    with pytest.raises(RecipeError, match=r"a dict is used as a key \(line 2\)"):
+        load_recipe(recipe)
+
+
+# ------------------------------------------------------------------------------ fuzz
+
+SECTIONS = ["model", "data", "optimizer", "schedule", "trainer", "init", "export", "name", "x"]
+FIELDS = [
+    "architecture", "name", "lr", "batch_size", "seed", "max_epochs", "precision", "devices",
+    "path", "from", "dir", "run_name", "betas", "max_len", "seq_len", "dropout", "momentum",
+]  # fmt: skip
+SCALARS = (
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12)
+    | st.sampled_from(["convnet-tiny", "mlp", "sgd", "adam", "text", "npz", "keras", "16-mixed", "cpu"])
+)  # fmt: skip
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), inner, max_size=4),
+    max_leaves=10,
+)  # fmt: skip
+DOCUMENTS = st.dictionaries(st.sampled_from(SECTIONS), VALUES, max_size=6)
+
+
+def loads_or_refuses(source, overrides=()) -> None:
+    try:
+        recipe = load_recipe(source, overrides)
+    except RecipeError as error:
+        assert error.problems and all(isinstance(p, str) and p for p in error.problems)
+        return
+    assert isinstance(recipe, Recipe)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(document=DOCUMENTS)
+def test_fuzz_recipe_documents_never_escape_as_tracebacks(tmp_path_factory, document):
+    path = tmp_path_factory.mktemp("fuzz") / "recipe.yaml"
+    path.write_text(yaml.safe_dump(document, allow_unicode=True))
+    loads_or_refuses(path)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(max_size=80) | st.binary(max_size=60).map(lambda b: b.decode("latin-1")))
+def test_fuzz_raw_yaml_text_never_escapes(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("fuzz") / "recipe.yaml"
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    loads_or_refuses(path)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    overrides=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(SECTIONS + FIELDS + ["0", "3"]), min_size=1, max_size=3).map(".".join),
+            st.text(max_size=10) | SCALARS.map(lambda v: yaml.safe_dump(v).removesuffix("\n...\n").strip()),
+        ).map("=".join),
+        max_size=3,
+    )
+)
+def test_fuzz_overrides_never_escape(overrides):
+    loads_or_refuses({**BASE, "data": {"name": "digits"}}, overrides)
