@@ -18,8 +18,9 @@ from typing import Any
 from zoo import registry
 from zoo.hardware import check_trainer
 from zoo.recipe import Recipe, load_recipe, normalize_framework
-from zoo.runs import RunDir, is_primary_process
+from zoo.runs import RunDir, is_primary_process, record_stop
 from zoo.state import latest_state
+from zoo.tokenizer import saved_tokenizer
 
 log = logging.getLogger("zoo")
 BACKENDS = {"lightning": "zoo.lightning.trainer", "keras": "zoo.keras.trainer"}
@@ -85,14 +86,18 @@ def train(
         from zoo import finetune
 
         checkpoint, base = finetune.base_config(recipe, family)
-        vocab = checkpoint.json("task_info", {}).get("vocab")
-        dataset = load_dataset(recipe.data, family.input_kind, vocab=vocab, extend_vocab=True)
+        tokenizer = saved_tokenizer(checkpoint)  # the checkpoint's token ids, not the recipe's
+        if tokenizer is not None and getattr(recipe.data, "tokenizer", None) not in (None, "char"):
+            log.info(f"tokenizing with the tokenizer of {recipe.init.from_}, not data.tokenizer")
+        dataset = load_dataset(recipe.data, family.input_kind, tokenizer=tokenizer, extend_vocab=True)
         config = base.bind(dataset.info)
         init = finetune.plan(recipe, family, checkpoint, config)
         log.info(init.describe())
     else:
         dataset = load_dataset(recipe.data, family.input_kind)
         config = recipe.model.bind(dataset.info)
+    for note in dataset.notes:
+        log.warning(note)
     recipe = recipe.model_copy(update={"model": config})
     primary = is_primary_process()
     if resume is not None:
@@ -106,10 +111,7 @@ def train(
     try:
         model, metrics = backend.fit(recipe, config, family, dataset, run, init, state)
     except (Exception, KeyboardInterrupt) as error:
-        if run is not None and latest_state(run.path) is not None:
-            log.error(
-                f"the run stopped ({type(error).__name__}); its last state is kept: zoo resume {run.path}"
-            )
+        record_stop(run, error)  # says what is kept; a diverged run is marked, never offered a resume
         raise
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         shared = Path(os.environ.get(RUN_DIR_VARIABLE, "."))
@@ -122,6 +124,8 @@ def train(
         vocab=dataset.vocab,
         dtype=recipe.export.dtype,
     )
+    if dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
+        dataset.tokenizer.save(checkpoint.parent)
     run.write_summary({
         "recipe": recipe.name, "framework": framework, "architecture": config.architecture,
         "preset": config.preset, "metrics": metrics,
@@ -184,8 +188,7 @@ def evaluate(
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides)
     found = read_checkpoint(checkpoint)
-    vocab = found.json("task_info", {}).get("vocab")
-    dataset = load_dataset(recipe.data, found.family.input_kind, vocab=vocab)
+    dataset = load_dataset(recipe.data, found.family.input_kind, tokenizer=saved_tokenizer(found))
     task = found.config.active_task
     if task != dataset.task:
         raise CheckpointError(f"{checkpoint}: a {task} model cannot be evaluated on data for {dataset.task}")

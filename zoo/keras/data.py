@@ -3,7 +3,9 @@
 In-memory arrays become constants gathered batch by batch. Image files (``ImageFiles``)
 are decoded by the same numpy/PIL code as on the torch side, called through
 ``tf.numpy_function`` in a parallel, order-keeping map (PIL releases the GIL while it
-decodes and resizes), and prefetched.
+decodes and resizes), and prefetched. Padded text comes as ``({"ids", "padding_mask",
+"token_type_ids"}, labels)`` (:class:`zoo.keras.losses.TextInputs` hands it to the twin);
+masked-LM batches are masked by zoo.data.masking through ``tf.numpy_function``, as in torch.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def train_dataset(
     """
     import tensorflow as tf
 
-    if isinstance(split.x, ImageFiles):
+    if isinstance(split.x, ImageFiles) or split.masking is not None:
         return decoded_train_dataset(split, batch_size, seed, shuffle, epochs, start_epoch, skip)
     orders = np.stack([epoch_order(len(split), seed, e, shuffle) for e in range(start_epoch, epochs)])
     x = tf.constant(keras_layout(split.x, input_kind))
@@ -47,17 +49,34 @@ def train_dataset(
     )
     if skip:
         batches = batches.skip(skip)
+    if split.has_text_inputs:
+        extras = {k: tf.constant(v) for k, v in text_extras(split).items()}
+
+        def gather(index):
+            inputs = {"ids": tf.gather(x, index)} | {k: tf.gather(v, index) for k, v in extras.items()}
+            return inputs, tf.gather(y, index)
+
+        return batches.map(gather).prefetch(tf.data.AUTOTUNE)
     gathered = batches.map(lambda index: (tf.gather(x, index), tf.gather(y, index)))
     return gathered.prefetch(tf.data.AUTOTUNE)
+
+
+def text_extras(split: Split) -> dict[str, np.ndarray]:
+    """The keyword inputs of a padded text split, by the twins' argument names."""
+    extras = {"padding_mask": split.mask, "token_type_ids": split.token_types}
+    return {k: v for k, v in extras.items() if v is not None}
 
 
 def eval_dataset(split: Split, batch_size: int, input_kind: str):
     import tensorflow as tf
 
-    if isinstance(split.x, ImageFiles):
+    if isinstance(split.x, ImageFiles) or split.masking is not None:
         keys = tf.data.Dataset.range(len(split)).batch(batch_size)
         return decoded(keys.map(lambda index: (tf.constant(-1, tf.int64), index)), split, seed=0)
-    data = (keras_layout(split.x, input_kind), split.y)
+    if split.has_text_inputs:
+        data = ({"ids": split.x, **text_extras(split)}, split.y)
+    else:
+        data = (keras_layout(split.x, input_kind), split.y)
     return tf.data.Dataset.from_tensor_slices(data).batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
@@ -85,6 +104,9 @@ def decoded(keys, split: Split, seed: int):
     """Keys (epoch, index) -> (images, labels), channels last; epoch -1: not augmented."""
     import tensorflow as tf
 
+    if split.masking is not None:
+        return masked(keys, split, seed)
+
     images: ImageFiles = split.x  # type: ignore[assignment]
     labels = split.y
     _, channels, size, _ = images.shape
@@ -100,3 +122,20 @@ def decoded(keys, split: Split, seed: int):
 
     calls = images.workers or None  # None: one call at a time, in the order of the keys
     return keys.map(decode, num_parallel_calls=calls, deterministic=True).prefetch(tf.data.AUTOTUNE)
+
+
+def masked(keys, split: Split, seed: int):
+    """Keys (epoch, index) -> masked-LM (inputs, labels), masked as the torch loader masks them."""
+    import tensorflow as tf
+
+    ids, masking = split.x, split.masking
+    steps = ids.shape[1]
+
+    def draw(epoch, index):
+        return masking.apply(ids[index], index, seed, int(epoch))
+
+    def mask(epoch, index):
+        x, y = tf.numpy_function(draw, [epoch, index], [tf.int64, tf.int64], stateful=False)
+        return tf.ensure_shape(x, [None, steps]), tf.ensure_shape(y, [None, steps])
+
+    return keys.map(mask, deterministic=True).prefetch(tf.data.AUTOTUNE)

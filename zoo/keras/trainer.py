@@ -71,22 +71,39 @@ def distribution_strategy(trainer_cfg):
 
 
 def compile_for(model, task: str, optimizer, jit_compile: bool = False) -> None:
-    """Loss and metrics per task, the same quantities the Lightning tasks log."""
+    """Loss and metrics per task, the same quantities the Lightning tasks log. Token tasks
+    skip ``IGNORE_INDEX`` labels (padding, unmasked positions)."""
     import keras
 
-    from zoo.keras.metrics import BitsPerCharacter
+    from zoo.keras.losses import TokenAccuracy, TokenBits, TokenCrossEntropy
 
-    metric = (
-        BitsPerCharacter(name="bpc")
-        if task == "language_modeling"
-        else keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-    )
-    model.compile(
-        optimizer=optimizer,
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[metric],
-        jit_compile=jit_compile,
-    )
+    if task == "classification":
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        metric = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    elif task == "language_modeling":
+        loss, metric = TokenCrossEntropy(), TokenBits(name="bpc")
+    else:  # token_classification, masked_language_modeling
+        loss, metric = TokenCrossEntropy(), TokenAccuracy(name="accuracy")
+    model.compile(optimizer=optimizer, loss=loss, metrics=[metric], jit_compile=jit_compile)
+
+
+def for_batches(model, dataset: Dataset):
+    """The model ``fit`` and ``evaluate`` call: the twin, or for padded text the twin behind
+    :class:`~zoo.keras.losses.TextInputs` (the batches are dicts of ids, mask, token types)."""
+    import inspect
+
+    from zoo.data import DataError
+    from zoo.keras.losses import TextInputs
+
+    split = dataset.train if len(dataset.train) else dataset.test
+    if not split.has_text_inputs:
+        return model
+    if split.token_types is not None and "token_type_ids" not in inspect.signature(model.call).parameters:
+        raise DataError(
+            f"{type(model).__name__} takes no token_type_ids; sentence pairs need a family with "
+            "token types (bert)"
+        )
+    return TextInputs(model)
 
 
 def initialise(model, family, init) -> dict[str, float]:
@@ -144,6 +161,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         optimizer = build_optimizer(
             recipe.optimizer, table, accumulate=accumulate, lr_multipliers=multipliers
         )
+        twin, model = model, for_batches(model, dataset)
         compile_for(model, dataset.task, optimizer, jit_compile=trainer_cfg.compile)
         epoch, skip = 0, 0
         if resume is not None:
@@ -190,13 +208,14 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     )
     replicas = strategy.num_replicas_in_sync if strategy else 1
     metrics = {f"test_{k}": float(v) for k, v in test.items()}
-    return model, {**metrics, "train_seconds": seconds, "replicas": replicas}
+    return twin, {**metrics, "train_seconds": seconds, "replicas": replicas}
 
 
 def evaluate(model, dataset: Dataset, input_kind: str, batch_size: int) -> dict[str, float]:
     """The task's test metrics of a built Keras twin (the same metrics ``fit`` reports)."""
     from zoo.keras.data import eval_dataset
 
+    model = for_batches(model, dataset)
     compile_for(model, dataset.task, optimizer="sgd")
     results = model.evaluate(eval_dataset(dataset.test, batch_size, input_kind), verbose=0, return_dict=True)
     return {f"test_{k}": float(v) for k, v in results.items()}

@@ -53,13 +53,23 @@ def process_group() -> tuple[int, int]:
 
 
 class BatchIndexed(torch.utils.data.Dataset):
+    """(x, y), or (ids, padding_mask, token_types or None, y) for a split with a padding mask or
+    token types."""
+
     def __init__(self, split: Split):
         self.x = torch.from_numpy(split.x)
         self.y = torch.from_numpy(split.y)
+        self.text = split.has_text_inputs
+        self.mask = None if split.mask is None else torch.from_numpy(split.mask)
+        self.types = None if split.token_types is None else torch.from_numpy(split.token_types)
 
     def __getitem__(self, index: np.ndarray):
         index = torch.from_numpy(index)
-        return self.x[index], self.y[index]
+        if not self.text:
+            return self.x[index], self.y[index]
+        mask = None if self.mask is None else self.mask[index]
+        types = None if self.types is None else self.types[index]
+        return self.x[index], mask, types, self.y[index]
 
     def __len__(self) -> int:
         return len(self.y)
@@ -79,6 +89,22 @@ class DecodedBatches(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.y)
+
+
+class MaskedBatches(torch.utils.data.Dataset):
+    """Answers an (epoch, index) key with masked-LM (inputs, labels): the masks are drawn from
+    the seed, the epoch and the sample indices (:mod:`zoo.data.masking`), as in tf.data."""
+
+    def __init__(self, split: Split, seed: int):
+        self.x, self.masking, self.seed = split.x, split.masking, seed
+
+    def __getitem__(self, key: tuple[int, np.ndarray]):
+        epoch, index = key
+        inputs, labels = self.masking.apply(self.x[index], index, self.seed, epoch)
+        return torch.from_numpy(inputs), torch.from_numpy(labels)
+
+    def __len__(self) -> int:
+        return len(self.x)
 
 
 class OnFirstFetch:
@@ -132,5 +158,8 @@ def loader(
             pin_memory=pin_memory,
             persistent_workers=workers > 0,
         )
+    if split.masking is not None:
+        sampler = BatchOrder(len(split), batch_size, seed, shuffle, keyed=True)
+        return ResumableLoader(MaskedBatches(split, seed), sampler=sampler, batch_size=None)
     sampler = BatchOrder(len(split), batch_size, seed, shuffle)
     return ResumableLoader(BatchIndexed(split), sampler=sampler, batch_size=None)

@@ -1,13 +1,20 @@
-"""LightningModules that wrap a plain torch twin with a task's loss, metrics and optimizer."""
+"""LightningModules that wrap a plain torch twin with a task's loss, metrics and optimizer.
+
+A batch is ``(x, y)``, or ``(ids, padding_mask, token_types, y)`` for padded text (token
+types None where the data has none). Labels ``IGNORE_INDEX`` count in no loss or metric; the
+token losses are ``sum / max(count, 1)`` over the counted labels, as zoo.keras.losses computes them.
+"""
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
+from zoo.data import IGNORE_INDEX
 from zoo.lightning.optim import build_optimizer, build_scheduler
 
 
@@ -29,6 +36,7 @@ class Task(L.LightningModule):
         # that is exported, so checkpoint names never get torch.compile's prefix.
         self.net = torch.compile(model) if compiled else model
         self.sums: dict[str, EpochSums] = {}
+        self.takes_token_types = "token_type_ids" in inspect.signature(model.forward).parameters
 
     def __setattr__(self, name: str, value) -> None:
         # Lightning sets this around each of the ~45 hook calls of a step; nn.Module's
@@ -38,8 +46,28 @@ class Task(L.LightningModule):
         else:
             super().__setattr__(name, value)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+    def forward(
+        self,
+        x: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        token_types: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        extra = {}
+        if padding_mask is not None:
+            extra["padding_mask"] = padding_mask
+        if token_types is not None:
+            if not self.takes_token_types:
+                raise TypeError(
+                    f"{type(self.model).__name__} takes no token_type_ids; sentence pairs need a family "
+                    "with token types (bert)"
+                )
+            extra["token_type_ids"] = token_types
+        return self.net(x, **extra)
+
+    def logits_and_labels(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's output on a batch of either form, and the batch's labels."""
+        *inputs, y = batch
+        return self(*inputs), y
 
     def loss_and_metrics(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
         raise NotImplementedError
@@ -113,23 +141,52 @@ class EpochSums:
         return dict(zip(self.names, totals[:-1] / totals[-1], strict=True))
 
 
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the labels that count (not ``IGNORE_INDEX``); 0 when none do."""
+    flat = labels.reshape(-1)
+    total = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    return total / (flat != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def token_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Share of the counted labels predicted right."""
+    keep = labels != IGNORE_INDEX
+    right = (logits.argmax(-1) == labels) & keep
+    return right.sum().float() / keep.sum().clamp(min=1)
+
+
 class ClassificationTask(Task):
     def loss_and_metrics(self, batch):
-        x, y = batch
-        logits = self(x)
+        logits, y = self.logits_and_labels(batch)
         loss = F.cross_entropy(logits, y)
         accuracy = (logits.argmax(-1) == y).float().mean()
         return loss, {"accuracy": accuracy}, len(y)
 
 
 class LanguageModelTask(Task):
-    """Next-token cross-entropy over every position; bits per character = loss / ln 2."""
+    """Next-token cross-entropy over every counted position; bits per character = loss / ln 2."""
 
     def loss_and_metrics(self, batch):
-        x, y = batch
-        logits = self(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        logits, y = self.logits_and_labels(batch)
+        loss = token_cross_entropy(logits, y)
         return loss, {"bpc": loss / math.log(2)}, len(y)
 
 
-TASKS = {"classification": ClassificationTask, "language_modeling": LanguageModelTask}
+class TokenTask(Task):
+    """A label per token (token classification, masked language modeling): cross-entropy and
+    accuracy over the counted tokens; epoch means weight each batch by its samples, as Keras'
+    loss tracker does."""
+
+    def loss_and_metrics(self, batch):
+        logits, y = self.logits_and_labels(batch)
+        return token_cross_entropy(logits, y), {"accuracy": token_accuracy(logits, y)}, len(y)
+
+
+TASKS = {
+    "classification": ClassificationTask,
+    "language_modeling": LanguageModelTask,
+    "token_classification": TokenTask,
+    "masked_language_modeling": TokenTask,
+}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -75,13 +76,61 @@ class NpzData(DataBase):
         return self
 
 
-class TextData(DataBase):
-    """Characters of a text for language modeling: Python's own documentation
-    (``pydoc_data.topics``, on every Python install) or a UTF-8 file of yours."""
+def _tokenizer_spec(value: str) -> str:
+    if value in ("char", "bpe"):
+        return value
+    if not Path(value).exists():
+        raise ValueError(
+            f"data.tokenizer {value!r} is neither 'char', 'bpe' nor an existing path; give a "
+            "tokenizer.json, a vocab.txt, a folder with vocab.json + merges.txt, 'bpe' (train a "
+            "byte-level BPE on the data) or 'char'"
+        )
+    return value
+
+
+class Tokenized(DataBase):
+    """How text becomes token ids: the recipe's tokenizer (a checkpoint's, when fine-tuning)."""
+
+    tokenizer: Annotated[str, AfterValidator(_tokenizer_spec)] = Field(
+        "char",
+        description="'char' (one id per character of the text), 'bpe' (a byte-level BPE trained on "
+        "the training text, cached), or a path: tokenizer.json, a WordPiece vocab.txt, or a folder "
+        "with GPT-2's vocab.json + merges.txt (or any of these). Fine-tuning uses the checkpoint's.",
+    )
+    bpe_vocab_size: int = Field(
+        2048, ge=262, le=1_000_000, description="Tokens of the BPE that tokenizer: 'bpe' trains."
+    )
+    lowercase: bool | None = Field(
+        None, description="Lower-case text before a WordPiece vocab.txt (default true, as uncased BERT)."
+    )
+
+    @model_validator(mode="after")
+    def _lowercase_for_wordpiece(self):
+        if self.lowercase is not None and not self.tokenizer.endswith(".txt"):
+            raise ValueError(
+                f"data.lowercase applies to a WordPiece vocab.txt only, not tokenizer {self.tokenizer!r}; "
+                "remove data.lowercase"
+            )
+        return self
+
+
+class TextData(Tokenized):
+    """Text for language modeling, tokenized and packed into blocks: Python's own documentation
+    (``pydoc_data.topics``, on every Python install), a UTF-8 file, or a folder of .txt files."""
 
     name: Literal["text"] = "text"
-    path: Path | None = Field(None, description="A UTF-8 text file; None uses the embedded Python docs.")
-    seq_len: int = Field(128, ge=2, le=8192, description="Characters per training window.")
+    path: Path | None = Field(
+        None, description="A UTF-8 text file or a folder of .txt files; None uses the embedded Python docs."
+    )
+    task: Literal["language_modeling", "masked_language_modeling"] = Field(
+        "language_modeling",
+        description="Next-token prediction (blocks of seq_len + 1 tokens), or masked language "
+        "modeling (blocks of seq_len, tokens masked per batch from the seeded batch order).",
+    )
+    seq_len: int = Field(128, ge=2, le=8192, description="Tokens per training window.")
+    mlm_probability: float = Field(
+        0.15, gt=0, lt=1, description="Masked language modeling: share of tokens predicted (80/10/10)."
+    )
     val_fraction: float = Field(
         0.05, ge=0, lt=0.5, description="Share of the text (by position) for validation."
     )
@@ -89,8 +138,60 @@ class TextData(DataBase):
 
     @model_validator(mode="after")
     def _exists(self):
-        if self.path is not None and not self.path.is_file():
-            raise ValueError(f"data.path {str(self.path)!r} is not a file; give a UTF-8 text file or null")
+        if self.path is not None and not (self.path.is_file() or self.path.is_dir()):
+            raise ValueError(
+                f"data.path {str(self.path)!r} is neither a file nor a folder; give a UTF-8 text file, "
+                "a folder of .txt files, or null"
+            )
+        if "mlm_probability" in self.model_fields_set and self.task != "masked_language_modeling":
+            raise ValueError("data.mlm_probability is set but data.task is not masked_language_modeling")
+        return self
+
+
+class TextClassificationData(Tokenized):
+    """Labelled text: a CSV or JSONL file with a text column (optionally a second one: sentence
+    pairs) and a label column; or, without a file, paragraphs of Python's documentation labelled
+    with the part of the language reference they come from. Padded to the longest example."""
+
+    name: Literal["text_classification"] = "text_classification"
+    path: Path | None = Field(
+        None,
+        description="A .csv (header row) or .jsonl (one object a line) file; None: the embedded "
+        "Python-docs topics.",
+    )
+    tokenizer: Annotated[str, AfterValidator(_tokenizer_spec)] = Field(
+        "bpe", description=Tokenized.model_fields["tokenizer"].description
+    )
+    text_column: str = Field("text", min_length=1, description="The column of the text.")
+    text_pair_column: str | None = Field(
+        None, min_length=1, description="A second text column (sentence pairs: token types 0 and 1)."
+    )
+    label_column: str = Field("label", min_length=1, description="The column of the label.")
+    max_length: int = Field(
+        128,
+        ge=4,
+        le=8192,
+        description="Longest tokenized example (special tokens included); longer "
+        "ones are truncated and counted.",
+    )
+    val_fraction: float = Field(0.1, ge=0, lt=0.5, description="Share of the examples for validation.")
+    test_fraction: float = Field(0.1, gt=0, lt=0.5, description="Share of the examples for testing.")
+    split_seed: int = Field(0, description="Seed of the split into train/val/test (not the training seed).")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.path is not None:
+            if not self.path.is_file():
+                raise ValueError(f"data.path {str(self.path)!r} is not a file; give a .csv or .jsonl file")
+            if self.path.suffix.lower() not in (".csv", ".jsonl", ".ndjson"):
+                raise ValueError(
+                    f"data.path {str(self.path)!r}: zoo reads .csv (with a header row) or .jsonl (one "
+                    "JSON object a line) labelled text"
+                )
+        columns = [self.text_column, self.text_pair_column, self.label_column]
+        named = [c for c in columns if c is not None]
+        if len(set(named)) != len(named):
+            raise ValueError(f"data text/label columns {named} name a column twice")
         return self
 
 
@@ -245,7 +346,7 @@ def default_tag(tag: str):
 
 
 DataConfig = Annotated[
-    Union[DigitsData, NpzData, TextData, ImageFolderData],  # noqa: UP007
+    Union[DigitsData, NpzData, TextData, TextClassificationData, ImageFolderData],  # noqa: UP007
     Field(discriminator="name"),
     default_tag("digits"),
 ]

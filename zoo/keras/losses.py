@@ -1,0 +1,85 @@
+"""Token losses and metrics that skip ``IGNORE_INDEX`` labels, and the model that feeds padded
+text to a Keras twin.
+
+The formulas are zoo.lightning.task's: cross-entropy ``sum / max(count, 1)`` over the
+counted labels, computed in float32; epoch metrics weight each batch by its samples, as
+Lightning's epoch sums and Keras' own loss tracker do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+from zoo.data import IGNORE_INDEX
+
+
+def counted(y_true):
+    """(labels with ignored ones replaced by 0, float mask of the counted ones)."""
+    y_true = ops.cast(y_true, "int64")
+    keep = ops.not_equal(y_true, IGNORE_INDEX)
+    return ops.where(keep, y_true, ops.zeros_like(y_true)), ops.cast(keep, "float32")
+
+
+def token_cross_entropy(y_true, y_pred):
+    labels, keep = counted(y_true)
+    nats = keras.losses.sparse_categorical_crossentropy(labels, ops.cast(y_pred, "float32"), from_logits=True)
+    return ops.sum(nats * keep) / ops.maximum(ops.sum(keep), 1.0)
+
+
+def token_accuracy(y_true, y_pred):
+    labels, keep = counted(y_true)
+    right = ops.cast(ops.equal(ops.argmax(y_pred, axis=-1), labels), "float32") * keep
+    return ops.sum(right) / ops.maximum(ops.sum(keep), 1.0)
+
+
+class TokenCrossEntropy(keras.losses.Loss):
+    """Mean cross-entropy over the counted tokens of a batch (a scalar per batch)."""
+
+    def __init__(self, name: str = "token_cross_entropy"):
+        super().__init__(name=name)
+
+    def call(self, y_true, y_pred):
+        return token_cross_entropy(y_true, y_pred)
+
+
+class BatchMean(keras.metrics.Mean):
+    """The epoch mean of a per-batch value, each batch weighted by its samples."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        weight = ops.cast(ops.shape(y_true)[0], "float32")
+        return super().update_state(self.value_of(y_true, y_pred), weight)
+
+    def value_of(self, y_true, y_pred):
+        raise NotImplementedError
+
+
+class TokenBits(BatchMean):
+    """Bits per token of a language model (``bpc``): the token loss / ln 2."""
+
+    def value_of(self, y_true, y_pred):
+        return token_cross_entropy(y_true, y_pred) / math.log(2)
+
+
+class TokenAccuracy(BatchMean):
+    """Share of the counted tokens predicted right."""
+
+    def value_of(self, y_true, y_pred):
+        return token_accuracy(y_true, y_pred)
+
+
+class TextInputs(keras.Model):
+    """Feeds a twin the dict batches of padded text: ``ids`` positionally, ``padding_mask`` and
+    ``token_type_ids`` (where the data has them) as keywords. It owns no variables: the twin's
+    are its variables, in the same order, and the twin is what gets exported."""
+
+    def __init__(self, twin, **kwargs):
+        super().__init__(name=f"{twin.name}_text_inputs", **kwargs)
+        self.twin = twin
+        self.zoo_config = twin.zoo_config
+
+    def call(self, inputs, training=False):
+        extra = {key: inputs[key] for key in ("padding_mask", "token_type_ids") if key in inputs}
+        return self.twin(inputs["ids"], training=training, **extra)
