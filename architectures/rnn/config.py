@@ -1,9 +1,10 @@
 """Hyperparameters of the recurrent families: what ``rnn`` and ``lstm`` share, and ``rnn``'s own.
 
-Both families read the same two kinds of input: classification takes ``(N, T, input_size)``
-float sequences (the 8x8 digits are 8 rows of 8 features) and predicts one class per
-sequence; language modeling takes ``(N, T)`` token ids and predicts the next token at
-every step.
+Both families read two kinds of input: float feature sequences ``(N, T, input_size)`` (the
+8x8 digits are 8 rows of 8 features) or ``(N, T)`` token ids read through an embedding.
+Classification predicts one class per sequence from either; language modeling reads token
+ids and predicts the next token at every step. Batches of unequal lengths are padded at the
+end and come with a ``padding_mask`` (True marks padding): torch packs them, Keras masks.
 """
 
 from __future__ import annotations
@@ -26,11 +27,16 @@ class RecurrentConfig(ArchitectureConfig):
     sequence to one vector by ``pooling``; a language model applies the head at every step.
     """
 
-    DATA_FIELDS = ("task", "input_size", "num_classes", "vocab_size")
+    DATA_FIELDS = ("task", "inputs", "input_size", "num_classes", "vocab_size")
 
     task: Literal["classification", "language_modeling"] = Field(
         "classification",
         description="Sequence classification (one label per sequence) or next-token language modeling.",
+    )
+    inputs: Literal["features", "tokens"] = Field(
+        "features",
+        description="What a classifier reads: float features per step, or token ids through an "
+        "embedding (from the data; a language model always reads token ids).",
     )
     input_size: int = Field(
         8, ge=1, le=65536, description="Features per time step of a classification input (from the data)."
@@ -39,9 +45,7 @@ class RecurrentConfig(ArchitectureConfig):
     vocab_size: int = Field(
         128, ge=2, le=1_000_000, description="Token vocabulary of a language model (from the data)."
     )
-    embedding_dim: int = Field(
-        64, ge=1, le=8192, description="Width of the token embedding (language modeling only)."
-    )
+    embedding_dim: int = Field(64, ge=1, le=8192, description="Width of the token embedding.")
     hidden_size: int = Field(
         128, ge=1, le=8192, description="Hidden units of each recurrent layer and direction."
     )
@@ -51,7 +55,16 @@ class RecurrentConfig(ArchitectureConfig):
         description="Run every layer forwards and backwards and concatenate both (classification only).",
     )
     dropout: float = Field(
-        0.0, ge=0, lt=1, description="Dropout between recurrent layers and before the head."
+        0.0,
+        ge=0,
+        lt=1,
+        description="Dropout on the embedded tokens, between recurrent layers and before the head "
+        "(every non-recurrent connection, as Zaremba et al. regularise an LSTM).",
+    )
+    tie_embeddings: bool = Field(
+        False,
+        description="Language modeling: the head's weight is the token embedding (one tensor; "
+        "Press & Wolf); needs embedding_dim equal to hidden_size.",
     )
     pooling: Literal["last", "mean"] = Field(
         "last",
@@ -67,7 +80,23 @@ class RecurrentConfig(ArchitectureConfig):
                 "model must not see the tokens it predicts; set bidirectional=False or "
                 "task='classification'"
             )
+        if self.tie_embeddings and not self.language_model:
+            raise ValueError(
+                "tie_embeddings=True needs task='language_modeling': only a language model's head "
+                "predicts tokens; set tie_embeddings=false"
+            )
+        if self.tie_embeddings and self.embedding_dim != self.features:
+            raise ValueError(
+                f"tie_embeddings=True needs embedding_dim ({self.embedding_dim}) equal to the last "
+                f"layer's width hidden_size * directions ({self.features}); set embedding_dim to "
+                f"{self.features}"
+            )
         return self
+
+    @property
+    def reads_tokens(self) -> bool:
+        """Whether the net starts with a token embedding (a language model always does)."""
+        return self.language_model or self.inputs == "tokens"
 
     @property
     def directions(self) -> int:
@@ -86,12 +115,28 @@ class RecurrentConfig(ArchitectureConfig):
         """Input width of recurrent layer ``index``."""
         if index > 0:
             return self.features
-        return self.embedding_dim if self.language_model else self.input_size
+        return self.embedding_dim if self.reads_tokens else self.input_size
 
     def sample_shape(self) -> tuple[int, ...]:
         if self.language_model:
             return (LANGUAGE_MODELING_STEPS,)
+        if self.reads_tokens:
+            return (CLASSIFICATION_STEPS,)
         return (CLASSIFICATION_STEPS, self.input_size)
+
+    def example_input(self, batch: int, seed: int = 0):
+        if not self.reads_tokens:
+            return super().example_input(batch, seed)
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        return rng.integers(0, self.vocab_size, size=(batch, *self.sample_shape()), dtype=np.int64)
+
+    def task_info(self):
+        info = super().task_info()
+        if self.reads_tokens and not self.language_model:
+            info["vocab_size"] = self.vocab_size
+        return info
 
 
 class RNNConfig(RecurrentConfig):

@@ -80,17 +80,29 @@ def directions(bidirectional: bool) -> list[tuple[str, str]]:
     return [("forward_layer.cell", ""), ("backward_layer.cell", "_reverse")]
 
 
+def tied_head(name: str, outputs: int) -> Port:
+    """A head whose weight is the embedding: only its bias is its own tensor."""
+    return Port((TensorSpec(f"{name}.bias", (outputs,)),), name, ("bias",), _same_order_all, _same_order_all)
+
+
+def _same_order_all(*arrays: np.ndarray) -> Arrays:
+    return tuple(arrays)
+
+
 def sequence_table(cfg: RecurrentConfig, port: PortFactory) -> list[Port]:
-    """Embedding (language models), one port per recurrent layer and direction, then the head."""
+    """Embedding (token inputs), one port per recurrent layer and direction, then the head."""
     ports = []
-    if cfg.language_model:
+    if cfg.reads_tokens:
         ports.append(embedding("embedding", cfg.vocab_size, cfg.embedding_dim))
     for index in range(cfg.num_layers):
         for cell, suffix in directions(cfg.bidirectional):
             ports.append(
                 port(f"recurrent.{index}", cell, cfg.layer_input_size(index), cfg.hidden_size, suffix)
             )
-    ports.append(dense("head", cfg.features, cfg.output_size))
+    if cfg.tie_embeddings:
+        ports.append(tied_head("head", cfg.output_size))
+    else:
+        ports.append(dense("head", cfg.features, cfg.output_size))
     return ports
 
 

@@ -84,11 +84,12 @@ class _SeedsReplayed:
             object.__setattr__(layer, "seed_generator", generator)
 
 
-def checkpointed_call(block: keras.layers.Layer, *args: Any) -> Any:
-    """``block(*args, training=True)``, its activations recomputed in the backward pass.
+def checkpointed_call(block: keras.layers.Layer, *args: Any, **constants: Any) -> Any:
+    """``block(*args, training=True, **constants)``, its activations recomputed in the backward pass.
 
     Only the tensor arguments and the output are kept for backward; the seeds of the
-    block's dropout masks are drawn here, once, and replayed by the recompute.
+    block's dropout masks are drawn here, once, and replayed by the recompute. ``constants``
+    (a padding mask) are passed to both calls as they are and get no gradient.
     """
     dropouts = _dropouts(block)
     seeds = [layer.seed_generator.next() for layer in dropouts]
@@ -106,8 +107,8 @@ def checkpointed_call(block: keras.layers.Layer, *args: Any) -> Any:
             values[i] = tensor
         with _SeedsReplayed(dropouts, tensors[len(passed) :]):
             if calls == 1:
-                return block(*values, training=True)
-            return _without_state_updates(state, lambda: block(*values, training=True))
+                return block(*values, training=True, **constants)
+            return _without_state_updates(state, lambda: block(*values, training=True, **constants))
 
     return recompute_grad(run)(*(args[i] for i in passed), *seeds)
 
