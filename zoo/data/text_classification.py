@@ -298,7 +298,13 @@ def load_text_classification(cfg, tokenizer: Tokenizer | None = None) -> Dataset
         )
         log.warning(notes[0])
     num_classes = max(int(labels.max()) + 1, len(examples.classes), 2)
-    info = {"task": "classification", "vocab_size": tokenizer.vocab_size, "num_classes": num_classes}
+    # "inputs": a family that reads features or tokens (rnn, lstm) takes token ids through its embedding.
+    info = {
+        "task": "classification",
+        "inputs": "tokens",
+        "vocab_size": tokenizer.vocab_size,
+        "num_classes": num_classes,
+    }
     vocab = getattr(tokenizer, "vocab", None)
     return Dataset(
         *splits,
