@@ -354,5 +354,13 @@ def _type_name(annotation) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
+def _register_tokenizer_commands() -> None:
+    from zoo.tokenizer_command import tokenizer
+
+    main.add_command(tokenizer)
+
+
+_register_tokenizer_commands()
+
 if __name__ == "__main__":
     main()

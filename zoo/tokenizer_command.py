@@ -1,0 +1,90 @@
+"""``zoo tokenizer``: train a byte-level BPE on local text and look at what a tokenizer does.
+
+Registered on the ``zoo`` group by zoo.cli; the work is zoo.tokenizer's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS
+
+
+@click.group("tokenizer")
+def tokenizer() -> None:
+    """Train and inspect tokenizers (tokenizer.json, vocab.txt, vocab.json + merges.txt)."""
+
+
+@tokenizer.command("train")
+@click.argument("files", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), default=Path("tokenizer.json"), show_default=True,
+    help="Where to write tokenizer.json (a folder gets tokenizer.json inside it).",
+)  # fmt: skip
+@click.option("--vocab-size", type=click.IntRange(min=2), default=8192, show_default=True)
+@click.option(
+    "--special-tokens", default=",".join(DEFAULT_SPECIAL_TOKENS),
+    show_default=True, help="Comma-separated special tokens, given the first ids in this order.",
+)  # fmt: skip
+@click.option("--min-frequency", type=click.IntRange(min=1), default=2, show_default=True,
+              help="A pair merges only if it occurs this often.")  # fmt: skip
+def train(
+    files: tuple[Path, ...], output: Path, vocab_size: int, special_tokens: str, min_frequency: int
+) -> None:
+    """Train a byte-level BPE (GPT-2's scheme) on FILES: UTF-8 text files or folders of .txt
+    files; none: Python's own documentation (pydoc_data.topics, offline)."""
+    from zoo.cli import user_errors
+    from zoo.tokenizer import TOKENIZER_FILE, train_bpe, write_atomically
+
+    @user_errors
+    def run() -> None:
+        texts = list(read_texts(files))
+        specials = [t.strip() for t in special_tokens.split(",") if t.strip()]
+        trained = train_bpe(texts, vocab_size, specials, min_frequency)
+        target = output / TOKENIZER_FILE if output.is_dir() else output
+        write_atomically(target, trained.to_json())
+        click.echo(
+            f"wrote {target}: byte-level BPE, {trained.vocab_size} tokens "
+            f"(special: {', '.join(specials) or 'none'}) from {sum(len(t) for t in texts):,} characters"
+        )
+
+    run()
+
+
+@tokenizer.command("encode")
+@click.argument("tokenizer_path", metavar="TOKENIZER", type=click.Path(exists=True, path_type=Path))
+@click.argument("text")
+def encode(tokenizer_path: Path, text: str) -> None:
+    """Print the ids and tokens TOKENIZER (a file, a folder or a checkpoint) gives TEXT."""
+    from zoo.cli import user_errors
+    from zoo.tokenizer import load_tokenizer, tokenizer_of
+
+    @user_errors
+    def run() -> None:
+        if tokenizer_path.suffix == ".safetensors":
+            found = tokenizer_of(tokenizer_path)
+        else:
+            found = load_tokenizer(tokenizer_path)
+        ids = found.encode(text)
+        click.echo(" ".join(map(str, ids)))
+        click.echo(" | ".join(found.decode([i]) for i in ids))
+
+    run()
+
+
+def read_texts(files: tuple[Path, ...]):
+    """The text of each file, of each .txt file under each folder; the embedded docs if none."""
+    from zoo.data import DataError
+    from zoo.data.text import embedded_corpus, read_file
+
+    if not files:
+        yield embedded_corpus()
+        return
+    for path in files:
+        found = sorted(p for p in path.rglob("*.txt") if p.is_file()) if path.is_dir() else [path]
+        if not found:
+            raise DataError(f"{path}: a folder without .txt files")
+        for file in found:
+            yield read_file(file)
