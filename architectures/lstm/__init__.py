@@ -9,7 +9,7 @@ FAMILY = Family(
     name="lstm",
     description="LSTM or GRU, stacked, optionally bidirectional; sequences or tokens.",
     config=LSTMConfig,
-    inputs=InputSpec("sequence"),
+    inputs=InputSpec("sequence", padding_mask=True),
     tasks=("classification", "language_modeling"),
     weight_table=table,
     torch_model="architectures.lstm.torch_model:build",

@@ -9,7 +9,7 @@ FAMILY = Family(
     name="rnn",
     description="Elman RNN (tanh or ReLU), stacked, optionally bidirectional; sequences or tokens.",
     config=RNNConfig,
-    inputs=InputSpec("sequence"),
+    inputs=InputSpec("sequence", padding_mask=True),
     tasks=("classification", "language_modeling"),
     weight_table=table,
     torch_model="architectures.rnn.torch_model:build",
