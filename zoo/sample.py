@@ -1,12 +1,21 @@
-"""Text generation from a character language-model checkpoint, in either framework.
+"""Text generation from a language-model checkpoint, in either framework.
 
-Decoding runs in numpy on the logits each framework returns, so the same checkpoint,
-prompt and seed give the same text whichever twin computes the logits.
+Token choice runs in numpy on the logits each framework returns, so the same checkpoint,
+prompt and settings give the same text whichever twin computes the logits. A model with a
+key/value cache (a ``decode(ids, cache=None, padding_mask=None) -> (last logits, cache)``
+method, as GPT-2's twins have) reads its prompt once and then one token per step; any other
+language model re-reads the last ``context_length()`` tokens every step (the character
+transformers, and the recurrent nets over a window of ``UNBOUNDED_WINDOW``).
+
+Text goes through the checkpoint's tokenizer (``zoo.tokenizer.tokenizer_of``: its
+``tokenizer.json``, or the character vocabulary of zoo's first language models).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +28,58 @@ class PromptError(ValueError):
     """A prompt or sampling setting the model cannot take."""
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen from the logits.
+
+    ``temperature`` 0 is greedy (the most likely token; ties go to the lowest id, as
+    ``argmax``); otherwise the softmax of logits / temperature is sampled, after keeping only
+    the ``top_k`` most likely tokens and then the smallest set whose probabilities add up to
+    ``top_p`` (nucleus sampling), from a generator seeded with ``seed``.
+    """
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise PromptError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise PromptError(f"top_k must be >= 1 (or unset for the whole vocabulary), got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise PromptError(f"top_p must lie in (0, 1] (1 keeps every token), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def choose(self, logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """(N, V) logits -> (N,) token ids."""
+        logits = np.asarray(logits, dtype=np.float64)
+        if self.greedy:
+            return np.argmax(logits, axis=-1)
+        return np.array([self._draw(row, rng) for row in logits], dtype=np.int64)
+
+    def _draw(self, logits: np.ndarray, rng: np.random.Generator) -> int:
+        scaled = logits / self.temperature
+        if self.top_k is not None and self.top_k < scaled.size:
+            kth = np.partition(scaled, -self.top_k)[-self.top_k]
+            scaled = np.where(scaled < kth, -np.inf, scaled)
+        probabilities = np.exp(scaled - scaled.max())
+        probabilities /= probabilities.sum()
+        if self.top_p is not None and self.top_p < 1:
+            order = np.argsort(-probabilities, kind="stable")
+            cumulative = np.cumsum(probabilities[order])
+            # every token whose predecessors add up to less than top_p: at least the most likely one
+            kept = order[: int(np.searchsorted(cumulative, self.top_p, side="left")) + 1]
+            nucleus = np.zeros_like(probabilities)
+            nucleus[kept] = probabilities[kept]
+            probabilities = nucleus / nucleus.sum()
+        return int(rng.choice(probabilities.size, p=probabilities))
+
+
 def sample(
     path: str | Path,
     prompt: str = "",
@@ -26,49 +87,113 @@ def sample(
     temperature: float = 0.0,
     framework: str = "lightning",
     seed: int = 0,
+    top_k: int | None = None,
+    top_p: float | None = None,
 ) -> str:
-    """``prompt`` followed by ``length`` generated characters; temperature 0 is greedy."""
+    """``prompt`` followed by the text of ``length`` generated tokens; temperature 0 is greedy."""
+    from zoo.tokenizer import TokenizerError, tokenizer_of
+
     checkpoint = read_checkpoint(path)
     if checkpoint.config.active_task != "language_modeling":
-        raise CheckpointError(f"{path}: a {checkpoint.family.name} classifier, not a language model")
-    vocab = checkpoint.json("task_info", {}).get("vocab")
-    if not vocab:
-        raise CheckpointError(f"{path}: its metadata has no vocabulary (task_info.vocab)")
-    if temperature < 0:
-        raise PromptError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
-    lookup = {c: i for i, c in enumerate(vocab)}
-    unknown = sorted(set(prompt) - set(lookup))
-    if unknown:
-        raise PromptError(f"the prompt has characters the model never saw: {''.join(unknown)!r}")
-    ids = [lookup[c] for c in prompt] or [lookup.get("\n", 0)]
+        raise CheckpointError(
+            f"{path}: a {checkpoint.family.name} model for {checkpoint.config.active_task}, not a language "
+            "model; zoo sample needs task language_modeling"
+        )
+    sampling = Sampling(temperature, top_k, top_p, seed)
+    tokenizer = tokenizer_of(path)
+    try:
+        ids = tokenizer.encode(prompt)
+    except TokenizerError as error:
+        raise PromptError(f"the prompt cannot be encoded by the model's tokenizer: {error}") from None
+    if not ids:
+        ids = [_start_id(tokenizer)]
+    model = load_checkpoint(path, framework)
     window = checkpoint.config.context_length() or UNBOUNDED_WINDOW
-    forward = _forward(load_checkpoint(path, framework))
-    rng = np.random.default_rng(seed)
-    generated = []
-    for _ in range(length):
-        logits = forward(np.asarray([ids[-window:]], dtype=np.int64))[0, -1].astype(np.float64)
-        if temperature == 0:
-            token = int(np.argmax(logits))
+    generated = generate(model, np.asarray([ids], dtype=np.int64), length, sampling, window)
+    return prompt + tokenizer.decode(generated[0].tolist())
+
+
+def _start_id(tokenizer) -> int:
+    """What an empty prompt starts from: end-of-text (GPT-2's document separator), else a
+    newline, else id 0."""
+    if tokenizer.eos_id is not None:
+        return tokenizer.eos_id
+    try:
+        newline = tokenizer.encode("\n")
+    except ValueError:
+        newline = []
+    return newline[0] if len(newline) == 1 else 0
+
+
+def generate(
+    model: Any,
+    prompts: np.ndarray,
+    length: int,
+    sampling: Sampling = Sampling(),
+    window: int | None = None,
+    padding_mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """(N, length) token ids generated after ``prompts`` (N, T) by a torch or Keras twin.
+
+    ``padding_mask`` (N, T), True at padding, lets prompts of different lengths share a batch:
+    left-pad them (the new tokens follow the last column). A model with ``decode`` uses its
+    key/value cache; others re-read the last ``window`` tokens each step, and refuse padding.
+    ``window`` defaults to the model's ``context_length()``.
+    """
+    prompts = np.asarray(prompts, dtype=np.int64)
+    if prompts.ndim != 2 or prompts.shape[1] == 0:
+        raise PromptError(f"prompts must be (N, T) token ids with T >= 1, got shape {prompts.shape}")
+    config = model.zoo_config
+    window = window or config.context_length() or UNBOUNDED_WINDOW
+    runner = _Runner(model)
+    rng = np.random.default_rng(sampling.seed)
+    if not runner.cached and padding_mask is not None and np.any(padding_mask):
+        raise PromptError(f"a {type(model).__name__} without a key/value cache takes unpadded prompts only")
+    ids = prompts
+    padding = np.zeros(prompts.shape, bool) if padding_mask is None else np.asarray(padding_mask, bool)
+    out = np.zeros((prompts.shape[0], length), dtype=np.int64)
+    cache, logits = None, None
+    for step in range(length):
+        if not runner.cached:
+            logits = runner.last_logits(ids[:, -window:])
+        elif cache is None or cache.length >= window:  # first step, or the position table is full
+            logits, cache = runner.decode(ids[:, -window:], None, padding[:, -window:])
         else:
-            scaled = logits / temperature
-            probabilities = np.exp(scaled - scaled.max())
-            token = int(rng.choice(len(probabilities), p=probabilities / probabilities.sum()))
-        ids.append(token)
-        generated.append(vocab[token])
-    return prompt + "".join(generated)
+            logits, cache = runner.decode(ids[:, -1:], cache, None)
+        out[:, step] = sampling.choose(logits, rng)
+        ids = np.concatenate([ids, out[:, step : step + 1]], axis=1)
+        padding = np.concatenate([padding, np.zeros((len(ids), 1), bool)], axis=1)
+    return out
 
 
-def _forward(model):
-    from zoo.checkpoint import framework_of
+class _Runner:
+    """One twin's logits as numpy, through its cache where it has one."""
 
-    if framework_of(model) == "keras":
-        return lambda x: np.asarray(model(x, training=False))
-    import torch
+    def __init__(self, model: Any):
+        from zoo.checkpoint import framework_of
 
-    model.eval()
+        self.model = model
+        self.keras = framework_of(model) == "keras"
+        self.cached = callable(getattr(model, "decode", None))
+        if not self.keras:
+            model.eval()
 
-    def run(x):
+    def last_logits(self, ids: np.ndarray) -> np.ndarray:
+        if self.keras:
+            return np.asarray(self.model(ids, training=False))[:, -1]
+        import torch
+
         with torch.no_grad():
-            return model(torch.from_numpy(x)).numpy()
+            return self.model(torch.from_numpy(ids)).numpy()[:, -1]
 
-    return run
+    def decode(self, ids: np.ndarray, cache: Any, padding: np.ndarray | None):
+        padded = padding is not None and bool(np.any(padding))
+        if self.keras:
+            logits, cache = self.model.decode(ids, cache, padding if padded else None)
+            return np.asarray(logits), cache
+        import torch
+
+        with torch.no_grad():
+            mask = torch.from_numpy(padding) if padded else None
+            logits, cache = self.model.decode(torch.from_numpy(ids), cache, mask)
+        return logits.numpy(), cache
