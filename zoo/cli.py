@@ -219,18 +219,22 @@ def evaluate(checkpoint: Path, recipe: Path, framework: str | None, overrides: t
 @main.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--prompt", default="", help="Text to continue.")
-@click.option(
-    "--length", default=200, show_default=True, type=click.IntRange(1), help="Characters to generate."
-)
+@click.option("--length", default=200, show_default=True, type=click.IntRange(1), help="Tokens to generate.")
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(0), help="0 is greedy.")
+@click.option("--top-k", type=click.IntRange(1), default=None, help="Sample among the k most likely tokens.")
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="Sample among the likeliest tokens whose probabilities add up to p.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, help="Seed of the sampling (temperature > 0).")
 @framework_option
 @user_errors
-def sample(checkpoint: Path, prompt: str, length: int, temperature: float, seed: int, framework) -> None:
-    """Generate text from a character language-model checkpoint."""
+def sample(
+    checkpoint: Path, prompt: str, length: int, temperature: float, top_k: int | None, top_p: float | None,
+    seed: int, framework,
+) -> None:  # fmt: skip
+    """Generate text from a language-model checkpoint (greedy, or sampled with temperature, top-k, top-p)."""
     from zoo.sample import sample as generate
 
-    text = generate(checkpoint, prompt, length, temperature, framework or "lightning", seed)
+    text = generate(checkpoint, prompt, length, temperature, framework or "lightning", seed, top_k, top_p)
     click.echo(text)
 
 
