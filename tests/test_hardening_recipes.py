@@ -25,8 +25,9 @@ def problems(**sections) -> str:
     [
         ({"data": {"batch_size": True}}, "data.batch_size", "not true/false"),
         ({"data": {"batch_size": "8"}}, "data.batch_size", "not quoted text"),
-        ({"trainer": {"max_epochs": 2.0}}, "trainer.max_epochs", "valid integer"),
-        ({"trainer": {"progress_bar": 1}}, "trainer.progress_bar", "valid boolean"),
+        ({"trainer": {"max_epochs": 2.0}}, "trainer.max_epochs", "needs a whole number"),
+        ({"trainer": {"progress_bar": 1}}, "trainer.progress_bar", "needs true or false"),
+        ({"optimizer": {"betas": [0.9, False]}}, "optimizer.betas.1", "not true/false"),
         ({"trainer": {"seed": -1}}, "trainer.seed", "greater than or equal to 0"),
         ({"trainer": {"seed": 2**32}}, "trainer.seed", "less than 4294967296"),
         ({"trainer": {"seed": 2**70}}, "trainer.seed", "less than 4294967296"),
@@ -49,6 +50,14 @@ def test_the_bounds_that_stay_allowed():
     recipe = load_recipe({**BASE, "trainer": trainer, "optimizer": {"lr": 1}})
     assert recipe.trainer.seed == 2**32 - 1 and recipe.optimizer.lr == 1.0
     assert isinstance(recipe.optimizer.lr, float)
+    again = load_recipe({**recipe.to_dict(), "optimizer": {"name": "adam", "betas": [0.8, 0.9], "lr": 1e-3}})
+    assert again.optimizer.betas == (0.8, 0.9)  # a list is how YAML writes a tuple
+
+
+def test_exponents_without_a_dot_are_numbers(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: {architecture: convnet-tiny}\noptimizer: {lr: 1e-3}\n")
+    assert load_recipe(recipe, ["optimizer.eps=1e-7"]).optimizer.eps == 1e-7  # PyYAML alone reads text
 
 
 def test_python_built_recipes_refuse_non_finite_rates_too():

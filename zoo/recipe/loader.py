@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from zoo.recipe.errors import RecipeError, describe
 from zoo.recipe.overrides import apply_override, read_yaml
@@ -50,11 +49,45 @@ def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[
     if problems:
         raise RecipeError(source, problems)
     try:
-        # Strict, from JSON: numbers are numbers (``batch_size: true`` or ``"8"`` is refused,
-        # not read as 1 or 8), while text still becomes a path and a list a tuple.
-        return Recipe.model_validate_json(json.dumps(raw), strict=True)
+        recipe = Recipe.model_validate(raw)
     except ValidationError as error:
         raise RecipeError(source, [describe(e, raw) for e in error.errors()]) from None
+    problems = coerced_numbers(raw, recipe)
+    if problems:
+        raise RecipeError(source, problems)
+    return recipe
+
+
+def coerced_numbers(raw: Any, value: Any, path: str = "") -> list[str]:
+    """Numbers are strict: pydantic's lax mode reads ``batch_size: true`` as 1, ``"8"`` as 8 and
+    ``max_epochs: 2.5``... as an error but ``2.0`` as 2. Compared after validation, value by value
+    against what the user wrote (strict mode itself would also refuse text for paths and lists
+    for tuples, which a YAML recipe can only write that way)."""
+    if isinstance(raw, dict) and isinstance(value, BaseModel):
+        fields = {(f.alias or n): n for n, f in type(value).model_fields.items()}
+        return [
+            p
+            for key, item in raw.items()
+            if key in fields or key in type(value).model_fields
+            for p in coerced_numbers(item, getattr(value, fields.get(key, key)), f"{path}{key}.")
+        ]
+    if isinstance(raw, list) and isinstance(value, list | tuple) and len(raw) == len(value):
+        return [
+            p
+            for i, (r, v) in enumerate(zip(raw, value, strict=True))
+            for p in coerced_numbers(r, v, f"{path}{i}.")
+        ]
+    where = path.rstrip(".")
+    if isinstance(value, bool) and not isinstance(raw, bool):
+        return [f"{where}: needs true or false (got {raw!r})"]
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and isinstance(raw, bool):
+        return [f"{where}: needs a number, not true/false (got {raw!r}); write the number itself"]
+    if number and isinstance(raw, str):
+        return [f"{where}: needs a number, not quoted text (got {raw!r}); write the number without quotes"]
+    if isinstance(value, int) and not isinstance(value, bool) and isinstance(raw, float):
+        return [f"{where}: needs a whole number (got {raw!r}); write it without a decimal point"]
+    return []
 
 
 def plain_data_problems(node: Any, path: str = "") -> list[str]:

@@ -3,6 +3,7 @@ YAML reading both recipes and override values share."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -33,6 +34,14 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+# YAML 1.1 (PyYAML) reads ``1e-3`` and ``1e6`` as text: only ``1.0e-3`` is a float there. A
+# recipe means the number, as YAML 1.2 and JSON do (and numbers are strict, so the text would
+# be refused, not converted).
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def read_yaml(text: str) -> Any:
