@@ -6,9 +6,12 @@ wrapped on its own (activation checkpointing per layer) and dropout between laye
 ours, identical in both twins. The list is called ``recurrent`` because ``keras.Model``
 already owns ``layers`` and both twins must share attribute names.
 
-Padded batches are packed (``pack_padded_sequence``) so that neither direction reads a pad:
-a backward layer starts at each sequence's own last step. Padded steps come out as zeros,
-as the Keras twin writes them.
+Padded batches: a forward layer reads a right-padded batch as it is (its real steps never
+see the pads that follow them); a bidirectional layer packs it (``pack_padded_sequence``), so
+that its backward direction starts at each sequence's own last step. Packing costs: torch runs
+a packed layer step by step outside oneDNN's fused kernel (a bidirectional lstm-tiny step on
+32 x 64 tokens: 0.24 s packed, 0.019 s padded), so only the layers that need it pack. Padded
+steps come out as zeros, as the Keras twin writes them.
 """
 
 from __future__ import annotations
@@ -64,9 +67,11 @@ class RecurrentNet(nn.Module):
         for index, layer in enumerate(self.recurrent):
             if index:
                 x = self.dropout(x)
-            if lengths is not None:
+            if lengths is not None and self.zoo_config.bidirectional:
                 layer = Packed(layer, lengths)
             x, _ = checkpointed_call(layer, x) if checkpointing else layer(x)
+            if lengths is not None:
+                x = x.masked_fill(padding_mask.to(device=x.device, dtype=torch.bool)[..., None], 0.0)
         return x
 
     def forward_head(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -101,10 +101,10 @@ def load_dataset(
     if cfg.name == "text_classification":
         from zoo.data.text_classification import load_text_classification
 
-        if input_kind != "tokens":
+        if input_kind == "image":  # "sequence" families (rnn, lstm) embed token ids too
             raise DataError(
-                f"data text_classification gives token ids, but the model reads {input_kind} inputs; "
-                "use a family whose inputs are tokens (bert)"
+                "data text_classification gives token ids, but the model reads images; use a family "
+                "that reads tokens (bert, lstm, rnn)"
             )
         return load_text_classification(cfg, tokenizer)
     if cfg.name == "npz":
