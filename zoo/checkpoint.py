@@ -37,6 +37,28 @@ class CheckpointError(ValueError):
     """A file that is not a usable zoo checkpoint; the message names the file and the problem."""
 
 
+class NonFiniteTensors(RuntimeError):
+    """Weights that are not numbers (NaN or infinite): a diverged model, which would evaluate,
+    fine-tune or convert into nonsense without a word. A failed run (exit 1), not a typo."""
+
+
+def check_finite(source: str | Path, tensors: dict[str, Any]) -> None:
+    """Refuse ``tensors`` (numpy arrays or torch tensors) where a floating one holds NaN or inf."""
+    bad = []
+    for name, tensor in tensors.items():
+        if hasattr(tensor, "is_floating_point"):  # torch: no copy to numpy
+            if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
+                bad.append(name)
+        elif np.issubdtype(np.asarray(tensor).dtype, np.floating) and not np.isfinite(tensor).all():
+            bad.append(name)
+    if bad:
+        raise NonFiniteTensors(
+            f"{source}: {len(bad)} of {len(tensors)} tensors hold NaN or infinite values ({_some(bad)}); "
+            "the model diverged. Use a checkpoint from before (a run keeps its last finite state "
+            "under state/) or train again with a lower optimizer.lr"
+        )
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     path: Path
@@ -55,7 +77,9 @@ class Checkpoint:
     def tensors(self) -> dict[str, np.ndarray]:
         from safetensors.numpy import load_file
 
-        return load_file(self.path)
+        tensors = load_file(self.path)
+        check_finite(self.path, tensors)
+        return tensors
 
 
 # ------------------------------------------------------------------------------ write
@@ -204,6 +228,7 @@ def write_checkpoint(
     }
     if source is not None:
         metadata["source"] = json.dumps(source)
+    check_finite(source["file"] if source and "file" in source else path, tensors)
     return write_safetensors(path, {k: _as_export_dtype(v, dtype) for k, v in tensors.items()}, metadata)
 
 
@@ -379,6 +404,7 @@ def _load_torch(checkpoint: Checkpoint):
         name: tensor.to(torch.float32 if tensor.is_floating_point() else tensor.dtype, copy=True)
         for name, tensor in load_file(checkpoint.path).items()
     }  # float32 weights, whatever the export dtype
+    check_finite(checkpoint.path, tensors)
     importlib.import_module(family.torch_model.partition(":")[0])  # module-level tensors stay real
     with torch.device("meta"):
         model = family.build_torch(config)

@@ -25,7 +25,7 @@ def user_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from zoo.checkpoint import CheckpointError
+        from zoo.checkpoint import CheckpointError, NonFiniteTensors
         from zoo.data import DataError
         from zoo.hardware import SetupError
         from zoo.runs import NonFiniteLoss
@@ -42,6 +42,9 @@ def user_errors(fn):
             sys.exit(EXIT_USAGE)
         except NonFiniteLoss as error:
             click.echo(f"training stopped: {error}", err=True)
+            sys.exit(1)
+        except NonFiniteTensors as error:  # a diverged model: a failed run, not a typo
+            click.echo(f"error: {error}", err=True)
             sys.exit(1)
         except Exception as error:
             from zoo.nn.errors import input_error
@@ -173,12 +176,13 @@ def finetune(
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Continue although the run's recipe.yaml was edited.")
 @user_errors
-def resume(run_dir: Path) -> None:
+def resume(run_dir: Path, force: bool) -> None:
     """Continue an interrupted run from its newest saved state."""
     from zoo.api import resume as resume_run
 
-    _report(resume_run(run_dir))
+    _report(resume_run(run_dir, force=force))
 
 
 def _train(resolved, framework: str | None) -> None:

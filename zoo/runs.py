@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from zoo.hardware import SetupError
+
+log = logging.getLogger("zoo")
 
 
 def is_primary_process() -> bool:
@@ -61,9 +64,55 @@ class RunDir:
             path = root / (name if suffix == 1 else f"{name}-{suffix}")
             try:
                 path.mkdir()
-                return cls(path)
             except FileExistsError:
                 suffix += 1
+                continue
+            run = cls(path)
+            run.claim()
+            return run
+
+    def claim(self) -> None:
+        """Hold the run folder for this process until it exits: an exclusive ``flock`` on
+        ``.lock``, so a second ``zoo resume`` (or a resume while the run still trains) is refused
+        instead of appending a second copy of every epoch. The kernel drops the lock when the
+        holder dies, however it dies; re-claiming in the same process is a no-op."""
+        import fcntl
+        import socket
+
+        key = str(self.path.resolve())
+        if key in _HELD:
+            return
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise SetupError(
+                f"{self.path} is in use by {holder}; wait for that run to end (or stop it), then resume"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"zoo process {os.getpid()} on {socket.gethostname()}".encode())
+        _HELD[key] = fd
+
+    def write_recipe(self, recipe: dict[str, Any], text: str) -> None:
+        """``recipe.yaml`` for people, and the same recipe as it was at the start, which resume
+        compares the (possibly edited) ``recipe.yaml`` against."""
+        self.recipe.write_text(text)
+        (self.path / RECORDED_RECIPE).write_text(json.dumps(recipe, indent=1) + "\n")
+
+    def recipe_changes(self, recipe: dict[str, Any]) -> list[str] | None:
+        """Fields of ``recipe`` that differ from the recipe the run started with (None when
+        the run predates the record)."""
+        recorded = self.path / RECORDED_RECIPE
+        if not recorded.is_file():
+            return None
+        before, now = _flat(json.loads(recorded.read_text())), _flat(recipe)
+        return [
+            f"{key}: {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
+            for key in sorted(before.keys() | now.keys())
+            if before.get(key) != now.get(key)
+        ]
 
     @staticmethod
     def default_name(recipe_name: str, framework: str) -> str:
@@ -88,6 +137,55 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any]) -> None:
         self.summary.write_text(json.dumps(summary, indent=2) + "\n")
 
+    def read_summary(self) -> dict[str, Any]:
+        try:
+            found = json.loads(self.summary.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+
+RECORDED_RECIPE = ".recipe.json"
+_HELD: dict[str, int] = {}  # run folders this process holds the lock of: descriptor by path
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def prepare_resume(run: RunDir, state_file: Path, recipe: dict[str, Any], force: bool = False) -> None:
+    """Everything that must hold before a run continues, checked before any training starts:
+    the run is this process's alone, the state reads, the recipe is the one the states came
+    from (or ``force``), a diverged run is not replayed into its divergence, and
+    ``metrics.csv`` keeps no epoch the state has not reached (it is trained again)."""
+    from zoo.state import check_state, step_of
+
+    run.claim()
+    check_state(state_file)
+    changes = run.recipe_changes(recipe)
+    if changes is None:
+        log.warning(f"{run.path} has no record of its starting recipe ({RECORDED_RECIPE}); not compared")
+        changes = []
+    summary = run.read_summary()
+    if summary.get("status") == "diverged" and not (force and changes):
+        raise SetupError(
+            f"{run.path} diverged at step {summary.get('step')} (summary.json); resuming its last "
+            f"state replays the same steps into the same divergence. Edit {run.recipe} (a lower "
+            "optimizer.lr, schedule.warmup_steps) and run zoo resume --force, or train again"
+        )
+    if changes and not force:
+        shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
+        raise SetupError(
+            f"{run.recipe} was changed since the run started ({shown}); its states were trained with "
+            "the recipe as it was. Undo the change, or run zoo resume --force to continue with it"
+        )
+    if changes:
+        log.warning(f"resuming with a changed recipe (--force): {'; '.join(changes)}")
+    if run.metrics.is_file():
+        MetricsLog.keep_until(run.metrics, step_of(state_file))
+
 
 class MetricsLog:
     """Appends one row per epoch; every row is flushed, so a crash keeps what was done."""
@@ -99,6 +197,25 @@ class MetricsLog:
             return  # a resumed run continues its file
         with open(path, "w", newline="") as handle:
             csv.writer(handle).writerow(self.columns)
+
+    @staticmethod
+    def keep_until(path: Path, step: int) -> None:
+        """Drop the rows of epochs that ended after ``step``: a run killed between writing an
+        epoch's row and saving its state trains that epoch again, and writes it again."""
+        with open(path, newline="") as handle:
+            rows = list(csv.reader(handle))
+        if not rows or "step" not in rows[0]:
+            return
+        column = rows[0].index("step")
+        kept = [rows[0]] + [
+            r for r in rows[1:] if len(r) > column and r[column].isdigit() and int(r[column]) <= step
+        ]
+        if len(kept) == len(rows):
+            return
+        temporary = path.with_name(f".{path.name}.tmp")
+        with open(temporary, "w", newline="") as handle:
+            csv.writer(handle).writerows(kept)
+        os.replace(temporary, path)
 
     def append(self, row: dict[str, Any]) -> None:
         values = [_format(row.get(c)) for c in self.columns]
@@ -133,3 +250,40 @@ class NonFiniteLoss(RuntimeError):
             "add schedule.warmup_steps, or use trainer.precision '32-true'."
         )
         self.step = step
+
+
+class NonFiniteWeights(NonFiniteLoss):
+    """The weights stopped being numbers while the loss that led there was still finite: the
+    state is not saved, so the last one kept is from before."""
+
+    def __init__(self, step: int, names: list[str]):
+        RuntimeError.__init__(
+            self,
+            f"the weights became NaN or infinite at step {step} ({', '.join(names[:3])}"
+            f"{' ...' if len(names) > 3 else ''}) although its loss was finite. Lower optimizer.lr, "
+            "add schedule.warmup_steps, or use trainer.precision '32-true'.",
+        )
+        self.step = step
+
+
+def record_stop(run: RunDir | None, error: BaseException) -> None:
+    """What a run that stopped leaves behind, said once by the process that writes the files.
+
+    A diverged run is marked in ``summary.json`` (status, step, the last finite state) and is
+    not offered a resume: its states replay the same steps into the same divergence.
+    """
+    from zoo.state import latest_state
+
+    if run is None:
+        return
+    last = latest_state(run.path)
+    if isinstance(error, NonFiniteLoss):
+        run.write_summary({
+            "status": "diverged", "step": error.step, "error": str(error),
+            "last_finite_state": str(last) if last else None,
+        })  # fmt: skip
+        kept = f"its last finite state is kept ({last})" if last else "no state was saved before"
+        log.error(f"run {run.path} diverged at step {error.step}; {kept}")
+        return
+    if last is not None:
+        log.error(f"the run stopped ({type(error).__name__}); its last state is kept: zoo resume {run.path}")

@@ -49,6 +49,61 @@ def commit(temporary: Path, final: Path, keep: int) -> None:
         old.unlink(missing_ok=True)
 
 
+def step_of(path: Path) -> int:
+    """The optimizer step a state file was saved at (its name says it)."""
+    return int(PATTERN.match(Path(path).name).group(1))
+
+
+def check_state(path: Path) -> None:
+    """Open a training state the way resume will, before anything else happens: a damaged or
+    tampered file is named in zoo's words, never as torch's unpickling traceback (whose advice,
+    ``weights_only=False``, would run whatever code the file carries)."""
+    from zoo.checkpoint import CheckpointError
+
+    path = Path(path)
+    older = [p for p in states(path.parent.parent) if p != path]
+    fix = (
+        f"delete it to resume from the state before ({older[-1].name})"
+        if older
+        else "train the recipe again (no older state is kept)"
+    )
+    try:
+        problem = _ckpt_problem(path) if path.suffix == ".ckpt" else _keras_state_problem(path)
+    except Exception as error:  # whatever the reader raises about bytes it cannot parse
+        problem = f"it cannot be read ({type(error).__name__})"
+    if problem:
+        raise CheckpointError(
+            f"{path}: not a usable training state: {problem}; it is damaged or was changed since zoo "
+            f"wrote it. zoo loads states without running code in them; {fix}"
+        )
+
+
+def _ckpt_problem(path: Path) -> str | None:
+    import torch
+
+    loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    needed = {"state_dict", "optimizer_states", "loops", "global_step"}
+    if not isinstance(loaded, dict) or not needed <= loaded.keys():
+        return f"Lightning's {', '.join(sorted(needed))} are not all there"
+    return None
+
+
+def _keras_state_problem(path: Path) -> str | None:
+    import json
+
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="np") as handle:
+        position = json.loads((handle.metadata() or {}).get("position", "null"))
+        keys = list(handle.keys())
+    fields = ("batches_done", "epoch", "batch")
+    if not isinstance(position, dict) or not all(isinstance(position.get(f), int) for f in fields):
+        return "its loop position (metadata 'position') is missing or not whole numbers"
+    if not any(k.startswith("model/") for k in keys):
+        return "it holds no model variables"
+    return None
+
+
 def batch_seed(seed: int, epoch: int, batch: int) -> int:
     """The RNG seed of one training batch: dropout depends on where it is, not on history."""
     import numpy as np

@@ -10,7 +10,7 @@ from pathlib import Path
 import keras
 
 from zoo import state
-from zoo.runs import MetricsLog, NonFiniteLoss
+from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights
 
 
 class EpochMetrics(keras.callbacks.Callback):
@@ -68,12 +68,16 @@ class StopOnNonFiniteLoss(BatchCounter):
     def __init__(self):
         super().__init__()
         self.last_finite: tuple[int, float] | None = None
+        self.mean = 0.0  # the epoch's running mean after the previous batch
 
     def on_train_batch_end(self, batch, logs=None):
         step, _ = self.count_batch()
-        loss = float((logs or {}).get("loss", 0.0))
-        if not math.isfinite(loss):
-            raise NonFiniteLoss(loss, step, self.last_finite)
+        mean = float((logs or {}).get("loss", 0.0))
+        if not math.isfinite(mean):
+            raise NonFiniteLoss(mean, step, self.last_finite)
+        # This batch's own loss, as Lightning reports it, out of the mean over ``batch + 1``.
+        loss = mean * (batch + 1) - self.mean * batch
+        self.mean = mean
         self.last_finite = (step, loss)
 
 
@@ -84,6 +88,10 @@ def save_state(model, path: Path, keep: int, position: dict) -> None:
     from safetensors.numpy import save_file
 
     tensors = {f"model/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
+    # A state with NaN weights would replace the last good one and resume into nothing.
+    bad = [v.path for v in model.trainable_variables if not np.isfinite(v.numpy()).all()]
+    if bad:
+        raise NonFiniteWeights(position["step"], bad)
     tensors |= {f"optimizer/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.optimizer.variables)}
     tensors = {k: np.require(v, requirements="C") for k, v in tensors.items()}
     temporary = path.with_name(f".{path.name}.tmp")
@@ -96,16 +104,26 @@ def load_state(model, path: Path) -> dict:
     """Restore what :func:`save_state` wrote into a compiled model with a built optimizer."""
     from safetensors import safe_open
 
+    from zoo.checkpoint import CheckpointError
+
     with safe_open(str(path), framework="np") as handle:
         position = json.loads(handle.metadata()["position"])
         for prefix, variables in (("model", model.variables), ("optimizer", model.optimizer.variables)):
             names = [k for k in handle.keys() if k.startswith(prefix + "/")]  # noqa: SIM118
             if len(names) != len(variables):
-                raise ValueError(
-                    f"{path}: {len(names)} {prefix} variables saved, the model has {len(variables)}"
+                raise CheckpointError(
+                    f"{path}: {len(names)} {prefix} variables saved, the model has {len(variables)}; "
+                    "the state is from another recipe or was changed"
                 )
             for i, variable in enumerate(variables):
-                variable.assign(handle.get_tensor(f"{prefix}/{i}"))
+                saved = handle.get_tensor(f"{prefix}/{i}")
+                if tuple(saved.shape) != tuple(variable.shape):
+                    raise CheckpointError(
+                        f"{path}: {prefix} variable {variable.path} was saved with shape "
+                        f"{list(saved.shape)}, the model has {list(variable.shape)}; the state is "
+                        "from another recipe or was changed"
+                    )
+                variable.assign(saved)
     return position
 
 
@@ -124,8 +142,8 @@ class SaveState(BatchCounter):
         if batches_done == self.saved:
             return
         epoch, index = divmod(batches_done, self.batches)
-        position = {"batches_done": batches_done, "epoch": epoch, "batch": index}
         step = int(optimizer.iterations.numpy())
+        position = {"batches_done": batches_done, "epoch": epoch, "batch": index, "step": step}
         save_state(self.model, state.state_path(self.run_dir, step, "safetensors"), self.keep, position)
         self.saved = batches_done
 

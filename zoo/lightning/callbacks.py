@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning as L
 
 from zoo import state
-from zoo.runs import MetricsLog, NonFiniteLoss
+from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights
 
 
 class EpochMetrics(L.Callback):
@@ -86,6 +86,11 @@ class SaveState(L.Callback):
     def save(self, trainer) -> None:
         if trainer.global_step == self.saved_step:
             return
+        # A state with NaN weights would replace the last good one and resume into nothing;
+        # every rank holds the same weights, so every rank stops here together.
+        bad = [n for n, p in trainer.lightning_module.named_parameters() if not p.isfinite().all()]
+        if bad:
+            raise NonFiniteWeights(trainer.global_step, bad)
         final = state.state_path(self.run_dir, trainer.global_step, "ckpt")
         temporary = final.with_name(f".{final.name}.tmp")
         final.parent.mkdir(parents=True, exist_ok=True)
