@@ -138,9 +138,14 @@ def train(
 RUN_DIR_VARIABLE = "ZOO_RUN_DIR"
 
 
-def resume(run_dir: str | Path) -> TrainResult:
-    """Continue an interrupted run from its newest saved state, in the framework it used."""
+def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
+    """Continue an interrupted run from its newest saved state, in the framework it used.
+
+    Refused while another process holds the run, when its recipe.yaml was edited since the
+    start (unless ``force``), and for a run that diverged (see :func:`zoo.runs.prepare_resume`).
+    """
     from zoo.checkpoint import CheckpointError
+    from zoo.runs import prepare_resume
 
     run = RunDir(Path(run_dir))
     if not run.recipe.is_file():
@@ -149,6 +154,7 @@ def resume(run_dir: str | Path) -> TrainResult:
     if state is None:
         raise CheckpointError(f"{run_dir}: has no saved training state under state/ to resume from")
     recipe = load_recipe(run.recipe)
+    prepare_resume(run, state, recipe.to_dict(), force)
     log.info(f"resuming {run.path} from {state.name}")
     return train(recipe, recipe.trainer.framework, resume=(run, state))
 
@@ -157,7 +163,7 @@ def _run_dir(recipe: Recipe, framework: str) -> RunDir:
     """Create the run folder and tell processes launched later (DDP ranks) where it is."""
     name = recipe.export.run_name or RunDir.default_name(recipe.name, framework)
     run = RunDir.create(recipe.export.dir, name)
-    run.recipe.write_text(recipe.to_yaml())
+    run.write_recipe(recipe.to_dict(), recipe.to_yaml())
     os.environ[RUN_DIR_VARIABLE] = str(run.path)
     return run
 
