@@ -98,6 +98,7 @@ def train(
         config = recipe.model.bind(dataset.info)
     for note in dataset.notes:
         log.warning(note)
+    check_context(config, dataset)
     recipe = recipe.model_copy(update={"model": config})
     primary = is_primary_process()
     if resume is not None:
@@ -136,6 +137,21 @@ def train(
 
 
 RUN_DIR_VARIABLE = "ZOO_RUN_DIR"
+
+
+def check_context(config, dataset) -> None:
+    """Padded text wider than the model's positions would fail at the first batch; say so now."""
+    from zoo.data import DataError
+
+    context = config.context_length()
+    if context is None or dataset.train.mask is None:
+        return
+    width = max(split.x.shape[1] for split in (dataset.train, dataset.val, dataset.test) if len(split))
+    if width > context:
+        raise DataError(
+            f"the padded examples are {width} tokens long but model {config.preset or config.architecture!r} "
+            f"reads at most {context}; set data.max_length to {context} or less"
+        )
 
 
 def resume(run_dir: str | Path, force: bool = False) -> TrainResult:

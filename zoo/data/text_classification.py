@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,6 @@ from zoo.data.text import data_tokenizer
 if TYPE_CHECKING:
     from zoo.tokenizer import Tokenizer
 
-log = logging.getLogger("zoo")
 INTEGER = re.compile(r"[+-]?\d+")
 
 
@@ -296,7 +294,6 @@ def load_text_classification(cfg, tokenizer: Tokenizer | None = None) -> Dataset
         notes = (
             f"{cut} of {len(ids)} examples were longer than data.max_length {cfg.max_length} and truncated",
         )
-        log.warning(notes[0])
     num_classes = max(int(labels.max()) + 1, len(examples.classes), 2)
     # "inputs": a family that reads features or tokens (rnn, lstm) takes token ids through its embedding.
     info = {

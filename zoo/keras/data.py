@@ -138,4 +138,4 @@ def masked(keys, split: Split, seed: int):
         x, y = tf.numpy_function(draw, [epoch, index], [tf.int64, tf.int64], stateful=False)
         return tf.ensure_shape(x, [None, steps]), tf.ensure_shape(y, [None, steps])
 
-    return keys.map(mask, deterministic=True).prefetch(tf.data.AUTOTUNE)
+    return keys.map(mask).prefetch(tf.data.AUTOTUNE)
