@@ -131,6 +131,12 @@ class Bert(keras.Model):
         else:
             self.head = None
 
+    def build(self, ids_shape, padding_mask_shape=None, token_type_ids_shape=None):
+        """The pooler here (a features model's call never reaches it); every other layer builds
+        on its first call."""
+        if self.pooler is not None:
+            self.pooler.build((None, self.zoo_config.hidden_size))
+
     def forward_features(self, ids, padding_mask=None, token_type_ids=None, training=False):
         """The last hidden state (N, T, H): ``BertModel``'s ``last_hidden_state``."""
         ids = self._checked(ids, padding_mask, token_type_ids)
@@ -212,7 +218,5 @@ def build(cfg: BertConfig) -> Bert:
     model = Bert(cfg)
     steps = cfg.sample_shape()[0]
     model(ops.zeros((1, steps), dtype="int32"), ops.zeros((1, steps), dtype="bool"))
-    if model.pooler is not None and not model.pooler.built:  # a features model's call does not pool
-        model.pool(ops.zeros((1, steps, cfg.hidden_size)))
     _init_attention_like_transformers(model)
     return model
