@@ -18,7 +18,7 @@ from typing import Any
 from zoo import registry
 from zoo.hardware import check_trainer
 from zoo.recipe import Recipe, load_recipe, normalize_framework
-from zoo.runs import RunDir, is_primary_process, record_stop
+from zoo.runs import RunDir, check_launch, is_primary_process, record_stop
 from zoo.state import latest_state
 from zoo.tokenizer import saved_tokenizer
 
@@ -80,6 +80,7 @@ def train(
         raw = recipe.model_dump(mode="json", by_alias=True, exclude_unset=True)
         recipe = load_recipe({**raw, "trainer": {**raw.get("trainer", {}), "framework": framework}})
     check_trainer(recipe.trainer)  # before a run folder exists: a refused run leaves nothing behind
+    check_launch(recipe.trainer)  # a scheduler's RANK/WORLD_SIZE/SLURM_*/TF_CONFIG against the recipe
     family = registry.get_family(recipe.model.architecture)
     init = None
     if recipe.init.from_ is not None:
