@@ -50,7 +50,7 @@ def test_trained_bpe_round_trips_any_text_and_its_file(bpe, tmp_path):
     assert bpe.decode(ids) == SAMPLE
     assert len(ids) < len(SAMPLE.encode())  # merges learnt from TEXT shorten it
     assert bpe.decode(bpe.encode("never seen: ∑ 😀")) == "never seen: ∑ 😀"  # byte-level: no unknowns
-    assert (bpe.eos_id, bpe.pad_id, bpe.cls_id, bpe.sep_id, bpe.mask_id) == (0, 1, 2, 3, 4)
+    assert (bpe.pad_id, bpe.eos_id, bpe.cls_id, bpe.sep_id, bpe.mask_id) == (0, 1, 2, 3, 4)
     assert bpe.special_ids == {0, 1, 2, 3, 4}
     loaded = load_tokenizer(bpe.save(tmp_path))
     assert loaded.kind == "bpe" and loaded.encode(SAMPLE) == ids and loaded.vocab_size == bpe.vocab_size

@@ -31,9 +31,10 @@ SPECIAL_NAMES: dict[str, tuple[str, ...]] = {
     "unk": ("[UNK]", "<unk>"),
     "eos": ("<|endoftext|>", "</s>"),
 }
-# What ``zoo tokenizer train`` adds by default: GPT-2's end of text, and BERT's tokens so one
-# tokenizer serves a causal LM, a classifier (CLS/SEP/PAD) and masked language modeling.
-DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>", "[PAD]", "[CLS]", "[SEP]", "[MASK]")
+# What ``zoo tokenizer train`` adds by default: BERT's tokens and GPT-2's end of text, so one
+# tokenizer serves a causal LM, a classifier (CLS/SEP/PAD) and masked language modeling. [PAD]
+# is id 0, as in BERT's vocab.txt (BERT's default pad_token_id).
+DEFAULT_SPECIAL_TOKENS = ("[PAD]", "<|endoftext|>", "[CLS]", "[SEP]", "[MASK]")
 
 
 class TokenizerError(DataError):
