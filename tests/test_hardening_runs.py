@@ -1,0 +1,192 @@
+"""Failed runs and hostile surroundings: divergence stops both frameworks at the same step and
+keeps the last finite state; non-finite checkpoints, tampered states, edited recipes, a second
+resume and a scheduler's environment each end in one message and the documented exit status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import RECIPE, tiny
+from safetensors.numpy import load_file, save_file
+
+from zoo.cli import main
+from zoo.runs import read_metrics
+from zoo.state import latest_state
+
+
+def zoo(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output + (result.stderr if result.stderr_bytes else "")
+
+
+def train(tmp_path, name: str, *overrides: str) -> tuple[int, str]:
+    sets = [a for o in tiny(tmp_path, f"export.run_name={name}", *overrides) for a in ("--set", o)]
+    return zoo("train", str(RECIPE), *sets)
+
+
+DIVERGE = (
+    "optimizer.name=sgd",
+    "optimizer.lr=1e6",
+    "schedule.warmup_steps=0",
+    "export.state_every_n_steps=1",
+)
+
+
+def test_divergence_stops_both_frameworks_at_the_same_step_and_keeps_the_last_finite_state(tmp_path):
+    steps = {}
+    for framework in ("lightning", "keras"):
+        code, out = train(tmp_path, framework, f"trainer.framework={framework}", *DIVERGE)
+        assert code == 1 and "Traceback" not in out, out
+        summary = json.loads((tmp_path / framework / "summary.json").read_text())
+        assert summary["status"] == "diverged" and f"at step {summary['step']};" in out, out
+        steps[framework] = summary["step"]
+        assert not (tmp_path / framework / "model.safetensors").exists()  # nothing diverged exported
+        kept = latest_state(tmp_path / framework)
+        assert kept is not None and summary["last_finite_state"] == str(kept)
+        if framework == "keras":  # the kept state's weights are numbers
+            assert all(np.isfinite(v).all() for v in load_file(kept).values() if v.dtype.kind == "f")
+        code, out = zoo("resume", str(tmp_path / framework))
+        assert code == 2 and "diverged at step" in out and "replays the same steps" in out, out
+    assert steps["lightning"] == steps["keras"], steps
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished one-epoch Lightning run (states kept) and its checkpoint."""
+    root = tmp_path_factory.mktemp("done")
+    code, out = train(root, "run", "trainer.max_epochs=1")
+    assert code == 0, out
+    return root / "run"
+
+
+def nan_copy(checkpoint, target):
+    from safetensors import safe_open
+
+    with safe_open(str(checkpoint), framework="np") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(checkpoint)
+    name = sorted(tensors)[0]
+    tensors[name] = np.full_like(tensors[name], np.nan)
+    save_file(tensors, str(target), metadata=metadata)
+    return name
+
+
+def test_a_checkpoint_of_nan_tensors_is_refused_with_exit_1(finished, tmp_path):
+    bad = tmp_path / "nan.safetensors"
+    name = nan_copy(finished / "model.safetensors", bad)
+    code, out = zoo("evaluate", str(bad), "--recipe", str(RECIPE), "--set", "model.architecture=convnet-tiny")
+    assert code == 1 and name in out and "NaN or infinite" in out and "Traceback" not in out, out
+    code, out = zoo(
+        "finetune", str(RECIPE), "--from", str(bad), *[a for o in tiny(tmp_path) for a in ("--set", o)]
+    )
+    assert code == 1 and name in out, out
+    code, out = zoo("inspect", str(bad))  # looking at a diverged model stays possible
+    assert code == 0, out
+
+
+def test_writing_a_checkpoint_of_non_finite_tensors_is_refused(finished, tmp_path):
+    from zoo.checkpoint import NonFiniteTensors, read_checkpoint, write_checkpoint
+
+    found = read_checkpoint(finished / "model.safetensors")
+    tensors = found.tensors()
+    tensors[next(iter(tensors))] = tensors[next(iter(tensors))] * np.inf
+    with pytest.raises(NonFiniteTensors, match="the model diverged"):
+        write_checkpoint(tmp_path / "x.safetensors", found.config, tensors, framework="imported")
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) // 2],  # truncated
+        lambda data: b"PK\x03\x04" + b"\0" * 64,  # not a zip torch wrote
+        lambda data: __import__("pickle").dumps({"state_dict": print}),  # a pickle with a callable
+    ],
+)
+def test_a_tampered_training_state_is_named_not_torchs_traceback(finished, tmp_path, damage):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    state = latest_state(run)
+    state.write_bytes(damage(state.read_bytes()))
+    code, out = zoo("resume", str(run))
+    assert code == 2 and f"{state}: not a usable training state" in out, out
+    assert "weights_only" not in out and "Traceback" not in out, out
+
+
+def test_an_edited_recipe_is_refused_unless_forced_and_metrics_keep_each_epoch_once(finished, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    recipe = (run / "recipe.yaml").read_text()
+    (run / "recipe.yaml").write_text(recipe.replace("lr: 0.01", "lr: 0.02"))
+    code, out = zoo("resume", str(run))
+    assert code == 2 and "optimizer.lr: 0.01 -> 0.02" in out and "--force" in out, out
+    # An epoch row written after the newest state (a kill between the two) is trained again:
+    # resume drops it first, so every epoch stays once.
+    lines = (run / "metrics.csv").read_text().splitlines()
+    header, extra = lines[0].split(","), lines[-1].split(",")
+    extra[header.index("step")] = "999999"
+    (run / "metrics.csv").write_text("\n".join([*lines, ",".join(extra)]) + "\n")
+    code, out = zoo("resume", str(run), "--force")
+    assert code == 0, out
+    epochs = [row["epoch"] for row in read_metrics(run / "metrics.csv")]
+    assert epochs == sorted(set(epochs)), epochs
+
+
+def test_a_second_resume_of_a_held_run_is_refused(finished, tmp_path):
+    import shutil
+
+    finished = shutil.copytree(finished, tmp_path / "run")  # this process holds the original
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"from zoo.runs import RunDir; from pathlib import Path; "
+         f"RunDir(Path({str(finished)!r})).claim(); print('held', flush=True); import time; time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, out = zoo("resume", str(finished))
+        assert code == 2 and f"is in use by zoo process {holder.pid}" in out, out
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+
+
+def test_a_one_process_recipe_inside_a_multi_process_job_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, out = train(tmp_path, "copy")
+    assert code == 2 and "process 1 of a 2-process job (RANK=1, WORLD_SIZE=2)" in out, out
+    assert not (tmp_path / "copy").exists()
+
+
+def test_stray_single_process_launcher_variables_are_ignored_and_said(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.setenv(name, "0")
+    code, out = train(tmp_path, "alone", "trainer.max_epochs=1", "export.state_every_n_steps=1000")
+    assert code == 0, out
+    assert "ignoring RANK=0, LOCAL_RANK=0, SLURM_PROCID=0" in caplog.text
+    assert (tmp_path / "alone" / "model.safetensors").is_file()
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_multi_node_recipe_says_which_launcher_variables_are_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, out = train(tmp_path, "nodes", "trainer.num_nodes=2")
+    assert code == 2 and "MASTER_ADDR, MASTER_PORT are not set here" in out, out
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    code, out = train(tmp_path, "nodes", "trainer.num_nodes=2")
+    assert code == 2 and "started 4 processes" in out and "makes 2" in out, out
