@@ -124,7 +124,12 @@ def check_launch(trainer_cfg) -> None:
         )
 
 
-TASK_METRICS = {"classification": ("accuracy",), "language_modeling": ("bpc",)}
+TASK_METRICS = {
+    "classification": ("accuracy",),
+    "language_modeling": ("bpc",),
+    "token_classification": ("accuracy",),
+    "masked_language_modeling": ("accuracy",),
+}
 
 
 def metric_columns(task: str) -> list[str]:

@@ -41,6 +41,7 @@ from zoo.recipe.data import (  # noqa: F401 (the data section's classes are part
     ImageFolderData,
     NpzData,
     Section,
+    TextClassificationData,
     TextData,
     default_tag,
 )
@@ -306,9 +307,9 @@ class Recipe(Section):
         if not isinstance(raw, dict) or not isinstance(raw.get("model"), dict):
             return raw
         data = raw.get("data") or {}
-        task = (
-            "language_modeling" if isinstance(data, dict) and data.get("name") == "text" else "classification"
-        )
+        task = "classification"
+        if isinstance(data, dict) and data.get("name") == "text":
+            task = data.get("task", "language_modeling")
         try:
             family = registry.get_family(raw["model"].get("architecture", ""))
         except (registry.UnknownArchitectureError, TypeError):
@@ -362,4 +363,4 @@ class Recipe(Section):
 
 
 def data_task(data: DataBase) -> str:
-    return "language_modeling" if data.name == "text" else "classification"
+    return getattr(data, "task", "language_modeling") if data.name == "text" else "classification"
