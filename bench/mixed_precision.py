@@ -6,7 +6,11 @@ at each mixed precision in both frameworks. Printed per recipe:
 
 - torch: bf16 vs its own float32 (relative L2 over all gradients, and the worst tensor);
 - keras: the same for the Keras twin;
-- twins: the Keras bf16 gradients against the torch bf16 gradients.
+- twins: the Keras bf16 gradients against the torch bf16 gradients;
+- and, first, the two twins' float32 gradients against each other: float32 rounding in
+  another order, below 1e-5, except where a ReLU input lies within that rounding of 0 and
+  the twins put it on opposite sides of the kink (docs/float32-relu-crossings.md: ResNet-18
+  on the digit images, 4.4e-3 from a single element of one batch).
 
 If the two frameworks round the same operations, the first two agree and the third is of
 their size. Run: ``python bench/mixed_precision.py [--precision bf16-mixed] [--batch 32]``.
@@ -18,6 +22,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any, NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -50,13 +55,19 @@ def torch_gradients(model, x, y, precision: str) -> dict[str, np.ndarray]:
 
 
 def keras_gradients(family, config, tensors, x, y, precision: str) -> dict[str, np.ndarray]:
+    from zoo.keras.precision import build_keras
+
+    return keras_model_gradients(build_keras(family, config, precision, tensors), family, config, x, y)
+
+
+def keras_model_gradients(model, family, config, x, y) -> dict[str, np.ndarray]:
+    """The gradients of a built Keras twin, in the canonical (torch) layout. Separate from
+    building, so a caller can watch the twin's operations while only the batch runs."""
     import tensorflow as tf
 
     from zoo.keras.data import keras_layout
-    from zoo.keras.precision import build_keras
     from zoo.weights import keras_layer
 
-    model = build_keras(family, config, precision, tensors)
     xk = tf.constant(keras_layout(x, family.input_kind))
     with tf.GradientTape() as tape:
         logits = tf.cast(model(xk, training=True), "float32")
@@ -91,8 +102,21 @@ def distance(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> tuple[float,
     return (num / den) ** 0.5, worst, float(np.linalg.norm(a[worst] - b[worst]) / np.linalg.norm(b[worst]))
 
 
-def measure(path: Path, precision: str, batch: int) -> dict[str, tuple[float, str, float]]:
-    from zoo.initial_weights import initial_tensors, seeded_torch_model
+class Setup(NamedTuple):
+    """What both twins start from for one recipe: its model, one batch, torch's initial tensors."""
+
+    family: Any
+    config: Any
+    seed: int
+    x: np.ndarray
+    y: np.ndarray
+    tensors: dict[str, np.ndarray]
+
+
+def setup(path: Path, batch: int) -> Setup:
+    """The recipe's model with dropout off (masks can never match across frameworks), the
+    first ``batch`` training examples, and the tensors the recipe's seed initialises."""
+    from zoo.initial_weights import initial_tensors
 
     recipe = load_recipe(path)
     family = registry.get_family(recipe.model.architecture)
@@ -101,12 +125,19 @@ def measure(path: Path, precision: str, batch: int) -> dict[str, tuple[float, st
     fields = {k: 0.0 for k in type(config).model_fields if "dropout" in k}
     config = config.model_copy(update=fields)
     x, y = dataset.train.x[:batch], dataset.train.y[:batch]
-    tensors = initial_tensors(family, config, recipe.trainer.seed)
-    torch_model = seeded_torch_model(family, config, recipe.trainer.seed).train()
-    t32 = torch_gradients(torch_model, x, y, "32-true")
-    tlow = torch_gradients(torch_model, x, y, precision)
-    k32 = keras_gradients(family, config, tensors, x, y, "32-true")
-    klow = keras_gradients(family, config, tensors, x, y, precision)
+    seed = recipe.trainer.seed
+    return Setup(family, config, seed, x, y, initial_tensors(family, config, seed))
+
+
+def measure(path: Path, precision: str, batch: int) -> dict[str, tuple[float, str, float]]:
+    from zoo.initial_weights import seeded_torch_model
+
+    s = setup(path, batch)
+    torch_model = seeded_torch_model(s.family, s.config, s.seed).train()
+    t32 = torch_gradients(torch_model, s.x, s.y, "32-true")
+    tlow = torch_gradients(torch_model, s.x, s.y, precision)
+    k32 = keras_gradients(s.family, s.config, s.tensors, s.x, s.y, "32-true")
+    klow = keras_gradients(s.family, s.config, s.tensors, s.x, s.y, precision)
     return {
         "float32 twins": distance(k32, t32),
         f"torch {precision} vs its float32": distance(tlow, t32),
