@@ -83,9 +83,10 @@ def test_unknown_top_level_and_section_keys_are_errors():
 
 def test_unknown_architecture_lists_what_exists():
     (problem,) = _problems({"model": {"architecture": "resnet-9000"}})
-    assert "'resnet-9000' is not a registered architecture or preset; known: cnn" in problem
+    assert "'resnet-9000' is not a registered architecture or preset; known: bert, cnn" in problem
+    assert "resnet50" in problem
     (problem,) = _problems({"model": {"channels": [3]}})
-    assert problem.startswith("model.architecture: is required; one of: cnn")
+    assert problem.startswith("model.architecture: is required; one of: bert, cnn")
 
 
 @pytest.mark.parametrize(

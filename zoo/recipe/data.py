@@ -114,6 +114,9 @@ class Tokenized(DataBase):
         return self
 
 
+MLM_PROBABILITY = 0.15  # BERT's share of predicted tokens
+
+
 class TextData(Tokenized):
     """Text for language modeling, tokenized and packed into blocks: Python's own documentation
     (``pydoc_data.topics``, on every Python install), a UTF-8 file, or a folder of .txt files."""
@@ -128,8 +131,11 @@ class TextData(Tokenized):
         "modeling (blocks of seq_len, tokens masked per batch from the seeded batch order).",
     )
     seq_len: int = Field(128, ge=2, le=8192, description="Tokens per training window.")
-    mlm_probability: float = Field(
-        0.15, gt=0, lt=1, description="Masked language modeling: share of tokens predicted (80/10/10)."
+    mlm_probability: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Masked language modeling: share of tokens predicted (80/10/10); default 0.15.",
     )
     val_fraction: float = Field(
         0.05, ge=0, lt=0.5, description="Share of the text (by position) for validation."
@@ -143,8 +149,14 @@ class TextData(Tokenized):
                 f"data.path {str(self.path)!r} is neither a file nor a folder; give a UTF-8 text file, "
                 "a folder of .txt files, or null"
             )
-        if "mlm_probability" in self.model_fields_set and self.task != "masked_language_modeling":
-            raise ValueError("data.mlm_probability is set but data.task is not masked_language_modeling")
+        if self.task != "masked_language_modeling":
+            if self.mlm_probability is not None:
+                raise ValueError(
+                    "data.mlm_probability is set but data.task is not masked_language_modeling; "
+                    "remove it or set data.task: masked_language_modeling"
+                )
+        elif self.mlm_probability is None:
+            self.mlm_probability = MLM_PROBABILITY
         return self
 
 
