@@ -181,3 +181,36 @@ def tensors_to_keras(model, table: Sequence[Port], tensors: dict[str, np.ndarray
                     f"{tuple(variable.shape)}, the weight table produced {array.shape}"
                 )
             variable.assign(array if array.dtype == variable.dtype else array.astype(variable.dtype))
+
+
+# ---------------------------------------------------------------------- weight decay
+
+
+def decay_exempt_tensors(table: Sequence[Port]) -> set[str]:
+    """The trainable tensors ``optimizer.decay_biases_and_norms: false`` leaves undecayed: the
+    1-D ones (biases, norm scales and shifts), timm's rule, decided on the canonical layout so
+    that both frameworks exempt the same numbers."""
+    return {s.name for p in table for s in p.tensors if s.trainable and len(s.shape) <= 1}
+
+
+def decay_exempt_variables(table: Sequence[Port]) -> list[tuple[str, str]]:
+    """(layer path, variable path) of every Keras variable that holds only exempt tensors.
+
+    Found by sending 1 (exempt) and 0 (decayed) through each port's own ``to_keras``: a
+    variable made of ones holds exempt tensors only (a Keras recurrent cell's stacked pair of
+    biases is one such variable). A variable that mixes both could not be half decayed: refused.
+    """
+    exempt = decay_exempt_tensors(table)
+    found = []
+    for port in table:
+        probes = [np.full(s.shape, float(s.name in exempt), np.float64) for s in port.tensors]
+        for variable, values in zip(port.variables, port.to_keras(*probes), strict=True):
+            values = np.asarray(values)
+            if values.size and np.all(values == 1):
+                found.append((port.layer, variable))
+            elif np.any(values != 0):
+                raise ValueError(
+                    f"{port.layer}.{variable} holds both decayed and exempt tensors; weight decay "
+                    "cannot exempt part of one variable"
+                )
+    return found

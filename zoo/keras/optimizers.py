@@ -42,12 +42,25 @@ class Float32State(keras.optimizers.Optimizer):
     """Creates slots in :func:`state_dtype` and writes updates back in the weight's dtype.
 
     ``lr_multipliers`` (variable path -> factor) give some variables their own rate, as
-    torch's parameter groups do (a fine-tuned head's ``init.head_lr``).
+    torch's parameter groups do (a fine-tuned head's ``init.head_lr``); ``decay_exempt``
+    (variable paths) get no weight decay, as a torch group with ``weight_decay=0``.
+    ``clip_norm`` scales the gradients to that global L2 norm with torch's own formula
+    (``clip_grad_norm_``: ``max_norm / (norm + 1e-6)``, capped at 1), which Keras'
+    ``global_clipnorm`` lacks the 1e-6 of.
     """
 
-    def __init__(self, *args, lr_multipliers: dict[str, float] | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        lr_multipliers: dict[str, float] | None = None,
+        decay_exempt: set[str] | None = None,
+        clip_norm: float | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.lr_multipliers = dict(lr_multipliers or {})
+        self.decay_exempt = set(decay_exempt or ())
+        self.clip_norm = clip_norm
 
     def build(self, var_list):
         if self.built:
@@ -56,6 +69,22 @@ class Float32State(keras.optimizers.Optimizer):
         # By index: inside a traced step the variable handed to update_step may be the
         # backend's own variable, which has no Keras path.
         self._multipliers = [self.lr_multipliers.get(v.path, 1.0) for v in var_list]
+        self._decays = [v.path not in self.decay_exempt for v in var_list]
+
+    def decays(self, variable) -> bool:
+        return self._decays[self._get_variable_index(variable)]
+
+    def _clip_gradients(self, grads):
+        """Keras calls this on the (accumulated) gradients right before the update."""
+        if not self.clip_norm:
+            return grads
+        dense = [None if g is None else self.dense(g, "float32") for g in grads]
+        norms = ops.stack([ops.sqrt(ops.sum(ops.square(g))) for g in dense if g is not None])
+        total = ops.sqrt(ops.sum(ops.square(norms)))
+        scale = ops.minimum(self.clip_norm / (total + 1e-6), 1.0)
+        return [
+            None if g is None else ops.cast(d * scale, g.dtype) for g, d in zip(grads, dense, strict=True)
+        ]
 
     def rate(self, learning_rate, variable):
         """This variable's rate, in float64 (torch's rates are Python doubles)."""
@@ -103,7 +132,7 @@ class TorchSGD(Float32State):
         lr = ops.cast(self.rate(learning_rate, variable), dtype)
         g = self.dense(gradient, dtype)
         weight = ops.cast(variable, dtype)
-        if self.l2:
+        if self.l2 and self.decays(variable):
             g = g + self.l2 * weight
         if self.momentum:
             buffer = self._buffers[self._get_variable_index(variable)]
@@ -155,10 +184,11 @@ class TorchAdam(Float32State):
         dtype = state_dtype(variable)
         g = self.dense(gradient, dtype)
         weight = ops.cast(variable, dtype)
-        if self.l2:
+        if self.l2 and self.decays(variable):
             g = g + self.l2 * weight
         lr = self.rate(learning_rate, variable)
-        if self.decoupled_decay:  # AdamW, as torch: param *= 1 - lr * wd, then the Adam step
+        # AdamW, as torch: param *= 1 - lr * wd, then the Adam step
+        if self.decoupled_decay and self.decays(variable):
             weight = weight * ops.cast(1 - lr * self.decoupled_decay, dtype)
         bias1, bias2_sqrt = self.bias_corrections(learning_rate)
         step_size = ops.cast(lr / bias1, dtype)
@@ -190,7 +220,12 @@ class TorchAdam(Float32State):
 
 
 def build_optimizer(
-    cfg, table, accumulate: int = 1, lr_multipliers: dict[str, float] | None = None
+    cfg,
+    table,
+    accumulate: int = 1,
+    lr_multipliers: dict[str, float] | None = None,
+    decay_exempt: set[str] | None = None,
+    clip_norm: float | None = None,
 ) -> keras.optimizers.Optimizer:
     """``table`` holds one rate per optimizer step. With gradient accumulation Keras reads
     the schedule at its micro-step counter, so each rate is repeated ``accumulate`` times."""
@@ -198,6 +233,8 @@ def build_optimizer(
     common = {
         "gradient_accumulation_steps": accumulate if accumulate > 1 else None,
         "lr_multipliers": lr_multipliers,
+        "decay_exempt": decay_exempt,
+        "clip_norm": clip_norm,
     }
     if cfg.name == "sgd":
         return TorchSGD(schedule, cfg.momentum, cfg.nesterov, cfg.weight_decay, **common)

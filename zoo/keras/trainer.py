@@ -129,6 +129,15 @@ def initialise(model, family, init) -> dict[str, float]:
     return multipliers
 
 
+def exempt_paths(model, family) -> set[str]:
+    """Paths of the Keras variables weight decay leaves alone (zoo.weights.decay_exempt_variables)."""
+    from zoo.weights import decay_exempt_variables, keras_layer
+
+    table = family.weight_table(model.zoo_config)
+    exempt = decay_exempt_variables(table)
+    return {keras_layer(keras_layer(model, layer), name).path for layer, name in exempt}
+
+
 def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):
     """Train, validate every epoch, test; return the trained twin and the test metrics.
 
@@ -159,7 +168,12 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         head_rates = initialise(model, family, init)
         multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
         optimizer = build_optimizer(
-            recipe.optimizer, table, accumulate=accumulate, lr_multipliers=multipliers
+            recipe.optimizer,
+            table,
+            accumulate=accumulate,
+            lr_multipliers=multipliers,
+            decay_exempt=None if recipe.optimizer.decay_biases_and_norms else exempt_paths(model, family),
+            clip_norm=trainer_cfg.gradient_clip_norm,
         )
         twin, model = model, for_batches(model, dataset)
         compile_for(model, dataset.task, optimizer, jit_compile=trainer_cfg.compile)

@@ -22,6 +22,7 @@ from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
 from zoo.runs import MetricsLog, RunDir
 from zoo.schedule import lr_table, optimizer_steps
+from zoo.weights import decay_exempt_tensors
 
 # zoo's loaders index whole batches in the main process on purpose: workers would only
 # add inter-process copies for in-memory arrays.
@@ -86,6 +87,21 @@ def initialise(model: torch.nn.Module, init) -> list[dict]:
     return [*groups, {"params": head, **({"lr": init.head_lr} if init.head_lr else {})}]
 
 
+def without_decay(groups: list[dict], model: torch.nn.Module, table) -> list[dict]:
+    """Each parameter group split in two: its decayed tensors, and its exempt ones with
+    ``weight_decay`` 0 (zoo.weights.decay_exempt_tensors decides, for both frameworks)."""
+    names = decay_exempt_tensors(table)
+    exempt = {id(p) for n, p in model.named_parameters() if n in names}
+    split = []
+    for group in groups:
+        params = list(group["params"])
+        decayed = [p for p in params if id(p) not in exempt]
+        undecayed = [p for p in params if id(p) in exempt]
+        split += [{**group, "params": decayed}] if decayed else []
+        split += [{**group, "params": undecayed, "weight_decay": 0.0}] if undecayed else []
+    return split
+
+
 def hold_frozen_norms_in_eval(model: torch.nn.Module) -> None:
     """A BatchNorm whose parameters are all frozen normalises with its running statistics and
     leaves them as they are, whatever ``train()`` Lightning calls: Keras' convention for a
@@ -118,6 +134,8 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
     steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
+    if not recipe.optimizer.decay_biases_and_norms:
+        groups = without_decay(groups, model, family.weight_table(config))
     task = TASKS[dataset.task](model, recipe.optimizer, table, compiled=trainer_cfg.compile, groups=groups)
     pin = accelerator == "gpu"  # decoded image batches go to the GPU from page-locked memory
     train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, pin)
@@ -139,6 +157,8 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         strategy=strategy_for(trainer_cfg),
         precision=trainer_cfg.precision,
         accumulate_grad_batches=trainer_cfg.accumulate_grad_batches,
+        gradient_clip_val=trainer_cfg.gradient_clip_norm,
+        gradient_clip_algorithm="norm" if trainer_cfg.gradient_clip_norm else None,
         deterministic=trainer_cfg.deterministic,
         use_distributed_sampler=False,  # zoo's sampler shards the one seeded order itself
         logger=False,

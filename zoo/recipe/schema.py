@@ -63,7 +63,15 @@ MAX_EPOCHS = 10_000
 # ------------------------------------------------------------------------- optimizer
 
 
-class SGD(Section):
+class OptimizerBase(Section):
+    decay_biases_and_norms: bool = Field(
+        True,
+        description="Whether weight decay also acts on 1-D tensors (biases, norm scales and shifts); "
+        "false exempts them, as BERT and timm fine-tune. The same tensors in both frameworks.",
+    )
+
+
+class SGD(OptimizerBase):
     """Stochastic gradient descent with torch's momentum and L2 weight-decay semantics."""
 
     name: Literal["sgd"] = "sgd"
@@ -81,7 +89,7 @@ class SGD(Section):
         return self
 
 
-class Adam(Section):
+class Adam(OptimizerBase):
     """Adam exactly as torch.optim.Adam: epsilon added to sqrt(v_hat), L2 weight decay."""
 
     name: Literal["adam"] = "adam"
@@ -181,6 +189,11 @@ class TrainerConfig(Section):
     )
     accumulate_grad_batches: PositiveInt = Field(
         1, description="Average the gradients of this many batches per optimizer step."
+    )
+    gradient_clip_norm: PositiveFloat | None = Field(
+        None,
+        description="Scale the (accumulated) gradients so their global L2 norm is at most this, "
+        "as torch's clip_grad_norm_ (Lightning's gradient_clip_val) does; the same rule in Keras.",
     )
     compile: bool = Field(False, description="torch.compile (inductor) / Keras jit_compile (XLA).")
     seed: int = Field(
