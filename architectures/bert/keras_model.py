@@ -1,11 +1,12 @@
 """The BERT family's Keras twin: the torch twin's structure, names and arithmetic order.
 
-Every default that differs between the frameworks is set explicitly: LayerNorm epsilon
-(BERT's 1e-12; Keras' is 1e-3), exact GELU (``zoo.nn.keras.Mlp``), and the padding row of
-the word embedding, which torch's ``padding_idx`` keeps out of the lookup's gradient: here
-the looked-up vectors of padding ids are cut from the gradient (``stop_gradient``), which
-leaves that row exactly the gradient torch gives it (the tied MLM decoder still updates it,
-in both twins).
+Every default that differs between the frameworks is set explicitly: LayerNorm epsilon (BERT's
+1e-12; Keras' is 1e-3) computed in torch's order (``zoo.nn.keras.heads.LayerNorm``: Keras' own
+loses digits to cancellation at that epsilon), exact GELU (``zoo.nn.keras.Mlp``), and the
+padding row of the word embedding, which torch's ``padding_idx`` keeps out of the lookup's
+gradient: here the looked-up vectors of padding ids are cut from the gradient
+(``stop_gradient``), which leaves that row exactly the gradient torch gives it (the tied MLM
+decoder still updates it, in both twins).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from architectures.bert.config import BertConfig, input_shapes_message, token_ty
 from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError, sequence_length_message
 from zoo.nn.keras import Dense, Embedding, Mlp, SelfAttention, blocked_mask, require
-from zoo.nn.keras.heads import ClassificationHead, MaskedLMHead, mean_pool
+from zoo.nn.keras.heads import ClassificationHead, LayerNorm, MaskedLMHead, mean_pool
 
 
 def _normal(std: float) -> keras.initializers.Initializer:
@@ -60,7 +61,7 @@ class Embeddings(layers.Layer):
         self.token_type = layers.Embedding(
             cfg.type_vocab_size, h, embeddings_initializer=_normal(cfg.initializer_range)
         )
-        self.norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
+        self.norm = LayerNorm(epsilon=cfg.layer_norm_eps)
         self.dropout = layers.Dropout(cfg.hidden_dropout)
 
     def call(self, ids, token_type_ids=None, training=False):
@@ -84,7 +85,7 @@ class Block(layers.Layer):
         h, init = cfg.hidden_size, cfg.initializer_range
         self.attn = SelfAttention(h, cfg.num_heads, dropout=cfg.attention_dropout)
         self.dropout = layers.Dropout(cfg.hidden_dropout)
-        self.norm1 = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
+        self.norm1 = LayerNorm(epsilon=cfg.layer_norm_eps)
         self.mlp = Mlp(
             h,
             cfg.intermediate_size,
@@ -93,7 +94,7 @@ class Block(layers.Layer):
             kernel_initializer=_normal(init),
             bias_initializer="zeros",
         )
-        self.norm2 = layers.LayerNormalization(epsilon=cfg.layer_norm_eps)
+        self.norm2 = LayerNorm(epsilon=cfg.layer_norm_eps)
 
     def call(self, x, blocked=None, training=False):
         x = self.norm1(x + self.dropout(self.attn(x, blocked, training=training), training=training))
