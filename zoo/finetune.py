@@ -3,7 +3,9 @@
 The checkpoint's config is the base; the recipe may change what leaves the backbone's
 tensors as they are (dropout, the data: class count, vocabulary, image size). Tensors whose
 shape follows the data are re-initialised when the data changes them, and said so by name,
-unless the family carries them over: its ``adapt_tensors`` hook returns the tensors it can
+as are the tensors of a task the checkpoint did not have (a classifier and its pooler on a
+masked language model's backbone); the old task's own tensors are left out, by name. Unless
+the family carries them over: its ``adapt_tensors`` hook returns the tensors it can
 bring to the new shapes (a ViT's position embedding resampled to another image size), and
 those start from the checkpoint's values, also said by name. Any other difference (another
 family, another width) is refused before training.
@@ -32,6 +34,7 @@ class InitPlan:
     head_lr: float | None = None
     # Tensors the data re-shaped that the family's adapt_tensors hook carried over, at their new shapes.
     adapted: dict[str, np.ndarray] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)  # the checkpoint's task's tensors the new task lacks
 
     def describe(self) -> str:
         text = f"fine-tuning from {self.source}"
@@ -42,6 +45,8 @@ class InitPlan:
             )
         if self.reinitialised:
             text += f"; re-initialised: {', '.join(self.reinitialised)}"
+        if self.dropped:
+            text += f"; left out (the checkpoint's task only): {', '.join(self.dropped)}"
         if self.freeze_backbone:
             text += f"; training only {', '.join(sorted(self.head))}"
         return text
@@ -81,12 +86,16 @@ def plan(recipe, family: Family, checkpoint, config: ArchitectureConfig) -> Init
             + ". Only the data (class count, vocabulary) may change tensor shapes when fine-tuning; "
             "remove the model fields that change the architecture."
         )
-    head = head_tensors(family, config)
-    reshaped = {name for name, spec in new.items() if old[name].shape != spec.shape}
+    # Another task (from the data) keeps the backbone and swaps what is the task's own.
+    added = {name for name in new if name not in old}
+    dropped = [name for name in old if name not in new]
+    head = head_tensors(family, config) | added
+    reshaped = {name for name, spec in new.items() if name in old and old[name].shape != spec.shape}
     reset = head if recipe.init.reset_head else set()
     tensors = checkpoint.tensors()
     adapted = adapted_tensors(family, tensors, checkpoint.config, config, reshaped - reset, new)
-    reinitialised = [name for name in new if name in (reshaped - set(adapted)) | reset]
+    reinitialised = [name for name in new if name in (reshaped - set(adapted)) | reset | added]
+    head |= set(reinitialised)  # what starts fresh trains, even under a frozen backbone
     return InitPlan(
         source=Path(source),
         tensors=tensors,
@@ -95,6 +104,7 @@ def plan(recipe, family: Family, checkpoint, config: ArchitectureConfig) -> Init
         freeze_backbone=recipe.init.freeze_backbone,
         head_lr=recipe.init.head_lr,
         adapted=adapted,
+        dropped=dropped,
     )
 
 
@@ -129,8 +139,10 @@ def adapted_tensors(
 
 
 def head_tensors(family: Family, config: ArchitectureConfig) -> set[str]:
-    """The tensors whose shape follows the data (classifier, embedding/output for a vocabulary)."""
-    sizes = {"num_classes", "vocab_size"} & set(family.config.DATA_FIELDS)
+    """The tensors whose shape follows what the task predicts: the classes, or for a language
+    model the vocabulary (its embedding and output). A classifier's token embedding is backbone."""
+    predicts = "vocab_size" if config.active_task.endswith("language_modeling") else "num_classes"
+    sizes = {predicts} & set(family.config.DATA_FIELDS)
     grown = {key: getattr(config, key) + 1 for key in sizes}
     if not grown:
         return set()
