@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import ALL_NAMES, forward_keras, forward_torch, parity_config
+from conftest import BUILT_NAMES, forward_keras, forward_torch, parity_config
 from safetensors.numpy import load_file
 
 import zoo
@@ -24,7 +24,7 @@ from zoo.checkpoint import _load_torch, meta_tensors, model_tensors, read_checkp
 
 # Every registry entry, plus what the defaults leave out: token embeddings (language
 # models), a non-persistent sinusoidal table, bidirectional and stacked GRU layers.
-CASES = [(name, {}) for name in ALL_NAMES] + [
+CASES = [(name, {}) for name in BUILT_NAMES] + [
     ("transformer-tiny", {"task": "language_modeling"}),
     ("transformer-tiny", {"positions": "sinusoidal"}),
     ("transformer-classic-tiny", {"task": "language_modeling", "positions": "sinusoidal"}),

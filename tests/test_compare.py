@@ -120,18 +120,22 @@ def test_each_family_and_task_passes(family, task, tmp_path):
     """Every family and task, on its smallest preset; those a shipped recipe already runs
     in the fast cases of ``test_shipped_recipe_passes`` are not run twice."""
     from zoo.compare import compare
-    from zoo.recipe import load_recipe
+    from zoo.recipe import data_task, load_recipe
 
+    if task == "features":
+        pytest.skip("a backbone with no head: nothing to train alone (its other tasks train it)")
     language = task == "language_modeling"
     covered = [
         r.stem
         for r in SHIPPED
-        if load_recipe(r).model.architecture == family
-        and (load_recipe(r).data.name == "text") == language
+        if registry.resolve_config(load_recipe(r).model.architecture).architecture == family
+        and data_task(load_recipe(r).data) == task
         and (r == RECIPE or as_tested(r))  # a fast case
     ]
     if covered:
         pytest.skip(f"run by test_shipped_recipe_passes[{covered[0]}]")
+    if registry.get_family(family).input_kind == "tokens":
+        pytest.skip(f"no shipped data source gives {task} labels yet")
     extra = ["data.name=text", *TEXT] if language else []
     result = compare(
         RECIPE,
