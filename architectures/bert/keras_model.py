@@ -1,7 +1,7 @@
 """The BERT family's Keras twin: the torch twin's structure, names and arithmetic order.
 
 Every default that differs between the frameworks is set explicitly: LayerNorm epsilon (BERT's
-1e-12; Keras' is 1e-3) computed in torch's order (``zoo.nn.keras.heads.LayerNorm``: Keras' own
+1e-12; Keras' is 1e-3) computed in torch's order (``zoo.nn.keras.LayerNorm``: Keras' own
 loses digits to cancellation at that epsilon), exact GELU (``zoo.nn.keras.Mlp``), and the
 padding row of the word embedding, which torch's ``padding_idx`` keeps out of the lookup's
 gradient: here the looked-up vectors of padding ids are cut from the gradient
@@ -17,8 +17,8 @@ from keras import layers, ops
 from architectures.bert.config import BertConfig, input_shapes_message, token_types_message
 from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError, sequence_length_message
-from zoo.nn.keras import Dense, Embedding, Mlp, SelfAttention, blocked_mask, require
-from zoo.nn.keras.heads import ClassificationHead, LayerNorm, MaskedLMHead, mean_pool
+from zoo.nn.keras import Dense, Embedding, LayerNorm, Mlp, SelfAttention, blocked_mask, require
+from zoo.nn.keras.heads import ClassificationHead, MaskedLMHead, mean_pool
 
 
 def _normal(std: float) -> keras.initializers.Initializer:

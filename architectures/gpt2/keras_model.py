@@ -15,7 +15,7 @@ from architectures.gpt2.cache import DecodeCache
 from architectures.gpt2.config import GPT2Config, sequence_length_message
 from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError
-from zoo.nn.keras import Embedding, Mlp, SelfAttention, blocked_mask, require
+from zoo.nn.keras import Embedding, LayerNorm, Mlp, SelfAttention, blocked_mask, require
 
 
 class Block(layers.Layer):
@@ -24,10 +24,10 @@ class Block(layers.Layer):
     def __init__(self, cfg: GPT2Config, **kw):
         super().__init__(**kw)
         d, std = cfg.n_embd, cfg.initializer_range
-        self.ln_1 = layers.LayerNormalization(epsilon=cfg.layer_norm_epsilon)
+        self.ln_1 = LayerNorm(epsilon=cfg.layer_norm_epsilon)
         self.attn = SelfAttention(d, cfg.n_head, dropout=cfg.attn_dropout)
         self.attn_drop = layers.Dropout(cfg.resid_dropout)
-        self.ln_2 = layers.LayerNormalization(epsilon=cfg.layer_norm_epsilon)
+        self.ln_2 = LayerNorm(epsilon=cfg.layer_norm_epsilon)
         self.mlp = Mlp(
             d,
             cfg.inner,
@@ -70,7 +70,7 @@ class GPT2(keras.Model):
         )
         self.drop = layers.Dropout(cfg.embd_dropout)
         self.h = [Block(cfg) for _ in range(cfg.n_layer)]
-        self.ln_f = layers.LayerNormalization(epsilon=cfg.layer_norm_epsilon)
+        self.ln_f = LayerNorm(epsilon=cfg.layer_norm_epsilon)
 
     def call(self, ids, padding_mask=None, token_type_ids=None, training=False):
         if token_type_ids is not None:

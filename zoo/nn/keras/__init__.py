@@ -5,11 +5,13 @@ from zoo.nn.keras.checks import require
 from zoo.nn.keras.embedding import Embedding, checked_token_ids
 from zoo.nn.keras.linear import Conv2D, Dense, add_bias
 from zoo.nn.keras.mlp import Mlp
+from zoo.nn.keras.norm import LayerNorm
 
 __all__ = [
     "Conv2D",
     "Dense",
     "Embedding",
+    "LayerNorm",
     "Mlp",
     "SelfAttention",
     "add_bias",

@@ -13,25 +13,7 @@ from keras import layers, ops
 
 from zoo.nn.keras.linear import Dense, add_bias
 from zoo.nn.keras.mlp import ACTIVATIONS
-
-
-class LayerNorm(layers.LayerNormalization):
-    """``keras.layers.LayerNormalization`` (same ``gamma``/``beta``) computed in torch's order,
-    ``(x - mean) * rsqrt(var + eps) * gamma + beta``, in float32 at least.
-
-    Keras folds the mean into a bias, ``x * inv + (beta - mean * inv)``, and the two large
-    products cancel: at BERT's epsilon 1e-12 ``inv`` reaches 1e6 on rows of small variance. Over
-    rows of 1, 2 and 32 features (normal inputs) Keras' form is 8.6e-3, 1.0e-5 and 9.5e-7 from
-    torch's ``layer_norm``, this one 0, 3.0e-6 and 4.8e-7.
-    """
-
-    def call(self, inputs):
-        dtype = keras.backend.result_type(inputs.dtype, "float32")
-        x = ops.cast(inputs, dtype)
-        mean, variance = ops.moments(x, axes=self.axis, keepdims=True)
-        y = (x - mean) * ops.rsqrt(variance + self.epsilon)
-        y = y * ops.cast(self.gamma, dtype) + ops.cast(self.beta, dtype)
-        return ops.cast(y, self.compute_dtype)
+from zoo.nn.keras.norm import LayerNorm
 
 
 def _normal(std: float) -> keras.initializers.Initializer:
