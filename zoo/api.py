@@ -91,6 +91,11 @@ def train(
         if tokenizer is not None and getattr(recipe.data, "tokenizer", None) not in (None, "char"):
             log.info(f"tokenizing with the tokenizer of {recipe.init.from_}, not data.tokenizer")
         dataset = load_dataset(recipe.data, family.input_kind, tokenizer=tokenizer, extend_vocab=True)
+        model_vocab = getattr(checkpoint.config, "vocab_size", None)
+        if tokenizer is not None and model_vocab and dataset.info.get("vocab_size", 0) <= model_vocab:
+            # The checkpoint's ids, in a table that may be larger than its tokenizer (GPT-2's rows
+            # past its tokens, a vocabulary padded to a multiple of 64): the table stays as it is.
+            dataset.info["vocab_size"] = model_vocab
         config = base.bind(dataset.info)
         init = finetune.plan(recipe, family, checkpoint, config)
         log.info(init.describe())

@@ -40,6 +40,7 @@ class Imported:
     format: ForeignFormat
     config: Any
     tensors: int
+    tokenizer: Path | None = None  # the source directory's tokenizer, saved next to the checkpoint
 
 
 # ------------------------------------------------------------------------------- read
@@ -181,10 +182,41 @@ def import_checkpoint(
             continue
         config = _config(family, fields, architecture, src, fmt)
         _check_placed(family, config, canonical, fmt)
+        tokenizer = _source_tokenizer(src, config)  # checked before anything is written
         source = {"file": str(src.resolve()), "format": fmt.name}
         path = write_checkpoint(target, config, canonical, framework="imported", source=source)
-        return Imported(path, family, fmt, config, len(canonical))
+        saved = tokenizer.save(path.parent) if tokenizer is not None else None
+        return Imported(path, family, fmt, config, len(canonical), saved)
     raise InterchangeError(_nothing_fits(src, tensors, failures))
+
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt")
+
+
+def _source_tokenizer(src: Path, config):
+    """The tokenizer a transformers directory carries (tokenizer.json, GPT-2's vocab.json +
+    merges.txt, or BERT's vocab.txt, lower-cased as its tokenizer_config.json says), so that the
+    imported checkpoint samples and fine-tunes with the token ids its weights were trained on."""
+    if not src.is_dir() or not any((src / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    from zoo.tokenizer import TokenizerError, load_tokenizer
+
+    lowercase = None
+    if not (src / "tokenizer.json").is_file() and (src / "vocab.txt").is_file():
+        settings = src / "tokenizer_config.json"
+        if settings.is_file():
+            lowercase = bool(json.loads(settings.read_text()).get("do_lower_case", True))
+    try:
+        tokenizer = load_tokenizer(src, lowercase)
+    except (TokenizerError, ValueError) as error:
+        raise InterchangeError(f"{src}: its tokenizer files cannot be read: {error}") from None
+    vocab = getattr(config, "vocab_size", None)
+    if vocab is not None and tokenizer.vocab_size > vocab:
+        raise InterchangeError(
+            f"{src}: its tokenizer has {tokenizer.vocab_size} tokens but the weights' vocabulary "
+            f"has {vocab}; the tokenizer files belong to another model"
+        )
+    return tokenizer
 
 
 def _target(out: str | Path, overwrite: bool) -> Path:
@@ -289,6 +321,11 @@ def export_checkpoint(
         write_safetensors(path, tensors, {"format": "pt"})  # the marker transformers checks for
     if meta is not None and not is_file:
         _write_json(out / "config.json", meta)
+        from zoo.tokenizer import saved_tokenizer
+
+        tokenizer = saved_tokenizer(ckpt)  # transformers' fast tokenizers read tokenizer.json
+        if tokenizer is not None:
+            tokenizer.save(out)
     _verify(path, fmt, meta, canonical)
     return path
 
