@@ -111,16 +111,16 @@ def _torch_step(model, x: torch.Tensor, checkpointing: bool, seed: int = 7):
 @pytest.fixture
 def checkpoint_counter(monkeypatch):
     """Counts the blocks run under ``torch.utils.checkpoint.checkpoint``."""
-    import zoo.torch_remat
+    import zoo.nn.torch.remat
 
     calls = {"count": 0}
-    checkpoint = zoo.torch_remat.checkpoint
+    checkpoint = zoo.nn.torch.remat.checkpoint
 
     def counting_checkpoint(*args, **kwargs):
         calls["count"] += 1
         return checkpoint(*args, **kwargs)
 
-    monkeypatch.setattr(zoo.torch_remat, "checkpoint", counting_checkpoint)
+    monkeypatch.setattr(zoo.nn.torch.remat, "checkpoint", counting_checkpoint)
     return calls
 
 
@@ -170,12 +170,12 @@ def test_torch_checkpointing_saves_less(name, overrides):
 
 
 def test_torch_eval_and_no_grad_never_checkpoint(monkeypatch):
-    import zoo.torch_remat
+    import zoo.nn.torch.remat
 
     def refuse(*args, **kwargs):
         raise AssertionError("checkpointed outside training")
 
-    monkeypatch.setattr(zoo.torch_remat, "checkpoint", refuse)
+    monkeypatch.setattr(zoo.nn.torch.remat, "checkpoint", refuse)
     config = registry.resolve_config("transformer-tiny")
     model = registry.get_family("transformer").build_torch(config)
     model.set_grad_checkpointing(True)

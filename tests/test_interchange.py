@@ -137,7 +137,7 @@ def test_refusals(with_format, tmp_path):
     assert done.path.read_bytes() == before  # nothing saved is lost
     with pytest.raises(InterchangeError, match="already a zoo checkpoint"):
         import_checkpoint(done.path, tmp_path / "y.safetensors")
-    with pytest.raises(InterchangeError, match="no weight format 'onnx'; known: .*prefixed"):
+    with pytest.raises(InterchangeError, match=r"no weight format 'onnx'; known: .*prefixed"):
         import_checkpoint(tmp_path / "w.safetensors", tmp_path / "y.safetensors", format="onnx")
     with pytest.raises(InterchangeError, match="has no weight format 'timm'"):
         export_checkpoint(done.path, "timm", tmp_path / "t.safetensors")

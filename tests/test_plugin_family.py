@@ -87,7 +87,7 @@ PLUGIN = {
         import torch
         from torch import nn
 
-        from zoo.torch_remat import checkpointed_call
+        from zoo.nn.torch.remat import checkpointed_call
 
 
         class Block(nn.Module):

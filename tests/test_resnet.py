@@ -297,10 +297,10 @@ CHECKPOINTED = [
 def checkpointed_blocks(monkeypatch):
     """Counts the block runs under checkpointing: torch's checkpoint calls, Keras' rematerialised runs."""
     import zoo.keras.remat
-    import zoo.torch_remat
+    import zoo.nn.torch.remat
 
     calls = {"torch": 0, "keras": 0}
-    checkpoint, recompute = zoo.torch_remat.checkpoint, zoo.keras.remat.recompute_grad
+    checkpoint, recompute = zoo.nn.torch.remat.checkpoint, zoo.keras.remat.recompute_grad
 
     def counting_checkpoint(*args, **kwargs):
         calls["torch"] += 1
@@ -313,7 +313,7 @@ def checkpointed_blocks(monkeypatch):
 
         return recompute(counted)
 
-    monkeypatch.setattr(zoo.torch_remat, "checkpoint", counting_checkpoint)
+    monkeypatch.setattr(zoo.nn.torch.remat, "checkpoint", counting_checkpoint)
     monkeypatch.setattr(zoo.keras.remat, "recompute_grad", counting_recompute)
     return calls
 

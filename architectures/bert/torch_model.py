@@ -19,7 +19,7 @@ from architectures.bert.config import BertConfig, input_shapes_message, token_ty
 from zoo.nn.errors import InputError, sequence_length_message
 from zoo.nn.torch import Embedding, Mlp, SelfAttention, blocked_mask
 from zoo.nn.torch.heads import ClassificationHead, MaskedLMHead, mean_pool
-from zoo.torch_remat import checkpointed_call
+from zoo.nn.torch.remat import checkpointed_call
 
 
 class Embeddings(nn.Module):

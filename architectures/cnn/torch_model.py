@@ -8,7 +8,7 @@ from torch import nn
 
 from architectures.cnn.config import CNNConfig
 from zoo.nn.torch import BatchNorm2d
-from zoo.torch_remat import checkpointed_call
+from zoo.nn.torch.remat import checkpointed_call
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 

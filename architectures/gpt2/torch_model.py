@@ -24,7 +24,7 @@ from architectures.gpt2.cache import DecodeCache
 from architectures.gpt2.config import GPT2Config, sequence_length_message
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Embedding, Mlp, SelfAttention, blocked_mask
-from zoo.torch_remat import checkpointed_call
+from zoo.nn.torch.remat import checkpointed_call
 
 
 class Block(nn.Module):

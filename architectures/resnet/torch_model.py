@@ -19,7 +19,7 @@ from torch import nn
 from architectures.resnet.config import STAGES, ResNetConfig
 from architectures.resnet.weights import has_downsample
 from zoo.nn.torch import BatchNorm2d
-from zoo.torch_remat import checkpointed_call
+from zoo.nn.torch.remat import checkpointed_call
 
 
 def _bn(cfg: ResNetConfig, channels: int) -> BatchNorm2d:

@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from architectures.rnn.config import RecurrentConfig, RNNConfig
 from zoo.nn.torch import Embedding
-from zoo.torch_remat import checkpointed_call
+from zoo.nn.torch.remat import checkpointed_call
 
 # (input size of the layer) -> a single-layer, batch-first recurrent module
 LayerFactory = Callable[[int], nn.Module]

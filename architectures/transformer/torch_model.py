@@ -15,7 +15,7 @@ from torch import nn
 from architectures.transformer.config import TransformerConfig
 from zoo.nn.errors import InputError, sequence_length_message
 from zoo.nn.torch import Embedding, SelfAttention, blocked_mask
-from zoo.torch_remat import checkpointed_call
+from zoo.nn.torch.remat import checkpointed_call
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}  # nn.GELU is the exact erf form
 

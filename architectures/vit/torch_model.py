@@ -21,7 +21,7 @@ from torch import nn
 from architectures.vit.config import LAYER_NORM_EPS, ViTConfig, image_shape_message
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Mlp, SelfAttention
-from zoo.torch_remat import checkpointed_call
+from zoo.nn.torch.remat import checkpointed_call
 
 
 class PatchEmbed(nn.Module):
