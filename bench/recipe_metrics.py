@@ -23,12 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zoo.recipe import load_recipe  # noqa: E402
+from zoo.recipe import data_task, load_recipe  # noqa: E402
 
 FRAMEWORKS = ("lightning", "keras")
 METRICS = {
     "classification": ("test_accuracy", "accuracy {:.4f}"),
-    "language_modeling": ("test_bpc", "{:.3f} bpc"),
+    "language_modeling": ("test_bpc", "{:.3f} bits per token"),
+    "masked_language_modeling": ("test_accuracy", "masked-token accuracy {:.4f}"),
 }
 
 
@@ -64,7 +65,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             sets = overrides(path, args.no_dropout)
             results = {fw: train(path, fw, sets, Path(tmp) / fw) for fw in FRAMEWORKS}
-        task = "language_modeling" if recipe.data.name == "text" else "classification"
+        task = data_task(recipe.data)
         key, form = METRICS[task]
         values = [results[fw][key] for fw in FRAMEWORKS]
         cells = [form.format(v) for v in values]
