@@ -288,17 +288,40 @@ def import_(src: Path, out: Path, format_: str | None, architecture: str | None,
 
 @main.command("export")
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "format_", required=True, help="The target layout (torchvision, timm, ...).")
+@click.option(
+    "--format",
+    "format_",
+    required=True,
+    help="A deployment format (onnx, savedmodel, torch-export) or a weight layout (torchvision, "
+    "timm, hf...).",
+)
 @click.option(
     "--out",
     required=True,
     type=click.Path(path_type=Path),
-    help="A .safetensors or .pth/.pt file, or a directory (model.safetensors + config.json).",
+    help="onnx: a .onnx file; savedmodel: a directory; torch-export: a .pt2 file. Weight layouts: a "
+    ".safetensors or .pth/.pt file, or a directory (model.safetensors + config.json).",
+)
+@click.option(
+    "--framework",
+    type=click.Choice(["lightning", "torch", "keras"]),
+    default=None,
+    help="The twin an onnx file is made from (default: the checkpoint's); savedmodel is Keras', "
+    "torch-export torch's.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace existing files at --out.")
 @user_errors
-def export(checkpoint: Path, format_: str, out: Path, overwrite: bool) -> None:
-    """A zoo checkpoint -> a foreign layout, read back and checked bit for bit."""
+def export(checkpoint: Path, format_: str, out: Path, framework: str | None, overwrite: bool) -> None:
+    """A zoo checkpoint -> a deployable model (run and checked against the training model) or a
+    foreign weight layout (read back and checked bit for bit)."""
+    from zoo.deploy import FORMATS, export_model
+
+    if format_ in FORMATS:
+        report = export_model(checkpoint, format_, out, framework=framework, overwrite=overwrite)
+        click.echo(report.summary())
+        return
+    if framework is not None:
+        raise click.UsageError(f"--framework is for the formats {', '.join(FORMATS)}, not {format_!r}")
     from zoo.interchange import export_checkpoint
 
     path = export_checkpoint(checkpoint, format_, out, overwrite=overwrite)
