@@ -211,7 +211,8 @@ class RunDir:
         return [
             f"{key}: {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
             for key in sorted(before.keys() | now.keys())
-            if before.get(key) != now.get(key)
+            # Where the curves go changes nothing the states were trained with.
+            if before.get(key) != now.get(key) and not key.startswith("tracking.")
         ]
 
     @staticmethod
@@ -235,7 +236,13 @@ class RunDir:
         return self.path / "summary.json"
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        """The run's end record: ``status`` (``finished`` unless said otherwise) and what it
+        reached. A run that logs to MLflow closes its MLflow run here, checkpoint included."""
+        from zoo.tracking import finish_mlflow
+
+        summary = {"status": "finished", **summary}
         self.summary.write_text(json.dumps(summary, indent=2) + "\n")
+        finish_mlflow(self.path, summary)
 
     def read_summary(self) -> dict[str, Any]:
         try:
@@ -385,5 +392,8 @@ def record_stop(run: RunDir | None, error: BaseException) -> None:
         kept = f"its last finite state is kept ({last})" if last else "no state was saved before"
         log.error(f"run {run.path} diverged at step {error.step}; {kept}")
         return
+    from zoo.tracking import finish_mlflow
+
+    finish_mlflow(run.path, {"status": "interrupted"})  # an MLflow run says KILLED; resume reopens it
     if last is not None:
         log.error(f"the run stopped ({type(error).__name__}); its last state is kept: zoo resume {run.path}")

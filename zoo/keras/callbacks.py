@@ -11,14 +11,17 @@ import keras
 
 from zoo import state
 from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights
+from zoo.tracking import Tracker, open_tracker, step_scalars
 
 
 class EpochMetrics(keras.callbacks.Callback):
-    """One CSV row per epoch, in the columns the Lightning side writes too."""
+    """One CSV row per epoch, in the columns the Lightning side writes too; the tracker
+    (TensorBoard, MLflow) gets the same row."""
 
-    def __init__(self, log: MetricsLog):
+    def __init__(self, log: MetricsLog, tracker: Tracker | None = None):
         super().__init__()
         self.metrics_log = log
+        self.tracker = tracker
         self.started = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -35,6 +38,12 @@ class EpochMetrics(keras.callbacks.Callback):
         row["lr"] = float(optimizer.learning_rate)  # the rate of the next update
         row["epoch_seconds"] = time.perf_counter() - self.started
         self.metrics_log.append(row)
+        if self.tracker is not None:
+            self.tracker.epoch(row)
+
+    def on_train_end(self, logs=None):
+        if self.tracker is not None:
+            self.tracker.flush()
 
 
 def training_optimizer(model):
@@ -156,3 +165,119 @@ class SaveState(BatchCounter):
 
     def on_epoch_end(self, epoch, logs=None):
         self.save()
+
+
+class TensorBoardWriter:
+    """``tf.summary`` on ``run/tb`` with zoo's tags: Keras' own TensorBoard callback names the
+    same quantities ``epoch_loss`` under ``train/`` and ``validation/`` folders, which would
+    not sit on the Lightning run's cards."""
+
+    def __init__(self, folder: Path):
+        import tensorflow as tf
+
+        self.writer = tf.summary.create_file_writer(str(folder))
+
+    def write(self, scalars: dict[str, float], step: int) -> None:
+        import tensorflow as tf
+
+        with self.writer.as_default(step=step):
+            for tag, value in scalars.items():
+                tf.summary.scalar(tag, value)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+
+def track_gradient_norm(optimizer, every_n_steps: int, strategy=None):
+    """A variable holding the global L2 norm of the gradients the optimizer last updated with,
+    before clipping; computed inside the training step only before a step that is logged.
+
+    Keras hands the (accumulated, unscaled) gradients of every optimizer step to
+    ``_clip_gradients`` and to nothing a callback sees, so the norm is taken there.
+    """
+    from keras import ops
+
+    from zoo.keras.optimizers import Float32State
+
+    if getattr(optimizer, "_zoo_grad_norm", None) is not None:  # a second fit() of one run
+        return optimizer._zoo_grad_norm
+    import contextlib
+
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        norm = keras.Variable(
+            0.0, dtype="float32", trainable=False, name="zoo_grad_norm", aggregation="only_first_replica"
+        )
+    clip = optimizer._clip_gradients
+    accumulate = optimizer.gradient_accumulation_steps or 1
+
+    def measure(grads):
+        dense = [Float32State.dense(g, "float32") for g in grads if g is not None]
+        return ops.sqrt(ops.sum(ops.stack([ops.sum(ops.square(g)) for g in dense])))
+
+    def clip_and_measure(grads):
+        upcoming = (ops.convert_to_tensor(optimizer._iterations) + 1) // accumulate  # this update's step
+        logged = ops.equal(ops.mod(upcoming, every_n_steps), 0)
+        norm.assign(ops.cond(logged, lambda: measure(grads), lambda: ops.convert_to_tensor(norm.value)))
+        return clip(grads)
+
+    optimizer._clip_gradients = clip_and_measure
+    optimizer._zoo_grad_norm = norm
+    return norm
+
+
+class StepScalars(BatchCounter):
+    """Loss, learning rate, gradient norm and samples/s every ``tracking.log_every_n_steps``
+    optimizer steps, with the tags the Lightning side writes."""
+
+    def __init__(self, tracker: Tracker, batch_size: int, samples_per_epoch: int):
+        super().__init__()
+        self.tracker, self.batch_size, self.samples = tracker, batch_size, samples_per_epoch
+        self.grad_norm = None
+        self.mean, self.weight = 0.0, 0  # the epoch's running loss mean, and the samples it is over
+        self.losses: list[float] = []
+        self.window_started, self.window_samples = time.perf_counter(), 0
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        optimizer = training_optimizer(self.model)
+        strategy = getattr(self.model, "distribute_strategy", None)
+        self.grad_norm = track_gradient_norm(optimizer, self.tracker.every_n_steps, strategy)
+        self.window_started, self.window_samples = time.perf_counter(), 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.mean, self.weight = 0.0, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        steps, at_step_end = self.count_batch()
+        # Keras logs the epoch's running mean weighted by batch size; the last batch of an
+        # epoch is the short one. This batch's own loss comes out of two consecutive means.
+        last = batch + 1 == self.params.get("steps")
+        size = self.samples - (math.ceil(self.samples / self.batch_size) - 1) * self.batch_size
+        size = size if last else self.batch_size
+        mean = float((logs or {}).get("loss", 0.0))
+        weight = self.weight + size
+        self.losses.append((mean * weight - self.mean * self.weight) / size)
+        self.mean, self.weight = mean, weight
+        self.window_samples += size
+        if not at_step_end:  # Keras carries an unfinished accumulation into the next epoch
+            return
+        losses, self.losses = self.losses, []
+        if not self.tracker.wants_step(steps):
+            return
+        now = time.perf_counter()
+        optimizer = training_optimizer(self.model)
+        lr = float(optimizer.learning_rate)  # the rate of the next update, as the CSV's
+        rate = self.window_samples / (now - self.window_started)
+        norm = float(self.grad_norm.numpy())
+        self.tracker.step(steps, step_scalars(sum(losses) / len(losses), lr, norm, rate))
+        self.window_started, self.window_samples = now, 0
+
+
+def tracking_callbacks(recipe, run_dir: Path, metrics_log: MetricsLog, samples_per_epoch: int) -> list:
+    """The callbacks that write a run's curves: the CSV, and TensorBoard / MLflow as the
+    recipe's ``tracking`` section asks (zoo.tracking opens them before the first step)."""
+    tracker = open_tracker(recipe, run_dir, samples_per_epoch, TensorBoardWriter)
+    callbacks: list = [EpochMetrics(metrics_log, tracker)]
+    if tracker is not None and tracker.writer is not None:
+        callbacks.append(StepScalars(tracker, recipe.data.batch_size, samples_per_epoch))
+    return callbacks

@@ -148,7 +148,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     import keras
 
     from zoo.initial_weights import initial_tensors
-    from zoo.keras.callbacks import EpochMetrics, SaveState, StopOnNonFiniteLoss, load_state
+    from zoo.keras.callbacks import SaveState, StopOnNonFiniteLoss, load_state, tracking_callbacks
     from zoo.keras.data import eval_dataset, train_dataset
     from zoo.keras.optimizers import build_optimizer
     from zoo.keras.precision import build_keras
@@ -187,7 +187,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     callbacks = [StopOnNonFiniteLoss()]
     if run:
         log = MetricsLog(run.metrics, dataset.task, append=resume is not None)
-        callbacks.append(EpochMetrics(log))
+        callbacks += tracking_callbacks(recipe, run.path, log, len(dataset.train))  # CSV, TensorBoard, MLflow
     run_path = run.path if run else None
     if run_path is not None:
         callbacks.append(

@@ -10,13 +10,16 @@ import lightning as L
 
 from zoo import state
 from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights
+from zoo.tracking import Tracker, step_scalars
 
 
 class EpochMetrics(L.Callback):
-    """One CSV row per epoch, in the columns the Keras side writes too."""
+    """One CSV row per epoch, in the columns the Keras side writes too; the tracker (TensorBoard,
+    MLflow) gets the same row."""
 
-    def __init__(self, log: MetricsLog | None):
+    def __init__(self, log: MetricsLog | None, tracker: Tracker | None = None):
         self.metrics_log = log
+        self.tracker = tracker
         self.started = 0.0
 
     def on_train_epoch_start(self, trainer, pl_module):
@@ -32,6 +35,103 @@ class EpochMetrics(L.Callback):
         row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
         row["epoch_seconds"] = time.perf_counter() - self.started
         self.metrics_log.append(row)
+        if self.tracker is not None:
+            self.tracker.epoch(row)
+
+    def on_train_end(self, trainer, pl_module):
+        if self.tracker is not None and trainer.is_global_zero:
+            self.tracker.flush()
+
+
+class TensorBoardWriter:
+    """Lightning's TensorBoardLogger on ``run/tb`` (no version subfolders: one run, one folder),
+    written to by zoo's callbacks with zoo's tags; the Trainer itself keeps ``logger=False``, so
+    the task's ``self.log`` names and Lightning's per-step logger bookkeeping stay out of it."""
+
+    def __init__(self, folder: Path):
+        self.logger = tensorboardx_logger(folder)
+
+    def write(self, scalars: dict[str, float], step: int) -> None:
+        self.logger.log_metrics(scalars, step=step)
+
+    def flush(self) -> None:
+        self.logger.experiment.flush()
+
+
+def tensorboardx_logger(folder: Path):
+    """A TensorBoardLogger that writes with tensorboardX, which Lightning only falls back to.
+
+    Lightning prefers ``torch.utils.tensorboard`` when the ``tensorboard`` package is installed
+    (it is: it is the viewer), and that writer imports the whole of TensorFlow through
+    ``tensorboard.compat`` when TensorFlow is installed (it is): 3.7 s and TensorFlow's thread
+    pools in a torch process, to write a few scalars. tensorboardX writes the same event files
+    without it.
+    """
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+    class TensorBoardXLogger(TensorBoardLogger):
+        @property
+        @rank_zero_experiment
+        def experiment(self):
+            if self._experiment is None:
+                from tensorboardX import SummaryWriter
+
+                self._experiment = SummaryWriter(log_dir=self.log_dir, **self._kwargs)
+            return self._experiment
+
+    return TensorBoardXLogger(
+        save_dir=str(folder.parent), name=folder.name, version="", default_hp_metric=False
+    )
+
+
+class StepScalars(L.Callback):
+    """Loss, learning rate, gradient norm and samples/s every ``tracking.log_every_n_steps``
+    optimizer steps. The gradient norm is computed only before a step that is logged."""
+
+    def __init__(self, tracker: Tracker, batch_size: int):
+        self.tracker, self.batch_size = tracker, batch_size
+        self.losses: list[float] = []  # this optimizer step's batch losses
+        self.grad_norm: float | None = None
+        self.window_started, self.window_samples = time.perf_counter(), 0
+
+    def on_train_start(self, trainer, pl_module):
+        self.window_started, self.window_samples = time.perf_counter(), 0
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        # Lightning calls this after unscaling (16-mixed) and before clipping: the norm
+        # clip_grad_norm_ would see.
+        if not self.tracker.wants_step(trainer.global_step + 1):
+            return
+        import torch
+
+        norms = [p.grad.detach().float().norm() for p in pl_module.parameters() if p.grad is not None]
+        self.grad_norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        accumulate = trainer.accumulate_grad_batches
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        # Lightning hands back the loss divided by the accumulation (what it backpropagates).
+        self.losses.append(float(loss) * accumulate)
+        self.window_samples += _batch_size(batch, self.batch_size)
+        if (batch_idx + 1) % accumulate and not trainer.is_last_batch:
+            return
+        step, losses = trainer.global_step, self.losses
+        self.losses = []
+        if not self.tracker.wants_step(step) or not trainer.is_global_zero:
+            return
+        now = time.perf_counter()
+        rate = self.window_samples * trainer.world_size / (now - self.window_started)
+        lr = trainer.optimizers[0].param_groups[0]["lr"]  # the rate of the next update, as the CSV's
+        self.tracker.step(step, step_scalars(sum(losses) / len(losses), lr, self.grad_norm, rate))
+        self.grad_norm = None
+        self.window_started, self.window_samples = now, 0
+
+
+def _batch_size(batch, default: int) -> int:
+    """Samples in a batch (its last tensor holds the labels): an epoch's last batch is smaller."""
+    labels = batch[-1] if isinstance(batch, list | tuple) else batch
+    return int(labels.shape[0]) if hasattr(labels, "shape") else default
 
 
 class StopOnNonFiniteLoss(L.Callback):

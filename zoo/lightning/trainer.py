@@ -17,11 +17,19 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, resolve_accelerator
 from zoo.initial_weights import seeded_torch_model
-from zoo.lightning.callbacks import EpochMetrics, ResumePosition, SaveState, StopOnNonFiniteLoss
+from zoo.lightning.callbacks import (
+    EpochMetrics,
+    ResumePosition,
+    SaveState,
+    StepScalars,
+    StopOnNonFiniteLoss,
+    TensorBoardWriter,
+)
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
 from zoo.runs import MetricsLog, RunDir
 from zoo.schedule import lr_table, optimizer_steps
+from zoo.tracking import open_tracker
 from zoo.weights import decay_exempt_tensors
 
 # zoo's loaders index whole batches in the main process on purpose: workers would only
@@ -140,12 +148,17 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     pin = accelerator == "gpu"  # decoded image batches go to the GPU from page-locked memory
     train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, pin)
     run_path = run.path if run else Path(os.environ.get("ZOO_RUN_DIR", "."))
+    # Before the first step: a tracking store that refuses the run fails it now.
+    tracker = open_tracker(recipe, run.path if run else None, len(dataset.train), TensorBoardWriter)
     callbacks = [
         # tqdm refreshed every few steps: Lightning's default Rich bar costs more per step
         # than a small model's step takes.
         *([TQDMProgressBar(refresh_rate=20)] if trainer_cfg.progress_bar else []),
-        EpochMetrics(MetricsLog(run.metrics, dataset.task, append=resume is not None) if run else None),
+        EpochMetrics(
+            MetricsLog(run.metrics, dataset.task, append=resume is not None) if run else None, tracker
+        ),
         StopOnNonFiniteLoss(),
+        *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
         ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
         SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
     ]
@@ -161,7 +174,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         gradient_clip_algorithm="norm" if trainer_cfg.gradient_clip_norm else None,
         deterministic=trainer_cfg.deterministic,
         use_distributed_sampler=False,  # zoo's sampler shards the one seeded order itself
-        logger=False,
+        logger=False,  # TensorBoard/MLflow are written by zoo's callbacks, in zoo's tags (zoo.tracking)
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=trainer_cfg.progress_bar,

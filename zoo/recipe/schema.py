@@ -2,7 +2,7 @@
 recipe reads the recipe (and checks that the files it names exist), never the machine.
 
 Sections: ``model`` (a family config, chosen by ``architecture``, which may also name a
-preset), ``data``, ``optimizer``, ``schedule``, ``trainer``, ``init``, ``export``.
+preset), ``data``, ``optimizer``, ``schedule``, ``trainer``, ``init``, ``export``, ``tracking``.
 Unknown keys are errors everywhere, and a combination that cannot work is refused with
 the field, the value and what would, so a recipe never asks for something that is
 silently ignored. What needs the machine (a GPU for float16) is checked when a run
@@ -270,6 +270,42 @@ class ExportConfig(Section):
     )
 
 
+# -------------------------------------------------------------------------- tracking
+
+
+def _mlflow_switch(value: Any) -> Any:
+    """``mlflow: true`` is short for ``mlflow: {enabled: true}``."""
+    return {"enabled": value} if isinstance(value, bool) else value
+
+
+class MlflowConfig(Section):
+    """An MLflow run per training run: the resolved recipe as params, the per-epoch metrics, the
+    test metrics and the exported checkpoint as an artifact. Needs ``pip install 'zoo[mlflow]'``."""
+
+    enabled: bool = Field(False, description="Log the run to MLflow too (off by default).")
+    tracking_uri: str | None = Field(
+        None,
+        description="Any MLflow tracking URI (sqlite:///..., http://..., databricks); default "
+        "sqlite:///<export.dir>/mlflow.db, with artifacts under <export.dir>/mlartifacts.",
+    )
+    experiment: str | None = Field(None, description="MLflow experiment name; default the recipe's name.")
+
+
+class TrackingConfig(Section):
+    """Where a run's curves go besides ``metrics.csv`` (which is always written)."""
+
+    tensorboard: bool = Field(
+        True,
+        description="TensorBoard event files under <run folder>/tb, one tag vocabulary in both frameworks.",
+    )
+    log_every_n_steps: PositiveInt = Field(
+        50,
+        description="Per-step scalars (loss, learning rate, gradient norm, samples/s) every N optimizer "
+        "steps; each costs a device sync, so a small model's step notices a low N.",
+    )
+    mlflow: Annotated[MlflowConfig, BeforeValidator(_mlflow_switch)] = Field(default_factory=MlflowConfig)
+
+
 # ---------------------------------------------------------------------------- recipe
 
 
@@ -312,6 +348,7 @@ class Recipe(Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     init: InitConfig = Field(default_factory=InitConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="before")
     @classmethod
