@@ -6,8 +6,11 @@ paragraph on stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
+import os
 import sys
 import typing
 from pathlib import Path
@@ -66,6 +69,47 @@ framework_option = click.option(
     "--framework", type=click.Choice(["lightning", "torch", "keras"]), default=None,
     help="Framework to run in (default: the recipe's trainer.framework).",
 )  # fmt: skip
+quiet_option = click.option(
+    "-q", "--quiet", is_flag=True,
+    help="No progress bars or messages: only the result (errors still on stderr).",
+)  # fmt: skip
+json_option = click.option(
+    "--json", "as_json", is_flag=True,
+    help="Print one JSON document on stdout and nothing else there (progress goes to stderr).",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def script_output(quiet: bool, as_json: bool):
+    """Keep stdout for the result while a command works.
+
+    With ``--json`` whatever else would reach stdout (Lightning's and Keras' progress bars, a
+    library's prints, C++ logging) goes to stderr, at the file-descriptor level too, so a
+    script can parse stdout; with ``--quiet`` it is dropped, and zoo's messages below warnings.
+    """
+    if not (quiet or as_json):
+        yield
+        return
+    if quiet:
+        logging.getLogger("zoo").setLevel(logging.WARNING)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # read when TensorFlow loads
+    sink = open(os.devnull, "w") if quiet else sys.stderr  # noqa: SIM115 (closed below)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(sink.fileno() if quiet else 2, 1)
+    try:
+        with contextlib.redirect_stdout(sink):
+            yield
+    finally:
+        sink.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        if quiet:
+            sink.close()
+
+
+def _json(document) -> None:
+    click.echo(json.dumps(document, indent=2, default=str))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,12 +126,16 @@ def main() -> None:
 
 
 @main.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def list_(as_json: bool) -> None:
+@json_option
+@quiet_option
+def list_(as_json: bool, quiet: bool) -> None:
     """The registered architectures and presets."""
     entries = registry.list_architectures()
     if as_json:
         click.echo(json.dumps([e.__dict__ for e in entries], indent=2))
+        return
+    if quiet:
+        click.echo("\n".join(e.name for e in entries))
         return
     rows = [("NAME", "FAMILY", "KIND", "TASKS", "PARAMS", "FRAMEWORKS")]
     rows += [
@@ -146,11 +194,15 @@ def schema(output: Path | None) -> None:
 @click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
 @framework_option
 @overrides_option
+@quiet_option
+@json_option
 @user_errors
-def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> None:
+def train(
+    recipe: Path, framework: str | None, overrides: tuple[str, ...], quiet: bool, as_json: bool
+) -> None:
     """Train a recipe, evaluate on its test split, export the common checkpoint."""
-
-    _train(load_recipe(recipe, overrides), framework)
+    quiet_bar = ["trainer.progress_bar=false"] if quiet else []
+    _train(load_recipe(recipe, [*overrides, *quiet_bar]), framework, quiet, as_json)
 
 
 @main.command()
@@ -162,41 +214,60 @@ def train(recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> No
 @click.option("--head-lr", type=click.FloatRange(min=0, min_open=True), help="The head's own learning rate.")
 @framework_option
 @overrides_option
+@quiet_option
+@json_option
 @user_errors
 def finetune(
-    recipe: Path, source: Path, freeze_backbone: bool, reset_head: bool, head_lr, framework, overrides
-):
+    recipe: Path, source: Path, freeze_backbone: bool, reset_head: bool, head_lr, framework, overrides,
+    quiet: bool, as_json: bool,
+):  # fmt: skip
     """Train a recipe starting from a checkpoint (new head where the data changes its shape)."""
     extra = [f"init.from={source}"]
     extra += ["init.freeze_backbone=true"] if freeze_backbone else []
     extra += ["init.reset_head=true"] if reset_head else []
     extra += [f"init.head_lr={head_lr}"] if head_lr else []
-    _train(load_recipe(recipe, [*overrides, *extra]), framework)
+    extra += ["trainer.progress_bar=false"] if quiet else []
+    _train(load_recipe(recipe, [*overrides, *extra]), framework, quiet, as_json)
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Continue although the run's recipe.yaml was edited.")
+@quiet_option
+@json_option
 @user_errors
-def resume(run_dir: Path, force: bool) -> None:
+def resume(run_dir: Path, force: bool, quiet: bool, as_json: bool) -> None:
     """Continue an interrupted run from its newest saved state."""
     from zoo.api import resume as resume_run
 
-    _report(resume_run(run_dir, force=force))
+    with script_output(quiet, as_json):
+        result = resume_run(run_dir, force=force)
+    _report(result, quiet, as_json)
 
 
-def _train(resolved, framework: str | None) -> None:
+def _train(resolved, framework: str | None, quiet: bool = False, as_json: bool = False) -> None:
     from zoo.api import train as run_training
 
-    _report(run_training(resolved, framework))
+    with script_output(quiet, as_json):
+        result = run_training(resolved, framework)
+    _report(result, quiet, as_json)
 
 
-def _report(result) -> None:
+def _report(result, quiet: bool = False, as_json: bool = False) -> None:
     from zoo.runs import is_primary_process
 
     if not is_primary_process():
         return  # the other ranks of a data-parallel run: rank 0 reports
     metrics = result.metrics
+    if as_json:
+        _json({
+            "run_dir": str(result.run_dir), "checkpoint": str(result.checkpoint),
+            "framework": result.framework, "metrics": metrics,
+        })  # fmt: skip
+        return
+    if quiet:
+        click.echo(str(result.checkpoint))
+        return
     click.echo()
     click.echo(f"{result.run_dir.name} ({result.framework}): " + ", ".join(
         f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith("test_")
@@ -211,12 +282,21 @@ def _report(result) -> None:
               help="The recipe whose data's test split is used.")  # fmt: skip
 @framework_option
 @overrides_option
+@quiet_option
+@json_option
 @user_errors
-def evaluate(checkpoint: Path, recipe: Path, framework: str | None, overrides: tuple[str, ...]) -> None:
+def evaluate(
+    checkpoint: Path, recipe: Path, framework: str | None, overrides: tuple[str, ...], quiet: bool,
+    as_json: bool,
+) -> None:  # fmt: skip
     """Metrics of a checkpoint on a recipe's test split, in either framework."""
     from zoo.api import evaluate as run_evaluation
 
-    metrics = run_evaluation(checkpoint, recipe, framework or "lightning", overrides)
+    with script_output(quiet, as_json):
+        metrics = run_evaluation(checkpoint, recipe, framework or "lightning", overrides)
+    if as_json:
+        _json(metrics)
+        return
     click.echo(", ".join(f"{k} {v:.6g}" for k, v in sorted(metrics.items())))
 
 
@@ -251,16 +331,29 @@ def sample(
 @click.option("--speed-steps", default=50, show_default=True, type=click.IntRange(0),
               help="Timed training steps per framework; 0 skips speed and memory.")  # fmt: skip
 @overrides_option
+@quiet_option
+@json_option
 @user_errors
-def compare(recipe: Path, steps: int, out: Path | None, speed_steps: int, overrides: tuple[str, ...]) -> None:
+def compare(
+    recipe: Path, steps: int, out: Path | None, speed_steps: int, overrides: tuple[str, ...], quiet: bool,
+    as_json: bool,
+) -> None:  # fmt: skip
     """Both frameworks from the same init on the same batches: parity, speed and memory.
 
     Exits 1 when a parity section DIFFERS (the report says at which tensor or step).
     """
     from zoo.compare import compare as run_compare
 
-    result = run_compare(load_recipe(recipe, overrides), steps=steps, out=out, speed_steps=speed_steps)
-    click.echo(result.text)
+    with script_output(quiet, as_json):
+        result = run_compare(load_recipe(recipe, overrides), steps=steps, out=out, speed_steps=speed_steps)
+    if as_json:
+        files = {k: str(v) for k, v in result.files.items()}
+        _json({**result.report, "passed": result.passed, "files": files})
+    elif quiet:
+        verdicts = [line for line in result.text.splitlines() if line.startswith("verdict:")]
+        click.echo(verdicts[-1] if verdicts else ("PASS" if result.passed else "DIFFERS"))
+    else:
+        click.echo(result.text)
     if not result.passed:
         sys.exit(1)
 
@@ -330,15 +423,21 @@ def export(checkpoint: Path, format_: str, out: Path, framework: str | None, ove
 
 @main.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@json_option
+@quiet_option
 @user_errors
-def inspect(checkpoint: Path, as_json: bool) -> None:
+def inspect(checkpoint: Path, as_json: bool, quiet: bool) -> None:
     """A checkpoint's metadata and tensor table."""
     from zoo.api import inspect_checkpoint
 
     info = inspect_checkpoint(checkpoint)
     if as_json:
         click.echo(json.dumps(info, indent=2))
+        return
+    if quiet:
+        meta = info["metadata"]
+        what = meta.get("preset") or meta.get("architecture", "?")
+        click.echo(f"{checkpoint}: {what}, {meta.get('task', '?')}, {len(info['tensors'])} tensors")
         return
     for key, value in info["metadata"].items():
         if key == "recipe":
@@ -353,6 +452,127 @@ def inspect(checkpoint: Path, as_json: bool) -> None:
     _table(rows)
     total = sum(_prod(s) for _, s, _ in info["tensors"])
     click.echo(f"\n{len(info['tensors'])} tensors, {total:,} values")
+
+
+dir_option = click.option(
+    "--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=Path("checkpoints"),
+    show_default=True, help="The export directory the runs are in (a recipe's export.dir).",
+)  # fmt: skip
+
+
+@main.group(invoke_without_command=True)
+@dir_option
+@click.option("--framework", type=click.Choice(["lightning", "torch", "keras"]), default=None,
+              help="Only the runs of this framework.")  # fmt: skip
+@click.option("--architecture", default=None, help="Only the runs of this architecture or preset.")
+@click.option("--status", type=click.Choice(["finished", "interrupted", "diverged", "running", "damaged"]),
+              default=None, help="Only the runs in this state.")  # fmt: skip
+@json_option
+@quiet_option
+@click.pass_context
+@user_errors
+def runs(ctx, root: Path, framework, architecture, status, as_json: bool, quiet: bool) -> None:
+    """The runs under an export directory: status, best validation metric, duration, checkpoint.
+
+    `zoo runs show RUN` prints one run's recipe, metrics and the commands that take it further.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from zoo.recipe import normalize_framework
+    from zoo.runs import find_runs
+
+    found = find_runs(root)
+    if framework:
+        found = [r for r in found if r.framework == normalize_framework(framework)]
+    if architecture:
+        found = [r for r in found if architecture in (r.architecture, r.recipe)]
+    if status:
+        found = [r for r in found if r.status == status]
+    if as_json:
+        _json([r.to_dict() for r in found])
+        return
+    if quiet:
+        for run in found:
+            click.echo(str(run.path))
+        return
+    if not found:
+        click.echo(f"no runs under {root}" + (" that match" if framework or architecture or status else ""))
+        return
+    rows = [("RUN", "STATUS", "RECIPE", "FRAMEWORK", "ARCHITECTURE", "EPOCHS", "BEST", "TIME", "CHECKPOINT")]
+    for run in found:
+        best = f"{run.best[0]} {run.best[1]:.4g} (ep {run.best[2]})" if run.best else "-"
+        status_text = run.status if not run.problems else f"{run.status}: {'; '.join(run.problems)}"
+        rows.append((
+            run.path.name, status_text, run.recipe or "?", run.framework or "?", run.architecture or "?",
+            str(run.epochs), best, _duration(run.seconds), "yes" if run.checkpoint else "-",
+        ))  # fmt: skip
+    _table(rows)
+
+
+@runs.command("show")
+@click.argument("run")
+@dir_option
+@json_option
+@user_errors
+def runs_show(run: str, root: Path, as_json: bool) -> None:
+    """One run: its resolved recipe, its metrics and the commands that resume, evaluate, sample
+    or fine-tune it."""
+    from zoo.runs import RunDir, next_commands, read_run, resolve_run
+
+    info = read_run(resolve_run(run, root))
+    summary = RunDir(info.path).read_summary()
+    commands = next_commands(info)
+    recipe_file = info.path / "recipe.yaml"
+    recipe_text = recipe_file.read_text(errors="replace") if recipe_file.is_file() else None
+    if as_json:
+        _json({**info.to_dict(), "summary": summary, "recipe_yaml": recipe_text, "commands": commands})
+        return
+    click.echo(f"run {info.path}")
+    click.echo(f"status {info.status}" + (f" ({'; '.join(info.problems)})" if info.problems else ""))
+    what = ", ".join(str(v or "?") for v in (info.recipe, info.framework, info.architecture, info.task))
+    click.echo(f"recipe {what}")
+    click.echo(f"epochs {info.epochs}, time {_duration(info.seconds)}")
+    if info.best:
+        click.echo(f"best {info.best[0]} {info.best[1]:.6g} at epoch {info.best[2]}")
+    tested = {k: v for k, v in summary.get("metrics", {}).items() if k.startswith("test_")}
+    if tested:
+        click.echo("test " + ", ".join(f"{k.removeprefix('test_')} {v:.6g}" for k, v in tested.items()))
+    if summary.get("status") == "diverged":
+        click.echo(f"diverged at step {summary.get('step')}: {summary.get('error', '')}")
+    click.echo(f"checkpoint {info.checkpoint or '(none)'}")
+    if commands:
+        click.echo("\ncommands:")
+        width = max(len(name) for name in commands)
+        for name, command in commands.items():
+            click.echo(f"  {name.ljust(width)}  {command}")
+    if recipe_text is not None:
+        click.echo("\nrecipe.yaml:")
+        click.echo(recipe_text.rstrip())
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, rest = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{rest:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True)
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The PNG to write.")  # fmt: skip
+@dir_option
+@click.option("--title", default=None, help="A title over the figure.")
+@user_errors
+def plot(run_dirs: tuple[str, ...], out: Path, root: Path, title: str | None) -> None:
+    """Loss and metric curves of several runs on one figure (a Lightning and a Keras run of one
+    recipe overlay epoch for epoch). RUN is a run folder, or a run's name under --dir."""
+    from zoo.plot import plot_runs
+    from zoo.runs import resolve_run
+
+    written = plot_runs([resolve_run(run, root) for run in run_dirs], out, title)
+    click.echo(f"wrote {written}")
 
 
 def _prod(shape) -> int:
