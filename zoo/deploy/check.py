@@ -101,7 +101,8 @@ def staged(target: Path, overwrite: bool) -> Iterator[Path]:
     if target.exists() and not overwrite:
         raise ExportError(f"{target}: already exists; choose another --out or pass --overwrite")
     target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    # The suffix stays last: torch.export.load wants a name ending in .pt2.
+    temporary = target.with_name(f".{target.stem}.{os.getpid()}.tmp{target.suffix}")
     _remove(temporary)
     try:
         yield temporary
