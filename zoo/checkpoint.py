@@ -44,19 +44,26 @@ class NonFiniteTensors(RuntimeError):
 
 def check_finite(source: str | Path, tensors: dict[str, Any]) -> None:
     """Refuse ``tensors`` (numpy arrays or torch tensors) where a floating one holds NaN or inf."""
-    bad = []
-    for name, tensor in tensors.items():
-        if hasattr(tensor, "is_floating_point"):  # torch: no copy to numpy
-            if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
-                bad.append(name)
-        elif np.issubdtype(np.asarray(tensor).dtype, np.floating) and not np.isfinite(tensor).all():
-            bad.append(name)
+    bad = [name for name, tensor in tensors.items() if not _finite(tensor)]
     if bad:
         raise NonFiniteTensors(
             f"{source}: {len(bad)} of {len(tensors)} tensors hold NaN or infinite values ({_some(bad)}); "
             "the model diverged. Use a checkpoint from before (a run keeps its last finite state "
             "under state/) or train again with a lower optimizer.lr"
         )
+
+
+def _finite(tensor: Any) -> bool:
+    """A sum is NaN or infinite when any element is, and needs no temporary: the elementwise
+    test runs only where the sum is not finite (NaN, inf, or a finite overflow)."""
+    if hasattr(tensor, "is_floating_point"):  # torch: no copy to numpy
+        return (
+            not tensor.is_floating_point() or bool(tensor.sum().isfinite()) or bool(tensor.isfinite().all())
+        )
+    array = np.asarray(tensor)
+    if not np.issubdtype(array.dtype, np.floating):
+        return True
+    return bool(np.isfinite(array.sum()) or np.isfinite(array).all())
 
 
 @dataclass(frozen=True)
@@ -75,11 +82,59 @@ class Checkpoint:
         return default if text is None else json.loads(text)
 
     def tensors(self) -> dict[str, np.ndarray]:
+        """Every tensor, as stored (float32 or the export dtype), checked finite."""
         from safetensors.numpy import load_file
 
         tensors = load_file(self.path)
         check_finite(self.path, tensors)
         return tensors
+
+    def float32_tensors(self) -> dict[str, np.ndarray]:
+        """Every tensor in float32 (integers as stored), each in 64-byte aligned memory of its
+        own, read straight from the file with one copy: arrays a Keras load can hand over to
+        TensorFlow as they are."""
+        tensors = read_aligned(self.path)
+        tensors = {
+            k: v.astype(np.float32) if v.dtype.name in LOW_PRECISION else v for k, v in tensors.items()
+        }
+        check_finite(self.path, tensors)
+        return tensors
+
+
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
+    """A safetensors file's tensors, each read into its own aligned array (``readinto`` from the
+    page cache: one copy, no map left behind). ``read_checkpoint`` has already checked the
+    header; a file cut short since is refused here."""
+    from zoo.weights import aligned_empty
+
+    with open(path, "rb", buffering=0) as handle:
+        (length,) = np.frombuffer(handle.read(8), "<u8")
+        header = json.loads(handle.read(int(length)))
+        start = 8 + int(length)
+        tensors = {}
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+            if dtype == "bfloat16":
+                import ml_dtypes
+
+                dtype = ml_dtypes.bfloat16
+            array = aligned_empty(tuple(entry["shape"]), dtype)
+            begin, end = entry["data_offsets"]
+            handle.seek(start + begin)
+            target = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+            done = handle.readinto(target) if array.size else 0
+            while done < end - begin:
+                more = handle.readinto(target[done:])
+                if not more:
+                    raise CheckpointError(f"{path}: {name} is cut short; the file is truncated")
+                done += more
+            tensors[name] = array
+    return tensors
 
 
 # ------------------------------------------------------------------------------ write
@@ -187,7 +242,10 @@ def save_checkpoint(
     of the checkpoint mean nothing, so it travels in the metadata.
     """
     framework = framework_of(model)
-    tensors = model_tensors(model) if framework == "keras" else _torch_arrays(model, snapshot=False)
+    if framework == "keras":  # views of the variables where the layout is shared: written at once
+        tensors = keras_to_tensors(model, _weight_table(model), snapshot=False)
+    else:
+        tensors = _torch_arrays(model, snapshot=False)
     return write_checkpoint(
         path, model.zoo_config, tensors, framework=framework, recipe=recipe, metrics=metrics,
         vocab=vocab, dtype=dtype,
@@ -260,9 +318,7 @@ def load_tensors(model: Any, tensors: dict[str, np.ndarray]) -> None:
     config = model.zoo_config
     family = registry.get_family(config.architecture)
     # A bfloat16/float16 export goes back into float32 weights.
-    tensors = {
-        k: v.astype(np.float32) if v.dtype.name in ("bfloat16", "float16") else v for k, v in tensors.items()
-    }
+    tensors = {k: v.astype(np.float32) if v.dtype.name in LOW_PRECISION else v for k, v in tensors.items()}
     if framework_of(model) == "keras":
         tensors_to_keras(model, family.weight_table(config), tensors)
         return
@@ -384,8 +440,31 @@ def load_checkpoint(path: str | Path, framework: str = "lightning", architecture
     checkpoint = read_checkpoint(path, architecture)
     if framework == "lightning":
         return _load_torch(checkpoint)
-    model = checkpoint.family.build_keras(checkpoint.config)
-    load_tensors(model, checkpoint.tensors())
+    return _load_keras(checkpoint)
+
+
+def _load_keras(checkpoint: Checkpoint):
+    """The Keras twin without computing the initial weights the checkpoint overwrites (see
+    ``zoo.keras_skeleton``): ~2-3 s of TensorFlow random draws for gpt2. The tensors are read
+    into aligned memory of their own and handed to the variables (no second copy where the
+    layout is shared, one cache-blocked transpose where it is not). Where the build leaves a
+    variable or a random draw that the checkpoint does not overwrite, the twin is built the
+    ordinary way instead."""
+    from zoo import keras_skeleton
+    from zoo.weights import keras_layer
+
+    family, config = checkpoint.family, checkpoint.config
+    tensors = checkpoint.float32_tensors()
+    table = family.weight_table(config)
+    if keras_skeleton.available():
+        with keras_skeleton.initialisers_skipped() as skipped:
+            model = family.build_keras(config)
+        filled = (keras_layer(keras_layer(model, p.layer), v) for p in table for v in p.variables)
+        if skipped.covered_by(filled):
+            tensors_to_keras(model, table, tensors, handed_over=True)
+            return model
+    model = family.build_keras(config)
+    tensors_to_keras(model, table, tensors)
     return model
 
 

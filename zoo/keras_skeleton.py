@@ -1,0 +1,110 @@
+"""A Keras twin built without computing its initial weights: what loading a checkpoint needs.
+
+Keras 3 has no meta device: building a twin runs every initialiser (TensorFlow's random
+normal over 124M floats is ~2-3 s on two cores for gpt2) and a family's ``build`` may then
+draw some weights again (``keras.random.normal`` for GPT-2's residual projections), all to be
+overwritten by the checkpoint. Inside :func:`initialisers_skipped` a variable made from a
+``keras.initializers.Initializer`` gets uninitialised memory instead, and ``keras.random``'s
+``normal``/``uniform``/``truncated_normal`` return uninitialised tensors, recorded. The model
+is only usable if the checkpoint then overwrites every such variable: :meth:`Skipped.covered_by`
+says so, and the caller builds the ordinary way when it does not (as ``_load_torch`` does
+when meta tensors are left). Seed generators' states (plain callables, not Initializers)
+are initialised as usual, so dropout draws what an ordinary build would.
+
+The patches reach into Keras' TensorFlow ``Variable`` (private API, checked at entry: a
+Keras without it builds the ordinary way) and are not thread-safe: a load builds in one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+RANDOM_DRAWS = ("normal", "uniform", "truncated_normal")
+
+
+@dataclass
+class Skipped:
+    """What a skeleton build left without values: variables and random draws (by ``id``)."""
+
+    variables: dict[int, Any] = field(default_factory=dict)
+    draws: dict[int, Any] = field(default_factory=dict)  # id -> tensor, kept alive so ids stay unique
+    assigned_draws: set[int] = field(default_factory=set)
+    randomised: dict[int, Any] = field(default_factory=dict)  # variables given a recorded draw
+
+    def covered_by(self, variables: Iterator[Any]) -> bool:
+        """True when ``variables`` (those the checkpoint fills) include every variable left
+        without values and every draw went into one of them (a draw kept anywhere else, a
+        buffer computed from it, would stay garbage)."""
+        filled = {id(v) for v in variables}
+        return (
+            set(self.variables) <= filled
+            and set(self.randomised) <= filled
+            and set(self.draws) == self.assigned_draws
+        )
+
+
+def available() -> bool:
+    """Keras on TensorFlow with the private hooks this module patches."""
+    try:
+        import keras
+        from keras.src.backend.common.variables import Variable as CommonVariable
+        from keras.src.backend.tensorflow.core import Variable
+    except ImportError:
+        return False
+    return (
+        keras.backend.backend() == "tensorflow"
+        and hasattr(Variable, "_initialize_with_initializer")
+        and hasattr(Variable, "_initialize")
+        and hasattr(CommonVariable, "assign")
+        and all(hasattr(keras.random, name) for name in RANDOM_DRAWS)
+    )
+
+
+@contextlib.contextmanager
+def initialisers_skipped() -> Iterator[Skipped]:
+    """Build Keras models whose initial weights are not computed; yields the record."""
+    import keras
+    import tensorflow as tf
+    from keras.src.backend.common.variables import Variable as CommonVariable
+    from keras.src.backend.tensorflow.core import Variable
+
+    skipped = Skipped()
+    initialise, assign = Variable._initialize_with_initializer, CommonVariable.assign
+    draws = {name: getattr(keras.random, name) for name in RANDOM_DRAWS}
+
+    def empty(shape, dtype) -> Any:
+        shape = [int(s) for s in shape]
+        return tf.raw_ops.Empty(shape=shape, dtype=tf.as_dtype(dtype or keras.config.floatx()), init=False)
+
+    def skip_initialiser(self, initializer):
+        if not isinstance(initializer, keras.initializers.Initializer):
+            return initialise(self, initializer)  # seed generators' states and other callables
+        skipped.variables[id(self)] = self
+        self._initialize(lambda: empty(self._shape, self._dtype))  # as Keras: made eagerly
+        return None
+
+    def recorded_assign(self, value):
+        if id(value) in skipped.draws:
+            skipped.assigned_draws.add(id(value))
+            skipped.randomised[id(self)] = self
+        return assign(self, value)
+
+    def undrawn(shape, *args, dtype=None, **kwargs):
+        tensor = empty(shape, dtype)
+        skipped.draws[id(tensor)] = tensor
+        return tensor
+
+    Variable._initialize_with_initializer = skip_initialiser
+    CommonVariable.assign = recorded_assign
+    for name in RANDOM_DRAWS:
+        setattr(keras.random, name, undrawn)
+    try:
+        yield skipped
+    finally:
+        Variable._initialize_with_initializer = initialise
+        CommonVariable.assign = assign
+        for name, function in draws.items():
+            setattr(keras.random, name, function)
