@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,9 @@ EXPORTER = "keras.Model.export(format='onnx') (tf2onnx)"
 
 def export(model, ports: list[InputPort], path: Path) -> str:
     """Write the ONNX file to ``path``; returns the exporter used."""
+    quiet = logging.getLogger("tf2onnx")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # it logs the Erfc it cannot convert as an error; fixed below
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # tf2onnx reports every rewrite it makes
             model.export(
@@ -36,6 +40,8 @@ def export(model, ports: list[InputPort], path: Path) -> str:
             )  # fmt: skip
     except Exception as error:
         raise ExportError(f"Keras' ONNX export (tf2onnx) failed: {first_line(error)}") from None
+    finally:
+        quiet.setLevel(level)
     _replace_erfc(path)
     return EXPORTER
 
