@@ -436,7 +436,8 @@ def inspect(checkpoint: Path, as_json: bool, quiet: bool) -> None:
         return
     if quiet:
         meta = info["metadata"]
-        what = meta.get("preset") or meta.get("architecture", "?")
+        config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+        what = config.get("preset") or meta.get("architecture", "?")
         click.echo(f"{checkpoint}: {what}, {meta.get('task', '?')}, {len(info['tensors'])} tensors")
         return
     for key, value in info["metadata"].items():

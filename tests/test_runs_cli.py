@@ -1,0 +1,152 @@
+"""zoo runs, zoo runs show, zoo plot, and --json / --quiet for scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zoo.cli import main
+from zoo.runs import MetricsLog
+from zoo.state import state_path
+
+RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def fake_run(root: Path, name: str, framework: str = "lightning", epochs: int = 2, **summary) -> Path:
+    """A run folder as zoo writes it, without the training: recipe, metrics rows, summary."""
+    run = root / name
+    run.mkdir(parents=True)
+    model = "model:\n  architecture: cnn\n  preset: convnet-tiny\n"
+    run.joinpath("recipe.yaml").write_text(f"name: digits\n{model}trainer:\n  framework: {framework}\n")
+    log = MetricsLog(run / "metrics.csv", "classification")
+    for epoch in range(1, epochs + 1):
+        log.append({
+            "epoch": epoch, "step": 10 * epoch, "lr": 0.001, "train_loss": 2.0 / epoch,
+            "train_accuracy": 0.3 * epoch, "val_loss": 2.2 / epoch,
+            "val_accuracy": [0.5, 0.7, 0.6][epoch - 1], "epoch_seconds": 1.5,
+        })  # fmt: skip
+    if summary:
+        run.joinpath("summary.json").write_text(json.dumps(summary))
+    if summary.get("status", "finished") == "finished" and "metrics" in summary:
+        run.joinpath("model.safetensors").write_bytes(b"not read by zoo runs")
+    return run
+
+
+@pytest.fixture
+def export_dir(tmp_path):
+    root = tmp_path / "checkpoints"
+    tested = {"test_accuracy": 0.61, "test_loss": 1.1}
+    fake_run(root, "done-lightning", epochs=3, metrics=tested, total_seconds=75)
+    fake_run(root, "done-keras", framework="keras", metrics={"test_accuracy": 0.6}, total_seconds=9)
+    stopped = fake_run(root, "stopped-lightning", epochs=1)
+    state_path(stopped, 10, "ckpt").parent.mkdir()
+    state_path(stopped, 10, "ckpt").write_bytes(b"")
+    fake_run(root, "nan-keras", framework="keras", epochs=1, status="diverged", step=7, error="loss nan")
+    broken = root / "broken"
+    broken.mkdir()
+    broken.joinpath("summary.json").write_text("{ not json")
+    broken.joinpath("recipe.yaml").write_text("model: [unclosed")
+    (root / "compare-report").mkdir()  # not a run folder: not listed
+    return root
+
+
+def test_runs_lists_every_run_with_its_status(export_dir):
+    result = invoke("runs", "--dir", export_dir, "--json")
+    assert result.exit_code == 0, result.output
+    runs = {r["run"]: r for r in json.loads(result.stdout)}
+    assert {name: r["status"] for name, r in runs.items()} == {
+        "done-lightning": "finished", "done-keras": "finished", "stopped-lightning": "interrupted",
+        "nan-keras": "diverged", "broken": "damaged",
+    }  # fmt: skip
+    done = runs["done-lightning"]
+    assert done["best"] == {"metric": "val_accuracy", "value": 0.7, "epoch": 2}
+    assert done["framework"] == "lightning" and done["architecture"] == "convnet-tiny" and done["epochs"] == 3
+    assert done["seconds"] == 75 and done["checkpoint"].endswith("model.safetensors")
+    stopped = runs["stopped-lightning"]
+    assert stopped["seconds"] == pytest.approx(1.5) and stopped["checkpoint"] is None
+    assert "recipe.yaml does not read" in " ".join(runs["broken"]["problems"])
+
+
+def test_runs_table_and_filters(export_dir):
+    table = invoke("runs", "--dir", export_dir)
+    assert table.exit_code == 0 and "Traceback" not in table.output
+    assert "damaged: recipe.yaml does not read" in table.output and "val_accuracy 0.7 (ep 2)" in table.output
+    keras = invoke("runs", "--dir", export_dir, "--framework", "keras", "--quiet")
+    assert sorted(Path(p).name for p in keras.stdout.split()) == ["done-keras", "nan-keras"]
+    finished = invoke("runs", "--dir", export_dir, "--status", "finished", "--architecture", "convnet-tiny",
+        "-q"
+    )
+    assert sorted(Path(p).name for p in finished.stdout.split()) == ["done-keras", "done-lightning"]
+    assert "no runs under" in invoke("runs", "--dir", export_dir, "--status", "running").output
+
+
+def test_runs_show_says_how_to_go_on(export_dir):
+    done = invoke("runs", "show", "done-keras", "--dir", export_dir)
+    assert done.exit_code == 0, done.output
+    assert f"zoo evaluate {export_dir / 'done-keras' / 'model.safetensors'} --recipe" in done.output
+    assert "--framework keras" in done.output and "zoo finetune RECIPE --from" in done.output
+    assert "zoo resume" not in done.output and "test accuracy 0.6" in done.output
+    assert "recipe.yaml:\nname: digits" in done.output
+    stopped = invoke("runs", "show", export_dir / "stopped-lightning")
+    assert f"zoo resume {export_dir / 'stopped-lightning'}" in stopped.output
+    diverged = json.loads(invoke("runs", "show", "nan-keras", "--dir", export_dir, "--json").stdout)
+    assert diverged["status"] == "diverged" and "--force" in diverged["commands"]["resume"]
+    broken = invoke("runs", "show", "broken", "--dir", export_dir)
+    assert broken.exit_code == 0 and "damaged" in broken.output and "Traceback" not in broken.output
+    missing = invoke("runs", "show", "nope", "--dir", export_dir)
+    assert missing.exit_code == 2 and "nope is not a run folder" in missing.output
+
+
+def test_plot_overlays_runs(export_dir, tmp_path):
+    out = tmp_path / "figures" / "curves.png"
+    result = invoke("plot", "done-lightning", "done-keras", "--dir", export_dir, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == PNG
+    from matplotlib.image import imread
+
+    height, width = imread(out).shape[:2]
+    assert width > 2 * height  # one panel per quantity side by side: loss, accuracy, learning rate
+
+
+def test_plot_refuses_a_run_without_metrics(export_dir, tmp_path):
+    result = invoke("plot", "done-keras", "broken", "--dir", export_dir, "-o", tmp_path / "x.png")
+    assert result.exit_code == 2 and "broken has no metrics.csv" in result.output
+    assert not (tmp_path / "x.png").exists()
+    unknown = invoke("plot", "nothing-here", "--dir", export_dir, "-o", tmp_path / "x.png")
+    assert unknown.exit_code == 2 and "is not a run folder" in unknown.output
+
+
+def test_list_and_inspect_for_scripts():
+    names = invoke("list", "--quiet").stdout.split()
+    entries = json.loads(invoke("list", "--json").stdout)
+    assert names == [e["name"] for e in entries] and "convnet-tiny" in names
+
+
+def test_train_json_is_the_only_thing_on_stdout(tmp_path):
+    """The progress bar stays on (it goes to stderr); stdout parses as one JSON document, and
+    the run it names is then listed, shown and plotted."""
+    result = invoke(
+        "train", RECIPE, "--json", "--set", "model.architecture=convnet-tiny",
+        "--set", "trainer.max_epochs=1", "--set", "data.batch_size=128", "--set", f"export.dir={tmp_path}",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    run = Path(document["run_dir"])
+    assert document["framework"] == "lightning" and 0 <= document["metrics"]["test_accuracy"] <= 1
+    listed = json.loads(invoke("runs", "--dir", tmp_path, "--json").stdout)
+    assert [(r["run"], r["status"], r["epochs"]) for r in listed] == [(run.name, "finished", 1)]
+    assert (run / "tb").is_dir()
+    shown = invoke("runs", "show", run)
+    assert f"tensorboard --logdir {run / 'tb'}" in shown.output
+    quiet = invoke("inspect", document["checkpoint"], "--quiet")
+    tensors = len(json.loads(invoke("inspect", document["checkpoint"], "--json").stdout)["tensors"])
+    checkpoint = document["checkpoint"]
+    assert quiet.stdout.strip() == f"{checkpoint}: convnet-tiny, classification, {tensors} tensors"
