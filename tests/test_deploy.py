@@ -44,7 +44,7 @@ PARAMETERS = {e.name: e.parameters for e in ENTRIES}
 CHEAPEST = min(SMALLEST, key=PARAMETERS.__getitem__)
 
 
-def recurrent_variants() -> list[tuple[str, dict]]:
+def recurrent_variants() -> list:
     """Padded recurrent nets beyond the smallest presets: each direction setting and cell type
     the config offers (bidirectional LSTM and GRU pack their padded batches in torch)."""
     found = []
@@ -54,7 +54,10 @@ def recurrent_variants() -> list[tuple[str, dict]]:
             continue
         cells = fields["cell"].annotation.__args__ if "cell" in fields else (None,)
         for cell in cells:
-            found.append((name, {"bidirectional": True} | ({"cell": cell} if cell else {})))
+            overrides = {"bidirectional": True} | ({"cell": cell} if cell else {})
+            found.append(
+                pytest.param(name, overrides, id="-".join([name, "bidirectional", *filter(None, [cell])]))
+            )
     return found
 
 
@@ -154,7 +157,7 @@ def test_smallest_preset_exports_and_runs(name, format, framework, checkpoints, 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize(("format", "framework"), FORMATS[:3], ids=[f"{f}-{w}" for f, w in FORMATS[:3]])
-@pytest.mark.parametrize(("name", "overrides"), recurrent_variants(), ids=lambda v: str(v))
+@pytest.mark.parametrize(("name", "overrides"), recurrent_variants())
 def test_padded_recurrent_variants_export(name, overrides, format, framework, checkpoints, tmp_path):
     out = tmp_path / "exports" / f"{name}{SUFFIX[format]}"
     out.parent.mkdir()
