@@ -1,105 +1,186 @@
-"""Common-checkpoint throughput, end to end through zoo's own API (issue 7).
+"""Common-checkpoint throughput at gpt2 size, end to end through zoo's API (issue 18, item 4).
 
-A run exports its model with ``zoo.checkpoint.save_checkpoint`` and every later use starts
-with ``zoo.checkpoint.load_checkpoint``, which returns a ready model: building the twin is
-part of a load. Raw safetensors speed says little about either, so this times exactly those
-two calls on a ~100M-parameter transformer LM (434 MB of float32). Target: >= 1 GB/s both
-ways in both frameworks, from the page cache.
+A run exports with ``zoo.checkpoint.save_checkpoint`` and every later use starts with
+``zoo.checkpoint.load_checkpoint``, which returns a ready model: building the twin is part of
+a load. This times exactly those two calls per framework on gpt2 (124M parameters, 498 MB of
+float32) and gpt2-medium (355M, 1.42 GB), next to safetensors' own ``save_file`` and
+``load_file`` of the same tensors (numpy), the floor: a save writes a fresh file and fsyncs
+it (the floor does not fsync), a load reads the file just written, from the page cache.
 
-Each save goes to a fresh path, as a run's export does (replacing an existing file costs
-more); each load reads the file just saved, so it comes from the page cache. Figures are
-the median of ``repeats`` after one untimed round, one thread by default (a noisy 2-core
-machine).
+Each round runs one fresh process per framework and model, interleaved; the figure is the
+fastest of all rounds (on a shared machine other work only ever slows a run down). Also
+shown: how long building the twin takes inside a load (torch: on the meta device; Keras:
+initialisers skipped, ``zoo.keras_skeleton``), the part of a load that is not I/O.
 
-    .venv/bin/python bench/checkpoint_io.py [--frameworks lightning,keras] [--repeats 3]
+    .venv/bin/python bench/checkpoint_io.py [--models gpt2,gpt2-medium] [--rounds 3]
+        [--frameworks lightning,keras] [--write-results]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import statistics
-import tempfile
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-MODEL = dict(
-    task="language_modeling", vocab_size=16000, d_model=1024, num_heads=16, num_layers=6, ff_dim=4096
-)  # 108.6M parameters
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out" / "checkpoint_io"
+SECTION = "## Checkpoint I/O at gpt2 size (`bench/checkpoint_io.py`)"
+
+
+def timed(function, *args, **kwargs) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = function(*args, **kwargs)
+    return time.perf_counter() - started, result
+
+
+def measure(framework: str, model_name: str, repeats: int, threads: int | None) -> dict:
+    """One process: the model (created once, then loaded from its own checkpoint), ``repeats``
+    interleaved repetitions of floor load, zoo load, floor save, zoo save; times in seconds."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from safetensors.numpy import load_file, save_file
+
+    from zoo import api, keras_skeleton, registry
+    from zoo.checkpoint import load_checkpoint, model_tensors, save_checkpoint
+
+    if threads:
+        limit_threads(framework, threads)
+    OUT.mkdir(parents=True, exist_ok=True)
+    source = OUT / f"{model_name}-{framework}.safetensors"
+    if source.exists():
+        model = load_checkpoint(source, framework)  # untimed: also warms up the first use
+    else:
+        model = api.create_model(model_name, framework)
+        save_checkpoint(model, source)
+    tensors = model_tensors(model)
+    size = sum(array.nbytes for array in tensors.values())
+    family, config = registry.get_family(model_name), registry.resolve_config(model_name)
+    times: dict[str, list[float]] = {"floor_load": [], "load": [], "floor_save": [], "save": [], "build": []}
+    for index in range(repeats):
+        fresh, floor = OUT / f"save-{framework}-{index}.safetensors", OUT / f"floor-{framework}.safetensors"
+        times["floor_load"].append(timed(load_file, source)[0])
+        times["load"].append(timed(load_checkpoint, source, framework)[0])
+        times["floor_save"].append(timed(save_file, tensors, str(floor))[0])
+        times["save"].append(timed(save_checkpoint, model, fresh)[0])
+        fresh.unlink()
+        floor.unlink()
+        if framework == "keras":
+            with keras_skeleton.initialisers_skipped():
+                times["build"].append(timed(family.build_keras, config)[0])
+        else:
+            import torch
+
+            with torch.device("meta"):
+                times["build"].append(timed(family.build_torch, config)[0])
+    return {"framework": framework, "model": model_name, "bytes": size, "times": times}
 
 
 def limit_threads(framework: str, threads: int) -> None:
     if framework == "keras":
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
 
-        with contextlib.suppress(RuntimeError):  # TensorFlow is already running: keep its threads
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
     else:
         import torch
 
         torch.set_num_threads(threads)
 
 
-def checkpoint_io(
-    framework: str, *, repeats: int = 3, threads: int | None = 1, architecture: str = "transformer", **fields
-) -> dict:
-    """Median save and load throughput (GB/s of tensor bytes) of one twin through zoo's API;
-    ``fields`` build another model than ``MODEL``, the ~100M-parameter transformer LM."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from zoo import api
-    from zoo.checkpoint import load_checkpoint, model_tensors, save_checkpoint
+def run_one(framework: str, model_name: str, repeats: int, threads: int | None) -> dict:
+    command = [sys.executable, __file__, "--one", framework, "--models", model_name]
+    command += ["--repeats", str(repeats)]
+    command += ["--threads", str(threads)] if threads else []
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    if done.returncode:
+        raise RuntimeError(f"checkpoint_io {framework} {model_name} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
-    if threads:
-        limit_threads(framework, threads)
-    model = api.create_model(architecture, framework, **(fields or MODEL))
-    size = sum(array.nbytes for array in model_tensors(model).values())
-    saves, loads = [], []
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out) as folder:
-        for index in range(repeats + 1):  # round 0 warms up (first imports, first use of memory)
-            path = Path(folder) / f"model-{index}.safetensors"
-            start = time.perf_counter()
-            save_checkpoint(model, path)
-            saves.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            loaded = load_checkpoint(path, framework)
-            loads.append(time.perf_counter() - start)
-            del loaded
-            if index:
-                (Path(folder) / f"model-{index - 1}.safetensors").unlink()
-    return {
-        "framework": framework,
-        "bytes": size,
-        "save_GBps": size / statistics.median(saves[1:]) / 1e9,
-        "load_GBps": size / statistics.median(loads[1:]) / 1e9,
-        "save_s": saves[1:],
-        "load_s": loads[1:],
-    }
+
+def fastest(results: list[dict]) -> dict:
+    """Per framework and model: the fastest time of each kind over every round, and GB/s."""
+    merged: dict[tuple[str, str], dict] = {}
+    for result in results:
+        entry = merged.setdefault((result["model"], result["framework"]), {**result, "times": {}})
+        for kind, values in result["times"].items():
+            entry["times"].setdefault(kind, []).extend(values)
+    for entry in merged.values():
+        best = {kind: min(values) for kind, values in entry["times"].items()}
+        entry["best"] = best
+        for kind in ("load", "save", "floor_load", "floor_save"):
+            entry[f"{kind}_GBps"] = entry["bytes"] / best[kind] / 1e9
+    return merged
+
+
+def table(merged: dict, rounds: int, repeats: int) -> str:
+    lines = [
+        "| model | size | framework | save GB/s | floor save_file | load GB/s | floor load_file "
+        "| load s | of which build s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (model, framework), e in merged.items():
+        lines.append(
+            f"| {model} | {e['bytes'] / 1e6:.0f} MB | {framework} | {e['save_GBps']:.2f} "
+            f"| {e['floor_save_GBps']:.2f} | {e['load_GBps']:.2f} | {e['floor_load_GBps']:.2f} "
+            f"| {e['best']['load']:.2f} | {e['best']['build']:.2f} |"
+        )
+    lines.append(
+        f"\nfastest of {rounds} interleaved rounds x {repeats} repetitions, one fresh process per "
+        "round, framework and model; one kernel thread (`--threads 1`)"
+    )
+    return "\n".join(lines)
+
+
+def write_results(text: str) -> None:
+    """Replace this script's section of bench/RESULTS.md (up to the next ``## ``), or append it."""
+    path = ROOT / "bench" / "RESULTS.md"
+    lines = path.read_text().splitlines()
+    body = [SECTION, "", *text.splitlines(), ""]
+    if SECTION in lines:
+        start = lines.index(SECTION)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = body
+    else:
+        lines += ["", *body]
+    path.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", default="gpt2,gpt2-medium")
     parser.add_argument("--frameworks", default="lightning,keras")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2, help="repetitions inside each process")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", action="store_true", help="one JSON line per framework")
+    parser.add_argument("--json", action="store_true", help="one JSON line per framework (bench/speed.py)")
+    parser.add_argument("--write-results", action="store_true", help="rewrite this section of RESULTS.md")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if not args.json:
-        print(f"{'framework':<10} {'MB':>6} {'save GB/s':>10} {'load GB/s':>10}")
-    for framework in args.frameworks.split(","):
-        result = checkpoint_io(framework, repeats=args.repeats, threads=args.threads)
-        if args.json:
-            print(json.dumps(result))
-            continue
-        print(
-            f"{framework:<10} {result['bytes'] / 1e6:>6.0f} {result['save_GBps']:>10.2f} "
-            f"{result['load_GBps']:>10.2f}"
-        )
+    if args.one:
+        print(json.dumps(measure(args.one, args.models, args.repeats, args.threads)))
+        return
+    models, frameworks = args.models.split(","), args.frameworks.split(",")
+    results = [
+        run_one(framework, model, args.repeats, args.threads)
+        for _ in range(args.rounds)
+        for model in models
+        for framework in frameworks
+    ]
+    merged = fastest(results)
+    if args.json:
+        for entry in merged.values():
+            keys = ("framework", "model", "bytes", "save_GBps", "load_GBps")
+            print(json.dumps({k: entry[k] for k in keys}))
+        return
+    text = table(merged, args.rounds, args.repeats)
+    print(text)
+    if args.write_results:
+        write_results(text)
 
 
 if __name__ == "__main__":
