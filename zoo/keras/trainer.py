@@ -138,6 +138,32 @@ def exempt_paths(model, family) -> set[str]:
     return {keras_layer(keras_layer(model, layer), name).path for layer, name in exempt}
 
 
+def compiled_for_training(
+    recipe, family, dataset: Dataset, model, table, init=None, *, accumulate=None, jit_compile=None
+):
+    """The model ``fit`` trains, compiled as ``fit`` compiles it: the fine-tuning start, the
+    optimizer (head rates, decay exemptions, clipping, accumulation) and the task's loss and
+    metric. Returns the model that takes the batches (the twin, or the twin behind
+    :class:`~zoo.keras.losses.TextInputs`) and the optimizer. ``zoo compare`` steps the same
+    model with ``train_on_batch`` (``accumulate=1``, ``jit_compile=False``)."""
+    from zoo.keras.optimizers import build_optimizer
+
+    trainer_cfg = recipe.trainer
+    head_rates = initialise(model, family, init)
+    multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
+    optimizer = build_optimizer(
+        recipe.optimizer,
+        table,
+        accumulate=trainer_cfg.accumulate_grad_batches if accumulate is None else accumulate,
+        lr_multipliers=multipliers,
+        decay_exempt=None if recipe.optimizer.decay_biases_and_norms else exempt_paths(model, family),
+        clip_norm=trainer_cfg.gradient_clip_norm,
+    )
+    model = for_batches(model, dataset)
+    compile_for(model, dataset.task, optimizer, trainer_cfg.compile if jit_compile is None else jit_compile)
+    return model, optimizer
+
+
 def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):
     """Train, validate every epoch, test; return the trained twin and the test metrics.
 
@@ -150,7 +176,6 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     from zoo.initial_weights import initial_tensors
     from zoo.keras.callbacks import SaveState, StopOnNonFiniteLoss, load_state, tracking_callbacks
     from zoo.keras.data import eval_dataset, train_dataset
-    from zoo.keras.optimizers import build_optimizer
     from zoo.keras.precision import build_keras
 
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
@@ -165,18 +190,8 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     with strategy.scope() if strategy else contextlib.nullcontext():
         model = build_keras(family, config, trainer_cfg.precision, initial)
         family.set_grad_checkpointing(model, "keras", trainer_cfg.gradient_checkpointing)
-        head_rates = initialise(model, family, init)
-        multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
-        optimizer = build_optimizer(
-            recipe.optimizer,
-            table,
-            accumulate=accumulate,
-            lr_multipliers=multipliers,
-            decay_exempt=None if recipe.optimizer.decay_biases_and_norms else exempt_paths(model, family),
-            clip_norm=trainer_cfg.gradient_clip_norm,
-        )
-        twin, model = model, for_batches(model, dataset)
-        compile_for(model, dataset.task, optimizer, jit_compile=trainer_cfg.compile)
+        twin = model
+        model, optimizer = compiled_for_training(recipe, family, dataset, model, table, init)
         epoch, skip = 0, 0
         if resume is not None:
             optimizer.build(model.trainable_variables)

@@ -127,6 +127,29 @@ def _stay_in_eval(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module
     return torch.nn.Module.train(module, False)
 
 
+def build_task(recipe, family, config, task: str, model: torch.nn.Module, table, init=None, compiled=None):
+    """The LightningModule ``fit`` trains ``model`` with: the task's loss and metrics, and the
+    optimizer's parameter groups (a fine-tuned head's rate, a frozen backbone, the tensors
+    exempt from weight decay). ``zoo compare`` steps the same module (``compiled=False``)."""
+    groups = initialise(model, init)
+    if not recipe.optimizer.decay_biases_and_norms:
+        groups = without_decay(groups, model, family.weight_table(config))
+    compiled = recipe.trainer.compile if compiled is None else compiled
+    return TASKS[task](model, recipe.optimizer, table, compiled=compiled, groups=groups)
+
+
+def step_options(trainer_cfg) -> dict:
+    """The Trainer arguments that decide what one training step computes (precision,
+    accumulation, clipping, determinism): ``fit`` and ``zoo compare`` pass the same."""
+    return {
+        "precision": trainer_cfg.precision,
+        "accumulate_grad_batches": trainer_cfg.accumulate_grad_batches,
+        "gradient_clip_val": trainer_cfg.gradient_clip_norm,
+        "gradient_clip_algorithm": "norm" if trainer_cfg.gradient_clip_norm else None,
+        "deterministic": trainer_cfg.deterministic,
+    }
+
+
 def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):
     """Train, validate every epoch, test; return the trained twin and the test metrics."""
     check_trainer(recipe.trainer)
@@ -138,13 +161,10 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     L.seed_everything(trainer_cfg.seed, verbose=False)
     model = seeded_torch_model(family, config, trainer_cfg.seed)
     family.set_grad_checkpointing(model, "lightning", trainer_cfg.gradient_checkpointing)
-    groups = initialise(model, init)
     batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
     steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
-    if not recipe.optimizer.decay_biases_and_norms:
-        groups = without_decay(groups, model, family.weight_table(config))
-    task = TASKS[dataset.task](model, recipe.optimizer, table, compiled=trainer_cfg.compile, groups=groups)
+    task = build_task(recipe, family, config, dataset.task, model, table, init)
     pin = accelerator == "gpu"  # decoded image batches go to the GPU from page-locked memory
     train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, pin)
     run_path = run.path if run else Path(os.environ.get("ZOO_RUN_DIR", "."))
@@ -168,11 +188,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         devices=trainer_cfg.devices,
         num_nodes=trainer_cfg.num_nodes,
         strategy=strategy_for(trainer_cfg),
-        precision=trainer_cfg.precision,
-        accumulate_grad_batches=trainer_cfg.accumulate_grad_batches,
-        gradient_clip_val=trainer_cfg.gradient_clip_norm,
-        gradient_clip_algorithm="norm" if trainer_cfg.gradient_clip_norm else None,
-        deterministic=trainer_cfg.deterministic,
+        **step_options(trainer_cfg),
         use_distributed_sampler=False,  # zoo's sampler shards the one seeded order itself
         logger=False,  # TensorBoard/MLflow are written by zoo's callbacks, in zoo's tags (zoo.tracking)
         enable_checkpointing=False,
