@@ -23,6 +23,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 STEPS = 100  # cnn-digits with oneDNN leaves torch's float path near step 46
 SPEED_STEPS = 2
 TEXT = ["data.seq_len=32", "data.batch_size=16"]
+MLM = ["data.seq_len=16", "data.batch_size=8"]  # a few masked tokens per row, the rest labelled -100
 SECTIONS = ["weights", "forward", "gradients", "training"]
 
 
@@ -274,6 +275,83 @@ def test_a_perturbed_keras_weight_is_named(tmp_path, monkeypatch):
     assert result.verdicts["training"] == "DIFFERS"
     assert result.sections["training"].details["first_step_over_tolerance"] == 1
     assert result.out is None and "DIFFERS" in result.text
+
+
+# ------------------------------------------------------------- broken training paths
+
+
+def test_a_wrong_loss_in_the_lightning_task_differs_at_training(tmp_path, monkeypatch):
+    """compare trains the torch twin with the LightningModule zoo trains with: label smoothing
+    slipped into the task's cross-entropy leaves the outputs alike, but the loss, every
+    gradient and the training section differ from step 1 on."""
+    import functools
+    import types
+
+    import torch.nn.functional
+
+    from zoo.compare import compare
+    from zoo.lightning import task
+
+    smoothed = functools.partial(torch.nn.functional.cross_entropy, label_smoothing=0.1)
+    monkeypatch.setattr(task, "F", types.SimpleNamespace(cross_entropy=smoothed))
+    result = compare(RECIPE, steps=4, overrides=quick("convnet-tiny", tmp_path), speed_steps=0, write=False)
+
+    assert result.verdicts == {
+        "weights": "PASS",
+        "forward": "PASS",
+        "gradients": "DIFFERS",
+        "training": "DIFFERS",
+    }, result.text
+    training = result.sections["training"]
+    assert training.details["first_step_over_tolerance"] == 1
+    assert "from torch's state at step 1 the twins differ" in training.reason, training.reason
+    assert not any(p["loss"][0]["passed"] for p in training.details["resync"])
+
+
+def test_a_keras_token_loss_that_counts_ignored_labels_differs_at_training(tmp_path, monkeypatch):
+    """compare trains the Keras twin as zoo's trainer compiles it, on the padded, masked
+    batches the trainers feed: a token loss in zoo.keras.losses that forgets the ignore
+    index (labels -100 outside the masked tokens, counted as class 0) differs from step 1 on."""
+    from keras import ops
+
+    from zoo.compare import compare
+    from zoo.data import IGNORE_INDEX
+    from zoo.keras import losses
+
+    def every_label_counted(y_true):
+        y_true = ops.cast(y_true, "int64")
+        labels = ops.where(ops.not_equal(y_true, IGNORE_INDEX), y_true, ops.zeros_like(y_true))
+        return labels, ops.ones_like(labels, dtype="float32")
+
+    monkeypatch.setattr(losses, "counted", every_label_counted)
+    recipe = RECIPES / "bert-micro-pydocs-mlm.yaml"
+    overrides = [f"model.architecture={smallest_preset('bert')}", *MLM, f"export.dir={tmp_path}"]
+    result = compare(recipe, steps=3, overrides=overrides, speed_steps=0, write=False)
+
+    assert result.verdicts == {
+        "weights": "PASS",
+        "forward": "PASS",
+        "gradients": "DIFFERS",
+        "training": "DIFFERS",
+    }, result.text
+    training = result.sections["training"]
+    assert training.details["first_step_over_tolerance"] == 1
+    assert "from torch's state at step 1 the twins differ" in training.reason, training.reason
+
+
+def test_clipping_and_decay_groups_train_as_zoo_trains_them(tmp_path):
+    """Gradient clipping (Lightning's Trainer clips, zoo's Keras optimizer clips inside its
+    step) and the parameter groups of biases exempt from weight decay come from the trainers'
+    own wiring, in training and in the update of every re-synchronised step. SGD, so a side
+    that did not clip would move ~100x further."""
+    from zoo.compare import compare
+
+    sgd = ["optimizer.name=sgd", "optimizer.lr=0.5", "optimizer.momentum=0.9", "optimizer.weight_decay=0.01"]
+    exempt = ["optimizer.decay_biases_and_norms=false", "trainer.gradient_clip_norm=0.01"]
+    overrides = quick("convnet-tiny", tmp_path, *sgd, *exempt)
+    result = compare(RECIPE, steps=5, overrides=overrides, speed_steps=0, write=False)
+    assert result.passed, result.text
+    assert all(p["update"] for p in result.sections["training"].details["resync"][1:])
 
 
 # ----------------------------------------------------------------------- precisions

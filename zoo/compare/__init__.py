@@ -12,7 +12,12 @@ allowance for the reference twins, no figure keyed by model family. Training is 
 so a loss gap over its bound is decided by re-synchronising: one step of both twins from
 the torch twin's state along the run says amplified rounding or a different computation.
 
-Modules: ``twins`` (what both sides share), ``steps`` (one plain training step each),
+Both twins train through zoo's own trainers (the Lightning task in Lightning's Trainer, the
+Keras model compiled as ``zoo train`` compiles it), so a bug in the real training path
+shows in the report.
+
+Modules: ``twins`` (what both sides share), ``steps`` (each trainer's step, and the batches
+both pipelines yield),
 ``parity`` (the sections), ``resync`` (one checked step from a shared state), ``speed``,
 ``tolerances``, ``results``, ``report``, ``runner``.
 """

@@ -6,6 +6,10 @@ recipe's precision and the reference precision (float64 for float32 runs, float3
 bf16/fp16 runs). Each figure's bound is both frameworks' own rounding, measured against
 their own reference run, plus a fixed allowance (``zoo.compare.tolerances``).
 
+Training runs each twin through its real trainer (:mod:`zoo.compare.steps`): the torch
+twin as the LightningModule ``zoo train`` fits, in Lightning's Trainer; the Keras twin as
+``fit`` compiles it, one ``train_on_batch`` per batch; both on their pipelines' batches.
+
 Training is chaotic, so a loss gap beyond its bound is not yet a verdict: the run is
 re-synchronised (``zoo.compare.resync``) at its first step over the bound and at fixed
 points along it, and one step from the torch twin's state decides. If every such step
@@ -23,7 +27,7 @@ import numpy as np
 
 from zoo.compare.results import Bounded, SectionResult, TensorGap, fmt, tensor_gaps
 from zoo.compare.resync import Checker, PointCheck, Snapshot, snapshot
-from zoo.compare.steps import KerasStep, TorchStep
+from zoo.compare.steps import Batch, keras_losses, lightning_losses
 from zoo.compare.tolerances import Tolerances
 from zoo.compare.twins import Twins
 
@@ -74,13 +78,11 @@ def check_weights(twins: Twins, tolerances: Tolerances) -> SectionResult:
 # ------------------------------------------------------------------- forward + gradients
 
 
-def forward_and_gradients(
-    checker: Checker, x: np.ndarray, y: np.ndarray
-) -> tuple[SectionResult, SectionResult, PointCheck]:
+def forward_and_gradients(checker: Checker, batch: Batch) -> tuple[SectionResult, SectionResult, PointCheck]:
     """Outputs in eval and train mode on one batch, and the loss gradient of every tensor,
     from the initial tensors, in both pairs of twins."""
-    point = checker.check(1, x, y, None)
-    return _forward_section(point, len(y), checker), _gradient_section(point, checker), point
+    point = checker.check(1, batch, None)
+    return _forward_section(point, batch.size, checker), _gradient_section(point, checker), point
 
 
 def _bound_text(gap: Bounded, relative: bool, reference: str | None) -> str:
@@ -207,79 +209,75 @@ REFERENCE_NAMES = {"64-true": "float64", "32-true": "float32"}
 # ----------------------------------------------------------------------------- training
 
 
-def train_losses(twins: Twins, framework: str, batches: list[np.ndarray], table: np.ndarray) -> np.ndarray:
-    """One twin's loss at every step (before its update) when it trains on ``batches``."""
-    optimizer, split = twins.setup.recipe.optimizer, twins.setup.dataset.train
-    if framework == "torch":
-        step, batch = TorchStep(twins.torch_model, optimizer, table, twins.precision), twins.torch_batch
-    else:
-        step, batch = KerasStep(twins.keras_model, optimizer, table, twins.precision), twins.keras_batch
-    return np.array([float(step(*batch(split.x[i], split.y[i]))) for i in batches])
-
-
 def resync_steps(steps: int) -> list[int]:
     """Step 1 and fixed points along the run (a quarter, half, three quarters, the end)."""
     return sorted({1, *(max(1, round(steps * f)) for f in RESYNC_FRACTIONS)})
 
 
 def check_training(
-    pair: Twins, checker: Checker, batches: list[np.ndarray], table: np.ndarray, tolerances: Tolerances
+    pair: Twins, checker: Checker, batches: list[Batch], table: np.ndarray, tolerances: Tolerances
 ) -> SectionResult:
-    """``len(batches)`` optimizer steps in each framework on the same batches at the same
-    rates; the loss of every step (before its update) and the tensors at the end.
+    """``len(batches)`` optimizer steps in each framework's real training path on the same
+    batches at the same rates (:mod:`zoo.compare.steps`); the loss of every step (before
+    its update) and the tensors at the end.
 
     The reference pair trains first on the same batches: each framework's distance from
     its own reference run is its rounding, and together with the fixed allowance they
-    bound the loss gap at every step. The torch twin's state is kept at step 1, at fixed
-    points and at the first step over the bound; from each, one step of both twins is
-    checked (:mod:`zoo.compare.resync`).
+    bound the loss gap at every step. Then the recipe's Keras twin, then its torch twin,
+    whose state is kept at step 1, at fixed points and at the first step over the bound;
+    from each, one step of both twins is checked (:mod:`zoo.compare.resync`).
     """
     reference = checker.reference
+    steps = len(batches)
     floors = None
     if reference is not None:
-        floors = {side: train_losses(reference, side, batches, table) for side in ("torch", "keras")}
+        floors = {
+            "torch": lightning_losses(reference, table, steps),
+            "keras": keras_losses(reference, table, batches),
+        }
         reference.reset()
-    split = pair.setup.dataset.train
-    torch_step = TorchStep(pair.torch_model, pair.setup.recipe.optimizer, table, pair.precision)
-    keras_step = KerasStep(pair.keras_model, pair.setup.recipe.optimizer, table, pair.precision)
-    fixed = set(resync_steps(len(batches)))
-    kept: dict[int, Snapshot] = {}
-    torch_losses, keras_losses = [], []
-    first = None
+    keras = keras_losses(pair, table, batches)
     with tempfile.TemporaryDirectory(prefix="zoo-compare-") as scratch:
-        root = Path(scratch)
-        for step, index in enumerate(batches, 1):
-            x, y = split.x[index], split.y[index]
-            # Until a step goes over its bound, the state before each step is a candidate.
-            where = root / (f"step-{step}" if step in fixed else "candidate")
-            state = (
-                snapshot(pair, torch_step.optimizer, step, where) if first is None or step in fixed else None
-            )
-            torch_losses.append(float(torch_step(*pair.torch_batch(x, y))))
-            keras_losses.append(float(keras_step(*pair.keras_batch(x, y))))
-            over = _step_limit(torch_losses[-1], keras_losses[-1], floors, step - 1, tolerances)
-            if first is None and not over[0]:
-                first = step
-                kept[step] = state if step in fixed else state.move(root / f"step-{step}")
-            if step in fixed:
-                kept[step] = state
+        watch = Watch(pair, keras, floors, tolerances, set(resync_steps(steps)), Path(scratch))
+        torch = lightning_losses(pair, table, steps, watch)
+        if len(torch) != steps:
+            raise RuntimeError(f"Lightning ran {len(torch)} of the {steps} steps compare asked for")
         final = tensor_gaps(pair.torch_state(), pair.keras_state())
         final.sort(key=lambda g: (-g.max_abs_diff, g.name))
         pair.reset()
-        points = [
-            checker.check(s, split.x[batches[s - 1]], split.y[batches[s - 1]], kept[s]) for s in sorted(kept)
-        ]
-    return _training_section(
-        np.array(torch_losses),
-        np.array(keras_losses),
-        floors,
-        first,
-        points,
-        final,
-        table,
-        tolerances,
-        checker,
-    )
+        points = [checker.check(s, batches[s - 1], watch.kept[s]) for s in sorted(watch.kept)]
+    return _training_section(torch, keras, floors, watch.first, points, final, table, tolerances, checker)
+
+
+class Watch:
+    """Keeps the torch twin's state before the steps re-synchronisation will check: the
+    fixed ones, and every step until the first whose loss gap is over its bound (that one
+    is kept). Lightning calls it around each step; the Keras losses are known by then."""
+
+    def __init__(self, pair: Twins, keras: np.ndarray, floors, tolerances: Tolerances, fixed: set[int],
+                 root: Path):  # fmt: skip
+        self.pair, self.keras, self.floors, self.tolerances = pair, keras, floors, tolerances
+        self.fixed, self.root = fixed, root
+        self.kept: dict[int, Snapshot] = {}
+        self.first: int | None = None
+        self.state: Snapshot | None = None
+
+    def before(self, step: int, optimizer: Any) -> None:
+        self.state = None
+        if self.first is None or step in self.fixed:
+            # Until a step goes over its bound, the state before each step is a candidate.
+            where = self.root / (f"step-{step}" if step in self.fixed else "candidate")
+            self.state = snapshot(self.pair, optimizer, step, where)
+
+    def after(self, step: int, loss: float) -> None:
+        within, _ = _step_limit(loss, float(self.keras[step - 1]), self.floors, step - 1, self.tolerances)
+        if self.first is None and not within:
+            self.first = step
+            if step not in self.fixed:
+                self.state = self.state.move(self.root / f"step-{step}")
+            self.kept[step] = self.state
+        if step in self.fixed:
+            self.kept[step] = self.state
 
 
 def _step_limit(torch_loss, keras_loss, floors, i, tolerances) -> tuple[bool, float]:

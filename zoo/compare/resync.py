@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from zoo.compare.results import Bounded, bounded_gaps
-from zoo.compare.steps import dense_gradients, keras_loss, torch_loss
+from zoo.compare.steps import Batch, dense_gradients, keras_compiled, keras_pass, lightning_task, torch_pass
 from zoo.compare.tolerances import Tolerances, parameter_epsilon
-from zoo.compare.twins import Twins, loss_dtype, torch_autocast
+from zoo.compare.twins import Twins
 from zoo.weights import keras_layer
 
 # A gradient or update below this fraction of the largest one is float noise around zero
@@ -85,46 +85,11 @@ def snapshot(twins: Twins, torch_optimizer: Any, step: int, folder: Path) -> Sna
 # -------------------------------------------------------------------------- one pass
 
 
-def torch_pass(model, x, y, precision: str) -> dict[str, Any]:
-    """Eval-mode outputs, then train-mode outputs, loss and every parameter's gradient
-    (left on the parameters for an optimizer step)."""
-    import torch
-
-    model.eval()
-    with torch.no_grad(), torch_autocast(precision):
-        evaluated = model(x).double().numpy()
-    model.train()
-    model.zero_grad(set_to_none=True)
-    with torch_autocast(precision):
-        trained = model(x)
-    loss = torch_loss(trained, y, loss_dtype(precision))
-    loss.backward()
-    gradients = {
-        name: (np.zeros(p.shape) if p.grad is None else p.grad.detach().double().numpy())
-        for name, p in model.named_parameters()
-    }
-    return {
-        "eval": evaluated,
-        "train": trained.detach().double().numpy(),
-        "loss": float(loss.detach()),
-        "gradients": gradients,
-    }
-
-
-def keras_pass(twins: Twins, x, y) -> dict[str, Any]:
-    import tensorflow as tf
-
-    model = twins.keras_model
-    evaluated = np.asarray(model(x, training=False)).astype(np.float64)
-    with tf.GradientTape() as tape:
-        trained = model(x, training=True)
-        loss = keras_loss(trained, y, loss_dtype(twins.precision))
-    return {
-        "eval": evaluated,
-        "train": np.asarray(trained).astype(np.float64),
-        "loss": float(loss),
-        "gradients": keras_gradients(twins, tape, loss),
-    }
+def keras_side(twins: Twins, model, batch: tuple) -> dict[str, Any]:
+    """The Keras pass (:func:`zoo.compare.steps.keras_pass`) with its gradients in the
+    canonical layout."""
+    found, tape, loss = keras_pass(model, batch)
+    return {**found, "gradients": keras_gradients(twins, tape, loss)}
 
 
 def keras_gradients(twins: Twins, tape, loss) -> dict[str, np.ndarray]:
@@ -176,23 +141,25 @@ def _ports(twins: Twins) -> list[tuple[Any, list[Any]]]:
 
 
 class Updater:
-    """A torch and a Keras optimizer for one pair, loadable with a torch snapshot's state.
+    """One pair as the trainers build it: the Lightning task (its loss, and the optimizer of
+    its ``configure_optimizers``, parameter groups included) and the Keras model compiled as
+    ``fit`` compiles it (its loss and optimizer). The optimizers load a torch snapshot's state.
 
     ``reason`` says why the optimizer state cannot be carried over (then no update is
     compared): a torch state entry zoo's Keras optimizer has no slot for.
     """
 
     def __init__(self, twins: Twins, table: np.ndarray):
-        from zoo.keras.optimizers import build_optimizer as keras_optimizer
-        from zoo.lightning.optim import build_optimizer as torch_optimizer
-
-        cfg = twins.setup.recipe.optimizer
         self.twins = twins
-        self.names = [name for name, _ in twins.torch_model.named_parameters()]
-        self.torch = torch_optimizer(cfg, twins.torch_model.parameters())
-        self.keras = keras_optimizer(cfg, table)
+        self.task = lightning_task(twins, table)
+        self.torch = self.task.configure_optimizers()["optimizer"]
+        # The optimizer's state is indexed in its parameter groups' order, not the module's.
+        named = {id(p): name for name, p in twins.torch_model.named_parameters()}
+        self.names = [named[id(p)] for group in self.torch.param_groups for p in group["params"]]
+        self.keras_model, self.keras = keras_compiled(twins, table)
         self.variables = list(twins.keras_model.trainable_variables)
         self.keras.build(self.variables)
+        self.clip_norm = twins.setup.recipe.trainer.gradient_clip_norm
         self.reason: str | None = None
 
     def load(self, state: Snapshot) -> bool:
@@ -233,7 +200,10 @@ class Updater:
 
         for name, parameter in self.twins.torch_model.named_parameters():
             value = gradients.get(name)
-            parameter.grad = None if value is None else torch.from_numpy(value).to(parameter.dtype)
+            # A copy: clipping scales the gradients in place, and ``gradients`` is also judged.
+            parameter.grad = None if value is None else torch.tensor(value, dtype=parameter.dtype)
+        if self.clip_norm:  # Lightning clips before the step; zoo's Keras optimizers inside theirs
+            torch.nn.utils.clip_grad_norm_(self.task.parameters(), self.clip_norm)
         self.torch.step()
         grads = {
             id(variable): np.asarray(array, dtype=_gradient_dtype(variable))
@@ -308,39 +278,33 @@ class Checker:
             self._updaters[id(twins)] = Updater(twins, self.table)
         return self._updaters[id(twins)]
 
-    def check(
-        self,
-        step: int,
-        x: np.ndarray,
-        y: np.ndarray,
-        state: Snapshot | None,
-    ) -> PointCheck:
+    def check(self, step: int, batch: Batch, state: Snapshot | None) -> PointCheck:
         """Both pairs from ``state`` on one batch, with one optimizer update from it
         (``None``: the initial tensors, and no update); both pairs are back at their
         initial tensors afterwards."""
         update = state is not None
         tensors = state.tensors if state is not None else self.pair.initial
-        sides = self._measure(self.pair, tensors, x, y, state, None)
+        sides = self._measure(self.pair, tensors, batch, state, None)
         reference = None
         if self.reference is not None:
             feed = sides["torch"]["gradients"] if update else None
-            reference = self._measure(self.reference, tensors, x, y, state, feed)
+            reference = self._measure(self.reference, tensors, batch, state, feed)
         return self._judge(step, sides, reference)
 
-    def _measure(self, twins: Twins, tensors, x, y, state, feed) -> dict[str, Any]:
+    def _measure(self, twins: Twins, tensors, batch: Batch, state, feed) -> dict[str, Any]:
         """The passes of one pair; with a ``state``, one update of both twins from it with
         the gradients ``feed`` (default: this pair's torch gradients). The reference pair is
         fed the recipe pair's, so the update check compares optimizers, not gradients."""
         twins.load(tensors)
-        torch_side = torch_pass(twins.torch_model, *twins.torch_batch(x, y), twins.precision)
-        keras_side = keras_pass(twins, *twins.keras_batch(x, y))
-        found = {"torch": torch_side, "keras": keras_side, "skipped": None}
+        updater = self._updater(twins)
+        torch_found = torch_pass(updater.task, batch.torch, twins.precision)
+        keras_found = keras_side(twins, updater.keras_model, batch.keras)
+        found = {"torch": torch_found, "keras": keras_found, "skipped": None}
         if state is not None:
-            updater = self._updater(twins)
             twins.load(tensors)  # the train passes moved running statistics
             if updater.load(state):
                 start = twins.torch_state()
-                updater.step(torch_side["gradients"] if feed is None else feed)
+                updater.step(torch_found["gradients"] if feed is None else feed)
                 found["start"] = start
                 found["torch"]["updated"] = _trainable(twins, twins.torch_state())
                 found["keras"]["updated"] = _trainable(twins, twins.keras_state())

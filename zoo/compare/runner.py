@@ -1,7 +1,8 @@
 """``zoo.compare``: put a recipe's two twins side by side and write the report.
 
 Order: resolve the recipe against its data, build the parity twins (dropout 0) from one
-set of initial tensors, run the sections (weights, forward, gradients, training), time
+set of initial tensors, draw the training batches from both trainers' pipelines, run the
+sections (weights, forward, gradients, training: each twin in its real trainer), time
 both frameworks on the recipe's real config, then write report.json/md/png and return
 the terminal table. Everything runs on the CPU with one kernel thread per framework.
 """
@@ -62,7 +63,8 @@ def compare(
     from zoo.compare import parity
     from zoo.compare.report import terminal_table, write_reports
     from zoo.compare.resync import Checker
-    from zoo.compare.twins import batch_indices, build_twins, prepare, single_threaded
+    from zoo.compare.steps import training_batches
+    from zoo.compare.twins import build_twins, prepare, single_threaded
     from zoo.data import steps_per_epoch
     from zoo.hardware import SetupError
     from zoo.recipe.capabilities import cpu_problems
@@ -89,11 +91,8 @@ def compare(
         reference = build_twins(setup, setup.parity_config, above, twins.initial) if above else None
         checker = Checker(twins, reference, table, tolerances)
         sections = {"weights": parity.check_weights(twins, tolerances)}
-        batches = batch_indices(setup, steps)
-        split = setup.dataset.train
-        sections["forward"], sections["gradients"], _ = parity.forward_and_gradients(
-            checker, split.x[batches[0]], split.y[batches[0]]
-        )
+        batches = training_batches(setup, steps)
+        sections["forward"], sections["gradients"], _ = parity.forward_and_gradients(checker, batches[0])
         sections["training"] = parity.check_training(twins, checker, batches, table, tolerances)
         explain_forward(sections)
         speed = None
@@ -196,10 +195,13 @@ def notes(setup, threads: dict[str, Any], checkpointing: dict[str, bool]) -> lis
             f"init.from ({recipe.init.from_}) is not applied: both twins start from the recipe's seed, "
             "and every tensor trains at the recipe's rate"
         )
-    if setup.precision == "64-true":
-        found.append("the loss is computed in float64 in both frameworks")
-    else:
-        found.append("the loss is computed from logits cast to float32 in both frameworks")
+    if recipe.trainer.compile:
+        found.append("trainer.compile is off in compare: both twins run eagerly / traced without XLA")
+    found.append(
+        "training runs each trainer's own step: the Lightning task zoo trains with (its loss, "
+        "optimizer and scheduler) in Lightning's Trainer on zoo's DataLoader, and the Keras model "
+        "compiled as zoo's trainer compiles it, train_on_batch on zoo's tf.data batches"
+    )
     return found
 
 

@@ -1,9 +1,11 @@
 """Speed and memory of one recipe in each framework, measured the same way on both sides.
 
-Both twins run the recipe's real config (dropout included) with the same plain training
-step as the parity run. Timed windows alternate between the frameworks, so load from
-other processes on a shared machine hits both alike; the figure is the median window.
-The first step is timed on its own: for TensorFlow it includes tracing the graph.
+Both twins run the recipe's real config (dropout included), each through its trainer's
+step without the trainer's loop: the Lightning task's loss, optimizer and scheduler, and
+the Keras model's compiled ``train_step`` (:mod:`zoo.compare.steps`). Timed windows
+alternate between the frameworks, so load from other processes on a shared machine hits
+both alike; the figure is the median window. The first step is timed on its own: for
+TensorFlow it includes tracing the graph.
 
 Activation memory is the same quantity on both sides: the bytes autograd keeps from the
 forward pass for the backward. torch reports it through ``saved_tensors_hooks`` (each
@@ -24,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from zoo.compare.steps import KerasStep, TorchStep, keras_loss, torch_loss
-from zoo.compare.twins import Setup, Twins, batch_indices, build_twins, loss_dtype, torch_autocast
+from zoo.compare.steps import Batch, KerasStep, TorchStep, training_batches
+from zoo.compare.twins import Setup, build_twins
 from zoo.memory import saved_for_backward
+
+DISTINCT_BATCHES = 8  # batches cycled through while timing
 
 
 @dataclass(frozen=True)
@@ -62,19 +66,15 @@ class FrameworkSpeed:
 def measure_speed(setup: Setup, table: np.ndarray, timing: Timing) -> dict[str, Any]:
     """Time training steps of the recipe's config (dropout as configured) in both frameworks."""
     twins = build_twins(setup, setup.config)
-    split = setup.dataset.train
-    distinct = batch_indices(setup, min(8, timing.warmup + 1 + timing.windows * timing.window_steps), True)
-    torch_batches = [twins.torch_batch(split.x[i], split.y[i]) for i in distinct]
-    keras_batches = [twins.keras_batch(split.x[i], split.y[i]) for i in distinct]
-    batch = len(distinct[0])
+    distinct = full_batches(
+        setup, min(DISTINCT_BATCHES, timing.warmup + 1 + timing.windows * timing.window_steps)
+    )
+    batch = distinct[0].size
 
-    optimizer, precision = setup.recipe.optimizer, setup.precision
-    torch_first, torch_step = _first_step(
-        lambda: TorchStep(twins.torch_model, optimizer, table, precision), torch_batches[0]
-    )
-    keras_first, keras_step = _first_step(
-        lambda: KerasStep(twins.keras_model, optimizer, table, precision), keras_batches[0]
-    )
+    torch_first, torch_step = _first_step(lambda: TorchStep(twins, table), distinct[0], "torch")
+    keras_first, keras_step = _first_step(lambda: KerasStep(twins, table), distinct[0], "keras")
+    torch_batches = [(torch_step.batch(b),) for b in distinct]
+    keras_batches = [b.keras for b in distinct]
     for i in range(timing.warmup):
         torch_step(*torch_batches[(i + 1) % len(torch_batches)])
         _sync(keras_step(*keras_batches[(i + 1) % len(keras_batches)]))
@@ -84,9 +84,11 @@ def measure_speed(setup: Setup, table: np.ndarray, timing: Timing) -> dict[str, 
         keras_windows.append(_window(keras_step, keras_batches, timing.window_steps))
 
     results = {
-        "torch": _summary("torch", torch_windows, torch_first, batch, *torch_memory(twins, distinct[0])),
+        "torch": _summary(
+            "torch", torch_windows, torch_first, batch, *torch_memory(torch_step, torch_batches[0][0])
+        ),
         "keras": _summary(
-            "keras", keras_windows, keras_first, batch, *keras_saved_bytes(twins, *keras_batches[0])
+            "keras", keras_windows, keras_first, batch, *keras_saved_bytes(keras_step, *keras_batches[0])
         ),
     }
     results["keras"].allocator_peak_bytes, results["keras"].allocator_measure = keras_memory(
@@ -108,10 +110,24 @@ def _sync(loss: Any) -> float:
     return float(loss)
 
 
-def _first_step(make: Callable[[], Any], batch: tuple) -> tuple[float, Any]:
+def full_batches(setup: Setup, count: int) -> list[Batch]:
+    """``count`` training batches of the recipe's batch size (timing wants one shape); an
+    epoch's smaller last batch is left out unless no batch is full (a batch larger than the
+    training set)."""
+    per_epoch = -(-len(setup.dataset.train) // setup.batch_size)
+    partial = -(-count // max(1, per_epoch - 1))  # at most one per epoch
+    drawn = training_batches(setup, count + partial)
+    full = [b for b in drawn if b.size == setup.batch_size] or drawn
+    return full[:count]
+
+
+def _first_step(make: Callable[[], Any], batch: Batch, side: str) -> tuple[float, Any]:
     started = time.perf_counter()
     step = make()
-    _sync(step(*batch))
+    if side == "torch":
+        _sync(step(step.batch(batch)))
+    else:
+        _sync(step(*batch.keras))
     return (time.perf_counter() - started) * 1e3, step
 
 
@@ -138,18 +154,13 @@ def _summary(framework, windows, first_ms, batch, memory, measure) -> FrameworkS
     )
 
 
-def torch_memory(twins: Twins, index: np.ndarray) -> tuple[int, str]:
-    """Bytes autograd saves for backward in one forward pass and loss, each storage once."""
-
-    model, precision = twins.torch_model, twins.precision
-    split = twins.setup.dataset.train
-    x, y = twins.torch_batch(split.x[index], split.y[index])
-    model.train()
-    with saved_for_backward(exclude=model.parameters()) as saved:
-        with torch_autocast(precision):
-            logits = model(x)
-        loss = torch_loss(logits, y, loss_dtype(precision))
-    del loss, logits
+def torch_memory(step: TorchStep, batch: tuple) -> tuple[int, str]:
+    """Bytes autograd saves for backward in one forward pass and the task's loss, each storage once."""
+    task = step.task
+    task.train()
+    with saved_for_backward(exclude=task.parameters()) as saved, step.plugin.forward_context():
+        loss = task.loss_and_metrics(batch)[0]
+    del loss
     return sum(saved.values()), "saved for backward (forward + loss, parameters excluded)"
 
 
@@ -158,7 +169,7 @@ ALIASING_OPS = {"Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "St
 GRADIENT_SCOPE = "gradient_tape"
 
 
-def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
+def keras_saved_bytes(step: KerasStep, x, y) -> tuple[int | None, str]:
     """Bytes the gradient reads from the forward pass, found in the traced step's graph:
     every forward tensor a backward op consumes (variable reads excluded, views followed
     to their buffer), and for a ``while`` loop (recurrent layers) each tensor it
@@ -167,15 +178,15 @@ def keras_saved_bytes(twins: Twins, x, y) -> tuple[int | None, str]:
     oneDNN builds, whose small-allocation pool keeps no statistics."""
     import tensorflow as tf
 
-    model, variables = twins.keras_model, twins.keras_model.trainable_variables
-    dtype = loss_dtype(twins.precision)
+    model = step.model
+    variables = model.trainable_variables
 
     traced: dict[str, str] = {}
 
     @tf.function
     def gradients(x, y):
         with tf.GradientTape() as tape:
-            loss = keras_loss(model(x, training=True), y, dtype)
+            loss = model.compute_loss(x=x, y=y, y_pred=model(x, training=True), training=True)
         traced["loss"] = loss.name
         return tape.gradient(loss, variables)
 

@@ -1,106 +1,275 @@
-"""The task's loss and one plain training step in each framework.
+"""Each twin's training step, as zoo's own trainers take it.
 
-Written out by hand rather than through Lightning or ``fit``: the comparison must
-exercise the twins, zoo's optimizers and the lr table, and nothing else (no callbacks,
-loss scaling, metric updates or hidden casts). Both steps do the same things in the same
-order: forward in train mode, cross-entropy over every label (classes, or every token of
-a language model), gradients, one optimizer update at rate ``table[step]``.
+A compare report is worth what it exercises: with loops of its own, a wrong loss in the
+Lightning task or the Keras trainer, optimizer wiring (parameter groups, decay exemptions,
+clipping) or a data pipeline that feeds the twins differently could never show. So both
+sides are built by the trainers' own functions, and the loss is the trainers' (defined
+once per framework, in zoo.lightning.task and zoo.keras.trainer / zoo.keras.losses):
+
+- torch: the LightningModule ``zoo train`` fits (:func:`zoo.lightning.trainer.build_task`),
+  with the optimizer and scheduler of its ``configure_optimizers``. The training section
+  runs it in Lightning's own Trainer (its precision plugin, clipping, step order) with the
+  arguments ``fit`` passes (:func:`zoo.lightning.trainer.step_options`), on zoo's DataLoader.
+- keras: the twin compiled as ``fit`` compiles it (:func:`zoo.keras.trainer.compiled_for_training`):
+  the same loss object, metric and optimizer; a training step is ``train_on_batch`` on a
+  batch of zoo's tf.data stream, a timed step the compiled model's ``train_step``.
+
+What a compare must see differently is switched off with the trainers' own switches: no
+callbacks, logger, progress bar or checkpointing, no torch.compile or XLA, no gradient
+accumulation (compare updates after every batch), one CPU device. A pass without an update
+(the forward and gradient sections, re-synchronisation) computes the same loss: the task's
+``loss_and_metrics`` in Lightning's precision context, and the compiled model's ``compute_loss``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
-from zoo.compare.twins import Twins, loss_dtype, torch_autocast
+from zoo.compare.twins import Setup, Twins
 
 
-def torch_loss(logits, y, dtype: str):
-    """Mean cross-entropy; ``(N, C)`` logits for classes, ``(N, T, V)`` for tokens."""
+@dataclass(frozen=True)
+class Batch:
+    """One training batch as each pipeline yields it: zoo's DataLoader (``(x, y)``, or
+    ``(ids, padding_mask, token_types, y)`` for padded text) and zoo's tf.data stream
+    (``(x, y)``, x a dict of ids, mask and token types for padded text)."""
+
+    torch: tuple
+    keras: tuple
+
+    @property
+    def size(self) -> int:
+        return len(self.torch[-1])
+
+
+def torch_loader(setup: Setup):
+    """The training DataLoader ``zoo train`` gives Lightning (seeded order, whole batches)."""
+    from zoo.lightning.data import loader
+
+    recipe = setup.recipe
+    return loader(setup.dataset.train, setup.batch_size, recipe.trainer.seed, recipe.data.shuffle)
+
+
+def training_batches(setup: Setup, count: int) -> list[Batch]:
+    """The first ``count`` training batches of the seeded order, epoch after epoch, from both
+    trainers' pipelines (masked-LM masks, augmentation and padding included)."""
+    from zoo.data import steps_per_epoch
+    from zoo.keras.data import train_dataset
+
+    recipe, split = setup.recipe, setup.dataset.train
+    epochs = math.ceil(count / steps_per_epoch(len(split), setup.batch_size))
+    data = torch_loader(setup)
+    torch_side: list[tuple] = []
+    for epoch in range(epochs):
+        data.sampler.set_epoch(epoch)  # as Lightning does at each epoch's start
+        torch_side += [tuple(batch) for batch in data]
+    stream = train_dataset(
+        split, setup.batch_size, recipe.trainer.seed, recipe.data.shuffle, epochs, setup.input_kind
+    )
+    keras_side = [tuple(batch) for batch in stream.take(count)]
+    return [Batch(t, k) for t, k in zip(torch_side[:count], keras_side, strict=True)]
+
+
+# -------------------------------------------------------------------------------- torch
+
+
+def lightning_task(twins: Twins, table: np.ndarray):
+    """A fresh LightningModule around the torch twin, exactly as ``zoo train`` builds it."""
+    from zoo.lightning.trainer import build_task
+
+    setup = twins.setup
+    return build_task(
+        setup.recipe, setup.family, twins.config, setup.task, twins.torch_model, table, compiled=False
+    )
+
+
+@functools.cache
+def precision_plugin(precision: str):
+    """Lightning's own precision plugin for ``precision`` on the CPU: its forward context
+    (autocast, float64 defaults) and its input conversion, for passes outside a Trainer."""
+    return _trainer(precision).precision_plugin
+
+
+def _trainer(precision: str, **options: Any):
+    """A single-CPU Trainer with every reporting switch off (``options`` on top)."""
+    import lightning as L
+
+    from zoo.lightning.trainer import quiet
+
+    quiet()
+    settings = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "precision": precision,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "enable_progress_bar": False,
+        "num_sanity_val_steps": 0,
+        "use_distributed_sampler": False,
+        **options,
+    }
+    return L.Trainer(**settings)
+
+
+def lightning_losses(twins: Twins, table: np.ndarray, steps: int, watch: Watcher | None = None) -> np.ndarray:
+    """``steps`` optimizer steps of the torch twin in Lightning's Trainer, as ``zoo train``
+    runs them on one CPU; the loss of every step (before its update). ``watch`` sees the
+    optimizer before each step and the loss after it."""
+    import lightning as L
+
+    from zoo.lightning.trainer import step_options
+
+    class Steps(L.Callback):
+        def __init__(self) -> None:
+            self.losses: list[float] = []
+
+        def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+            if watch is not None:
+                watch.before(len(self.losses) + 1, trainer.optimizers[0])
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+            self.losses.append(float(outputs["loss"]))
+            if watch is not None:
+                watch.after(len(self.losses), self.losses[-1])
+
+    recorder = Steps()
+    options = {**step_options(twins.setup.recipe.trainer), "accumulate_grad_batches": 1}
+    options["precision"] = twins.precision  # the reference pair runs in its own precision
+    trainer = _trainer(max_epochs=-1, max_steps=steps, limit_val_batches=0, callbacks=[recorder], **options)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*`validation_step` but have no `val_dataloader`.*")
+        warnings.filterwarnings("ignore", ".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
+        trainer.fit(lightning_task(twins, table), torch_loader(twins.setup))
+    return np.array(recorder.losses)
+
+
+def torch_pass(task, batch: tuple, precision: str) -> dict[str, Any]:
+    """Eval-mode outputs, then train-mode outputs, the task's loss and every parameter's
+    gradient (left on the parameters for an optimizer step)."""
     import torch
-    import torch.nn.functional as F
 
-    flat = logits.reshape(-1, logits.shape[-1]).to(getattr(torch, dtype))
-    return F.cross_entropy(flat, y.reshape(-1))
-
-
-def keras_loss(logits, y, dtype: str):
-    import tensorflow as tf
-
-    logits = tf.cast(logits, dtype)
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-
-
-def dense_gradients(gradients: list[Any]) -> list[Any]:
-    """Embedding gradients arrive as ``IndexedSlices``; the optimizers and the comparison
-    want the dense tensor torch also has."""
-    import tensorflow as tf
-
-    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in gradients]
+    plugin = precision_plugin(precision)
+    batch = plugin.convert_input(batch)
+    *inputs, _ = batch
+    task.eval()
+    with torch.no_grad(), plugin.forward_context():
+        evaluated = task(*inputs).double().numpy()
+    task.train()
+    task.zero_grad(set_to_none=True)
+    outputs: list[Any] = []  # the twin's output inside loss_and_metrics
+    hook = task.model.register_forward_hook(lambda module, args, output: outputs.append(output))
+    try:
+        with plugin.forward_context():
+            loss = task.loss_and_metrics(batch)[0]
+    finally:
+        hook.remove()
+    loss.backward()
+    gradients = {
+        name: (np.zeros(p.shape) if p.grad is None else np.array(p.grad.detach().double()))
+        for name, p in task.model.named_parameters()
+    }
+    return {
+        "eval": evaluated,
+        "train": outputs[-1].detach().double().numpy(),
+        "loss": float(loss.detach()),
+        "gradients": gradients,
+    }
 
 
 class TorchStep:
-    """forward, loss, backward, ``optimizer.step``, ``scheduler.step``."""
+    """One step of the Lightning task without a Trainer (timing): ``loss_and_metrics`` in
+    Lightning's precision context, backward, the optimizer and scheduler of
+    ``configure_optimizers``."""
 
-    def __init__(self, model: Any, optimizer_cfg: Any, table: np.ndarray, precision: str):
-        from zoo.lightning.optim import build_optimizer, build_scheduler
+    def __init__(self, twins: Twins, table: np.ndarray):
+        self.task = lightning_task(twins, table)
+        configured = self.task.configure_optimizers()
+        self.optimizer, self.scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+        self.plugin = precision_plugin(twins.precision)
 
-        cfg = optimizer_cfg
-        self.model = model
-        self.precision = precision
-        self.optimizer = build_optimizer(cfg, self.model.parameters())
-        self.scheduler = build_scheduler(self.optimizer, table, cfg.lr)
-
-    def __call__(self, x, y):
-        self.model.train()
+    def __call__(self, batch: tuple):
+        self.task.train()
         self.optimizer.zero_grad(set_to_none=True)
-        with torch_autocast(self.precision):
-            logits = self.model(x)
-        loss = torch_loss(logits, y, loss_dtype(self.precision))
+        with self.plugin.forward_context():
+            loss = self.task.loss_and_metrics(batch)[0]
         loss.backward()
         self.optimizer.step()
         self.scheduler.step()
         return loss.detach()
 
+    def batch(self, batch: Batch) -> tuple:
+        return self.plugin.convert_input(batch.torch)
+
+
+# -------------------------------------------------------------------------------- keras
+
+
+def keras_compiled(twins: Twins, table: np.ndarray) -> tuple[Any, Any]:
+    """The model that takes the batches (the twin, or the twin behind ``TextInputs``) compiled
+    as ``zoo train`` compiles it, with a fresh optimizer; and that optimizer."""
+    from zoo.keras.trainer import compiled_for_training
+
+    setup = twins.setup
+    return compiled_for_training(
+        setup.recipe, setup.family, setup.dataset, twins.keras_model, table, accumulate=1, jit_compile=False
+    )
+
+
+def keras_losses(twins: Twins, table: np.ndarray, batches: list[Batch]) -> np.ndarray:
+    """One ``train_on_batch`` per batch (metrics reset by each call, so its loss is the
+    batch's); the loss of every step, before its update."""
+    model, _ = keras_compiled(twins, table)
+    return np.array([float(model.train_on_batch(*b.keras, return_dict=True)["loss"]) for b in batches])
+
+
+def keras_pass(model, batch: tuple) -> tuple[dict[str, Any], Any, Any]:
+    """Eval- and train-mode outputs and the compiled loss; returns the pass, the tape and
+    the loss (the gradients are mapped by the caller, through the weight table)."""
+    import tensorflow as tf
+
+    x, y = batch
+    evaluated = np.asarray(model(x, training=False)).astype(np.float64)
+    with tf.GradientTape() as tape:
+        trained = model(x, training=True)
+        loss = model.compute_loss(x=x, y=y, y_pred=trained, training=True)
+    found = {"eval": evaluated, "train": np.asarray(trained).astype(np.float64), "loss": float(loss)}
+    return found, tape, loss
+
 
 class KerasStep:
-    """``tf.GradientTape`` and ``apply_gradients`` inside one ``tf.function``.
+    """The compiled model's ``train_step`` (what ``fit`` runs per batch) in one ``tf.function``;
+    ``reduce_retracing`` keeps an epoch's smaller last batch to one extra trace."""
 
-    The optimizer is built before the first call, so its variables are not created while
-    tracing; ``reduce_retracing`` keeps an epoch's smaller last batch to one extra trace.
-    """
-
-    def __init__(self, model: Any, optimizer_cfg: Any, table: np.ndarray, precision: str):
+    def __init__(self, twins: Twins, table: np.ndarray):
         import tensorflow as tf
 
-        from zoo.keras.optimizers import build_optimizer
-
-        self.model = model
-        self.dtype = loss_dtype(precision)
-        self.optimizer = build_optimizer(optimizer_cfg, table)
-        self.variables = list(self.model.trainable_variables)
-        self.optimizer.build(self.variables)
-        self.step = tf.function(self._step, reduce_retracing=True)
-
-    def _step(self, x, y):
-        import tensorflow as tf
-
-        with tf.GradientTape() as tape:
-            logits = self.model(x, training=True)
-            loss = keras_loss(logits, y, self.dtype)
-        gradients = dense_gradients(tape.gradient(loss, self.variables))
-        self.optimizer.apply_gradients(zip(gradients, self.variables, strict=True))
-        return loss
+        self.model, self.optimizer = keras_compiled(twins, table)
+        self.optimizer.build(self.model.trainable_variables)  # not while tracing
+        self.step = tf.function(lambda x, y: self.model.train_step((x, y))["loss"], reduce_retracing=True)
 
     def __call__(self, x, y):
         return self.step(x, y)
 
 
-def twin_steps(twins: Twins, table: np.ndarray) -> tuple[TorchStep, KerasStep]:
-    """The training step of each twin, with the recipe's optimizer and precision."""
-    optimizer, precision = twins.setup.recipe.optimizer, twins.setup.precision
-    return (
-        TorchStep(twins.torch_model, optimizer, table, precision),
-        KerasStep(twins.keras_model, optimizer, table, precision),
-    )
+def dense_gradients(gradients: list[Any]) -> list[Any]:
+    """Embedding gradients arrive as ``IndexedSlices``; the comparison wants the dense
+    tensor torch also has."""
+    import tensorflow as tf
+
+    return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in gradients]
+
+
+class Watcher(Protocol):
+    """What the torch run tells the training section: the optimizer before each step and
+    the step's loss after it."""
+
+    def before(self, step: int, optimizer: Any) -> None: ...
+
+    def after(self, step: int, loss: float) -> None: ...

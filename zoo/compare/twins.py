@@ -2,8 +2,8 @@
 
 A comparison only means something if nothing but the framework differs. This module
 holds what is shared: the config bound to the data (and a copy with every dropout at 0,
-because the frameworks' dropout masks can never match), the seeded batch order, the
-precision each framework runs in, single-threaded kernels (thread count changes float
+because the frameworks' dropout masks can never match), the precision each framework
+runs in, single-threaded kernels (thread count changes float
 results), and the initial tensors both twins start from and are reset to between
 sections. The torch twin is the reference: it is built with the recipe's seed and the
 Keras twin receives its tensors through the family's weight table.
@@ -19,16 +19,14 @@ from typing import Any
 import numpy as np
 
 from zoo import registry
-from zoo.data import Dataset, epoch_batches, load_dataset
+from zoo.data import Dataset, load_dataset
 from zoo.family import ArchitectureConfig, Family
 from zoo.recipe import Recipe
 from zoo.recipe.capabilities import PRECISIONS
 from zoo.weights import Port, keras_layer, tensors_to_keras
 
-# Autocast dtype of the mixed precisions, and the parameter dtype of the "true" ones.
-# From the one precision table: autocast's dtype for the mixed words, the module's dtype
-# for the true words other than float32.
-MIXED = {word: p.products for word, p in PRECISIONS.items() if p.mixed}
+# The parameter dtype of the "true" precisions other than float32, from the one precision
+# table (Lightning casts the module to it; the mixed ones autocast inside its precision plugin).
 TRUE = {word: p.parameters for word, p in PRECISIONS.items() if not p.mixed and p.parameters != "float32"}
 
 
@@ -80,22 +78,6 @@ def without_dropout(config: ArchitectureConfig) -> tuple[ArchitectureConfig, dic
     return type(config).model_validate(fields), zeroed
 
 
-def batch_indices(setup: Setup, count: int, full_only: bool = False) -> list[np.ndarray]:
-    """The first ``count`` training batches of the seeded order, epoch after epoch, exactly
-    as both trainers draw them. ``full_only`` skips each epoch's smaller last batch (timing
-    wants one shape)."""
-    recipe, n = setup.recipe, len(setup.dataset.train)
-    found: list[np.ndarray] = []
-    epoch = 0
-    while len(found) < count:
-        batches = epoch_batches(n, setup.batch_size, recipe.trainer.seed, epoch, recipe.data.shuffle)
-        found += [b for b in batches if not full_only or len(b) == setup.batch_size]
-        epoch += 1
-        if full_only and not found:  # a batch larger than the training set: take what there is
-            full_only = False
-    return found[:count]
-
-
 # ------------------------------------------------------------------------------ threads
 
 
@@ -130,26 +112,11 @@ def single_threaded() -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------------------- precision
 
 
-def torch_autocast(precision: str):
-    """Lightning's mixed precision on the CPU: autocast around the forward pass."""
-    import torch
-
-    if precision in MIXED:
-        return torch.autocast("cpu", dtype=getattr(torch, MIXED[precision]))
-    return contextlib.nullcontext()
-
-
 def torch_parameter_dtype(precision: str):
     """The dtype Lightning's "true" precisions cast the whole module to (None: float32)."""
     import torch
 
     return getattr(torch, TRUE[precision]) if precision in TRUE else None
-
-
-def loss_dtype(precision: str) -> str:
-    """Both frameworks compute the loss from logits cast to this dtype, so the reduction
-    itself is never a low-precision difference."""
-    return "float64" if precision == "64-true" else "float32"
 
 
 # -------------------------------------------------------------------------------- twins
@@ -209,25 +176,6 @@ class Twins:
     def trainable(self) -> list[str]:
         """Canonical names of the trainable tensors, in table order."""
         return [spec.name for port in self.table for spec in port.tensors if spec.trainable]
-
-    # Inputs in each framework's layout and dtype.
-
-    def torch_batch(self, x: np.ndarray, y: np.ndarray):
-        """``x`` in the dtype the torch twin runs in."""
-        import torch
-
-        tx = torch.from_numpy(np.ascontiguousarray(x))
-        dtype = torch_parameter_dtype(self.precision)
-        if dtype is not None and tx.is_floating_point():
-            tx = tx.to(dtype)
-        return tx, torch.from_numpy(np.ascontiguousarray(y))
-
-    def keras_batch(self, x: np.ndarray, y: np.ndarray):
-        import tensorflow as tf
-
-        from zoo.keras.data import keras_layout
-
-        return tf.constant(keras_layout(x, self.setup.input_kind)), tf.constant(y)
 
 
 def build_twins(
