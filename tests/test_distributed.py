@@ -129,3 +129,27 @@ def test_lightning_two_nodes_as_under_torchrun(recipe, tmp_path):
     nodes = load_file(tmp_path / "nodes" / "model.safetensors")
     assert json.loads((tmp_path / "nodes" / "summary.json").read_text())["metrics"]["replicas"] == 2
     assert max(max_diff(single[k], nodes[k]) for k in single) <= 1e-5
+
+
+LANGUAGE_RECIPE = """
+model: {architecture: transformer-tiny}
+data: {name: text, path: %s, seq_len: 16, batch_size: 32}
+optimizer: {name: sgd, lr: 0.5}
+trainer: {max_epochs: 1, progress_bar: false, seed: 3, num_threads: 1, framework: keras}
+"""
+
+
+def test_two_keras_replicas_match_one_device_on_token_losses(tmp_path):
+    """The token loss (padding and masked tokens skipped) under MirroredStrategy: a loss that
+    Keras does not reduce itself is not divided by the replicas, and SGD then steps twice as
+    far on two (Adam would hide it); the logged loss must also be the mean, not the sum."""
+    text = tmp_path / "text.txt"
+    text.write_text("def train(recipe, framework):\n    return zoo.train(recipe)\n" * 40)
+    recipe = tmp_path / "lm.yaml"
+    recipe.write_text(LANGUAGE_RECIPE % text)
+    single, one = train(recipe, tmp_path, "single")
+    parallel, two = train(recipe, tmp_path, "parallel", "trainer.strategy=mirrored", "trainer.devices=2")
+    assert max(max_diff(single[k], parallel[k]) for k in single) <= 1e-5
+    assert two["test_loss"] == pytest.approx(one["test_loss"], rel=1e-5)
+    (row,) = epoch_metrics(tmp_path / "parallel")
+    assert row["train_loss"] == pytest.approx(row["train_bpc"] * 0.6931471805599453, rel=1e-5)

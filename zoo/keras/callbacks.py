@@ -188,43 +188,6 @@ class TensorBoardWriter:
         self.writer.flush()
 
 
-def track_gradient_norm(optimizer, every_n_steps: int, strategy=None):
-    """A variable holding the global L2 norm of the gradients the optimizer last updated with,
-    before clipping; computed inside the training step only before a step that is logged.
-
-    Keras hands the (accumulated, unscaled) gradients of every optimizer step to
-    ``_clip_gradients`` and to nothing a callback sees, so the norm is taken there.
-    """
-    from keras import ops
-
-    from zoo.keras.optimizers import Float32State
-
-    if getattr(optimizer, "_zoo_grad_norm", None) is not None:  # a second fit() of one run
-        return optimizer._zoo_grad_norm
-    import contextlib
-
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        norm = keras.Variable(
-            0.0, dtype="float32", trainable=False, name="zoo_grad_norm", aggregation="only_first_replica"
-        )
-    clip = optimizer._clip_gradients
-    accumulate = optimizer.gradient_accumulation_steps or 1
-
-    def measure(grads):
-        dense = [Float32State.dense(g, "float32") for g in grads if g is not None]
-        return ops.sqrt(ops.sum(ops.stack([ops.sum(ops.square(g)) for g in dense])))
-
-    def clip_and_measure(grads):
-        upcoming = (ops.convert_to_tensor(optimizer._iterations) + 1) // accumulate  # this update's step
-        logged = ops.equal(ops.mod(upcoming, every_n_steps), 0)
-        norm.assign(ops.cond(logged, lambda: measure(grads), lambda: ops.convert_to_tensor(norm.value)))
-        return clip(grads)
-
-    optimizer._clip_gradients = clip_and_measure
-    optimizer._zoo_grad_norm = norm
-    return norm
-
-
 class StepScalars(BatchCounter):
     """Loss, learning rate, gradient norm and samples/s every ``tracking.log_every_n_steps``
     optimizer steps, with the tags the Lightning side writes."""
@@ -232,16 +195,12 @@ class StepScalars(BatchCounter):
     def __init__(self, tracker: Tracker, batch_size: int, samples_per_epoch: int):
         super().__init__()
         self.tracker, self.batch_size, self.samples = tracker, batch_size, samples_per_epoch
-        self.grad_norm = None
         self.mean, self.weight = 0.0, 0  # the epoch's running loss mean, and the samples it is over
         self.losses: list[float] = []
         self.window_started, self.window_samples = time.perf_counter(), 0
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
-        optimizer = training_optimizer(self.model)
-        strategy = getattr(self.model, "distribute_strategy", None)
-        self.grad_norm = track_gradient_norm(optimizer, self.tracker.every_n_steps, strategy)
         self.window_started, self.window_samples = time.perf_counter(), 0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -268,7 +227,9 @@ class StepScalars(BatchCounter):
         optimizer = training_optimizer(self.model)
         lr = float(optimizer.learning_rate)  # the rate of the next update, as the CSV's
         rate = self.window_samples / (now - self.window_started)
-        norm = float(self.grad_norm.numpy())
+        # zoo's optimizers keep it (Float32State, grad_norm_every); built with the optimizer.
+        kept = getattr(optimizer, "grad_norm", None)
+        norm = None if kept is None else float(kept.numpy())
         self.tracker.step(steps, step_scalars(sum(losses) / len(losses), lr, norm, rate))
         self.window_started, self.window_samples = now, 0
 

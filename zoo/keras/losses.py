@@ -36,13 +36,24 @@ def token_accuracy(y_true, y_pred):
 
 
 class TokenCrossEntropy(keras.losses.Loss):
-    """Mean cross-entropy over the counted tokens of a batch (a scalar per batch)."""
+    """Mean cross-entropy over the counted tokens of a batch.
+
+    ``call`` returns per-token values whose ``sum_over_batch_size`` reduction is that mean
+    (each counted token's loss times elements / counted), not the mean itself: Keras divides
+    a reduced loss by the replicas in sync only when it reduces it, and returns a scalar
+    as it is, so under MirroredStrategy a scalar loss gave summed gradients (2x on two
+    replicas) and a doubled loss in the logs. Reduced by Keras, each replica's mean counts
+    1/replicas, as DDP averages the processes' gradients."""
 
     def __init__(self, name: str = "token_cross_entropy"):
-        super().__init__(name=name)
+        super().__init__(name=name, reduction="sum_over_batch_size")
 
     def call(self, y_true, y_pred):
-        return token_cross_entropy(y_true, y_pred)
+        labels, keep = counted(y_true)
+        logits = ops.cast(y_pred, "float32")
+        nats = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        elements = ops.cast(ops.size(keep), "float32")
+        return nats * keep * (elements / ops.maximum(ops.sum(keep), 1.0))
 
 
 class BatchMean(keras.metrics.Mean):

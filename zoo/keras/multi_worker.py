@@ -3,7 +3,9 @@
 On this stack ``fit`` under a multi-worker strategy fails twice (measured with two
 local workers and TF_CONFIG): ``_maybe_symbolic_build`` reduces a tuple of per-replica input
 batches with ``strategy.reduce`` (a collective strategy cannot, and only the shapes are
-needed), and ``reduce_per_replica`` averages scalar metrics with ``axis=0``. zoo
+needed; MirroredStrategy can, but not when the batch it takes splits unevenly over the
+replicas, as a language model's last batch does: the first fix is applied under it too),
+and ``reduce_per_replica`` averages scalar metrics with ``axis=0``. zoo
 replaces those two reductions, once, for the Keras version it pins; a test trains two
 local workers and checks their weights against a single process.
 """

@@ -55,12 +55,19 @@ class Float32State(keras.optimizers.Optimizer):
         lr_multipliers: dict[str, float] | None = None,
         decay_exempt: set[str] | None = None,
         clip_norm: float | None = None,
+        grad_norm_every: int | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.lr_multipliers = dict(lr_multipliers or {})
         self.decay_exempt = set(decay_exempt or ())
         self.clip_norm = clip_norm
+        # Every N optimizer steps the global gradient norm (before clipping) is kept in
+        # ``grad_norm`` for the tracking callbacks. It is part of the optimizer, built by every
+        # worker of a multi-worker job alike: a step that only the chief altered would run other
+        # collectives than the other workers' and stall them.
+        self.grad_norm_every = grad_norm_every
+        self.grad_norm = None
 
     def build(self, var_list):
         if self.built:
@@ -70,17 +77,33 @@ class Float32State(keras.optimizers.Optimizer):
         # backend's own variable, which has no Keras path.
         self._multipliers = [self.lr_multipliers.get(v.path, 1.0) for v in var_list]
         self._decays = [v.path not in self.decay_exempt for v in var_list]
+        if self.grad_norm_every:
+            self.grad_norm = self.add_variable(
+                shape=(),
+                initializer="zeros",
+                dtype="float32",
+                aggregation="only_first_replica",
+                name="grad_norm",
+            )
 
     def decays(self, variable) -> bool:
         return self._decays[self._get_variable_index(variable)]
 
     def _clip_gradients(self, grads):
         """Keras calls this on the (accumulated) gradients right before the update."""
+        if self.grad_norm is not None:
+            upcoming = (ops.convert_to_tensor(self._iterations) + 1) // (
+                self.gradient_accumulation_steps or 1
+            )
+            logged = ops.equal(ops.mod(upcoming, self.grad_norm_every), 0)
+            kept = self.grad_norm
+            self.grad_norm.assign(
+                ops.cond(logged, lambda: global_norm(grads), lambda: ops.convert_to_tensor(kept))
+            )
         if not self.clip_norm:
             return grads
         dense = [None if g is None else self.dense(g, "float32") for g in grads]
-        norms = ops.stack([ops.sqrt(ops.sum(ops.square(g))) for g in dense if g is not None])
-        total = ops.sqrt(ops.sum(ops.square(norms)))
+        total = global_norm(dense)
         scale = ops.minimum(self.clip_norm / (total + 1e-6), 1.0)
         return [
             None if g is None else ops.cast(d * scale, g.dtype) for g, d in zip(grads, dense, strict=True)
@@ -113,6 +136,13 @@ class Float32State(keras.optimizers.Optimizer):
 
     def set_weight(self, variable, value) -> None:
         self.assign(variable, ops.cast(value, variable.dtype))
+
+
+def global_norm(grads):
+    """The L2 norm of all gradients together, as torch's ``clip_grad_norm_`` takes it (the norm
+    of the per-tensor norms, in float32)."""
+    dense = [Float32State.dense(g, "float32") for g in grads if g is not None]
+    return ops.sqrt(ops.sum(ops.square(ops.stack([ops.sqrt(ops.sum(ops.square(g))) for g in dense]))))
 
 
 class TorchSGD(Float32State):
@@ -226,6 +256,7 @@ def build_optimizer(
     lr_multipliers: dict[str, float] | None = None,
     decay_exempt: set[str] | None = None,
     clip_norm: float | None = None,
+    grad_norm_every: int | None = None,
 ) -> keras.optimizers.Optimizer:
     """``table`` holds one rate per optimizer step. With gradient accumulation Keras reads
     the schedule at its micro-step counter, so each rate is repeated ``accumulate`` times."""
@@ -235,6 +266,7 @@ def build_optimizer(
         "lr_multipliers": lr_multipliers,
         "decay_exempt": decay_exempt,
         "clip_norm": clip_norm,
+        "grad_norm_every": grad_norm_every,
     }
     if cfg.name == "sgd":
         return TorchSGD(schedule, cfg.momentum, cfg.nesterov, cfg.weight_decay, **common)

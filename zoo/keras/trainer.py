@@ -62,6 +62,9 @@ def distribution_strategy(trainer_cfg):
     if strategy == "mirrored":
         kind = "GPU" if resolve_accelerator(trainer_cfg.accelerator) == "gpu" else "CPU"
         devices = [d.name for d in tf.config.list_logical_devices(kind)][: trainer_cfg.devices]
+        from zoo.keras.multi_worker import patch_keras
+
+        patch_keras()  # its symbolic build also fails on a first batch split unevenly over replicas
         return tf.distribute.MirroredStrategy(devices)
     if strategy == "multi_worker_mirrored":
         from zoo.keras.multi_worker import multi_worker_strategy
@@ -158,6 +161,8 @@ def compiled_for_training(
         lr_multipliers=multipliers,
         decay_exempt=None if recipe.optimizer.decay_biases_and_norms else exempt_paths(model, family),
         clip_norm=trainer_cfg.gradient_clip_norm,
+        # On every worker alike (see Float32State); the TensorBoard step scalars read it.
+        grad_norm_every=recipe.tracking.log_every_n_steps if recipe.tracking.tensorboard else None,
     )
     model = for_batches(model, dataset)
     compile_for(model, dataset.task, optimizer, trainer_cfg.compile if jit_compile is None else jit_compile)
