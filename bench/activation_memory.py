@@ -3,7 +3,8 @@
 One row per family's small preset, plus resnet-8 (a plain ConvNet block keeps nothing its
 checkpoint would not keep too, residual blocks do); the recurrent and transformer rows run at
 6 layers and 128 steps, where activations dominate; resnet50 and vit-base at their published
-input, batch 8 x 3 x 224 x 224 (``--rows resnet50 vit-base`` runs only those). Measured over one training step
+input, batch 8 x 3 x 224 x 224 (``--rows resnet50 vit-base`` runs only those); gpt2 at batch 4 x 256
+tokens and bert-base at batch 8 x 128 (``--rows gpt2 bert-base``). Measured over one training step
 (forward, backward, SGD update):
 
 - torch: bytes of the tensors autograd keeps for backward, each storage counted once
@@ -62,6 +63,9 @@ ROWS = (
     # The published networks at their published input (224x224x3), batch 8 (issue 14).
     Row("resnet50", batch=8),
     Row("vit-base", batch=8),
+    # The published language models at the issue's shapes (issue 15): ``--rows gpt2 bert-base``.
+    Row("gpt2", {"task": "language_modeling"}, batch=4, steps=256),
+    Row("bert-base", {"task": "classification", "num_classes": 2}, batch=8, steps=128),
 )
 
 
@@ -77,6 +81,9 @@ def batch(row: Row, config, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     if getattr(config, "task", "classification") == "language_modeling":
         tokens = rng.integers(0, config.vocab_size, size=(row.batch, row.steps + 1))
         return tokens[:, :-1], tokens[:, 1:]
+    if registry.get_family(row.name).input_kind == "tokens":  # a text classifier (BERT)
+        tokens = rng.integers(0, config.vocab_size, size=(row.batch, row.steps))
+        return tokens, rng.integers(0, config.num_classes, size=row.batch)
     x = rng.normal(size=(row.batch, *config.sample_shape())).astype(np.float32)
     return x, rng.integers(0, config.num_classes, size=row.batch)
 
@@ -179,8 +186,11 @@ def peak_bytes(step: Callable[[], None]) -> int:
 
 def describe(row: Row, config) -> str:
     fields = config.model_dump()
+    layers = fields.get("num_layers", fields.get("n_layer"))
     if fields.get("task") == "language_modeling":
-        return f"{fields['num_layers']} layers, LM, batch {row.batch} x {row.steps} steps"
+        return f"{layers} layers, LM, batch {row.batch} x {row.steps} steps"
+    if registry.get_family(row.name).input_kind == "tokens":
+        return f"{layers} layers, classifier, batch {row.batch} x {row.steps} tokens"
     shape = "x".join(str(s) for s in config.sample_shape())
     return f"batch {row.batch} x {shape}"
 
