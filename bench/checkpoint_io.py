@@ -10,7 +10,7 @@ it (the floor does not fsync), a load reads the file just written, from the page
 Each round runs one fresh process per framework and model, interleaved; the figure is the
 fastest of all rounds (on a shared machine other work only ever slows a run down). Also
 shown: how long building the twin takes inside a load (torch: on the meta device; Keras:
-initialisers skipped, ``zoo.keras_skeleton``), the part of a load that is not I/O.
+initialisers skipped, ``zoo.keras.skeleton``), the part of a load that is not I/O.
 
     .venv/bin/python bench/checkpoint_io.py [--models gpt2,gpt2-medium] [--rounds 3]
         [--frameworks lightning,keras] [--write-results]

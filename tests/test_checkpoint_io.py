@@ -1,6 +1,6 @@
 """The fast Keras checkpoint path keeps every guarantee of the ordinary one.
 
-A Keras load builds the twin with its initialisers skipped (``zoo.keras_skeleton``) and hands
+A Keras load builds the twin with its initialisers skipped (``zoo.keras.skeleton``) and hands
 freshly read, aligned arrays to the variables without copying them; a save reads variables
 as views. Here: tied heads (gpt2's head is its token embedding, bert's MLM decoder is its word
 embedding) round-trip bit for bit through both frameworks, a loaded model owns its memory (no
@@ -17,8 +17,9 @@ from conftest import forward_keras, parity_config
 from safetensors.numpy import load_file
 
 import zoo
-from zoo import keras_skeleton, registry
+from zoo import registry
 from zoo.checkpoint import load_checkpoint, model_tensors, read_aligned
+from zoo.keras import skeleton as keras_skeleton
 from zoo.weights import contiguous, keras_layer, tensors_to_keras
 
 TIED = [("gpt2-micro", {}), ("bert-micro", {"task": "masked_language_modeling"})]

@@ -445,12 +445,12 @@ def load_checkpoint(path: str | Path, framework: str = "lightning", architecture
 
 def _load_keras(checkpoint: Checkpoint):
     """The Keras twin without computing the initial weights the checkpoint overwrites (see
-    ``zoo.keras_skeleton``): ~2-3 s of TensorFlow random draws for gpt2. The tensors are read
+    ``zoo.keras.skeleton``): ~2-3 s of TensorFlow random draws for gpt2. The tensors are read
     into aligned memory of their own and handed to the variables (no second copy where the
     layout is shared, one cache-blocked transpose where it is not). Where the build leaves a
     variable or a random draw that the checkpoint does not overwrite, the twin is built the
     ordinary way instead."""
-    from zoo import keras_skeleton
+    from zoo.keras import skeleton as keras_skeleton
     from zoo.weights import keras_layer
 
     family, config = checkpoint.family, checkpoint.config
