@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import weakref
 from pathlib import Path
 
 import keras
@@ -36,7 +37,7 @@ class EpochMetrics(keras.callbacks.Callback):
         row["epoch"] = epoch + 1
         row["step"] = step
         row["lr"] = float(optimizer.learning_rate)  # the rate of the next update
-        row["epoch_seconds"] = time.perf_counter() - self.started
+        row["epoch_seconds"] = resumed_seconds(self.model, epoch) + time.perf_counter() - self.started
         self.metrics_log.append(row)
         if self.tracker is not None:
             self.tracker.epoch(row)
@@ -44,6 +45,16 @@ class EpochMetrics(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if self.tracker is not None:
             self.tracker.flush()
+
+
+# The epoch a mid-epoch resume continues, per model: SaveState puts back its metric sums and
+# EpochMetrics adds the seconds spent on it before the interruption (two callbacks, one state).
+_RESUMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def resumed_seconds(model, epoch: int) -> float:
+    resumed = _RESUMED.get(model)
+    return float(resumed["seconds"]) if resumed and resumed["epoch"] == epoch else 0.0
 
 
 def training_optimizer(model):
@@ -63,6 +74,14 @@ class BatchCounter(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.micro = int(training_optimizer(self.model)._iterations.numpy())
 
+    def loss_sums(self) -> tuple[float, float]:
+        """The epoch's running loss mean and the samples it is over, as Keras' loss tracker
+        holds them: zero at an epoch's start, the batches before the interruption after a
+        mid-epoch resume (SaveState puts them back)."""
+        tracker = self.model._loss_tracker
+        count = float(tracker.count.numpy())
+        return (float(tracker.total.numpy()) / count if count else 0.0), count
+
     def count_batch(self) -> tuple[int, bool]:
         """Optimizer steps done after this batch, and whether this batch ended one."""
         self.micro += 1
@@ -78,14 +97,24 @@ class StopOnNonFiniteLoss(BatchCounter):
         super().__init__()
         self.last_finite: tuple[int, float] | None = None
         self.mean = 0.0  # the epoch's running mean after the previous batch
+        self.before = 0.0  # batches of the epoch done before a mid-epoch resume
+        self.count = 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 0:  # once an epoch: a resumed epoch's mean starts from the batches before
+            self.mean, self.count = self.loss_sums()
 
     def on_train_batch_end(self, batch, logs=None):
         step, _ = self.count_batch()
         mean = float((logs or {}).get("loss", 0.0))
         if not math.isfinite(mean):
             raise NonFiniteLoss(mean, step, self.last_finite)
+        if batch == 0:  # the batches before, in batch sizes (all full before a resume point)
+            size = self.loss_sums()[1] - self.count
+            self.before = self.count / size if size else 0.0
         # This batch's own loss, as Lightning reports it, out of the mean over ``batch + 1``.
-        loss = mean * (batch + 1) - self.mean * batch
+        done = self.before + batch
+        loss = mean * (done + 1) - self.mean * done
         self.mean = mean
         self.last_finite = (step, loss)
 
@@ -102,6 +131,9 @@ def save_state(model, path: Path, keep: int, position: dict) -> None:
     if bad:
         raise NonFiniteWeights(position["step"], bad)
     tensors |= {f"optimizer/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.optimizer.variables)}
+    # The epoch's metric sums so far (loss tracker, compiled metrics): a mid-epoch resume
+    # continues them, so the epoch's row is over all of its batches.
+    tensors |= {f"metrics/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.metrics_variables)}
     tensors = {k: np.require(v, requirements="C") for k, v in tensors.items()}
     temporary = path.with_name(f".{path.name}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,6 +168,23 @@ def load_state(model, path: Path) -> dict:
     return position
 
 
+def saved_epoch(path: Path, batches_done: int) -> dict | None:
+    """The epoch so far as a mid-epoch state saved it (its seconds and metric sums by index), or
+    None for a state written before zoo kept them (that epoch's row then covers the rest only)."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        return None
+    with safe_open(str(path), framework="np") as handle:
+        position = json.loads((handle.metadata() or {}).get("position", "null"))
+        if not isinstance(position, dict) or position.get("batches_done") != batches_done:
+            return None
+        names = [k for k in handle.keys() if k.startswith("metrics/")]  # noqa: SIM118
+        metrics = {int(k.split("/")[1]): handle.get_tensor(k) for k in names}
+    seconds = float(position.get("epoch_seconds", 0.0))
+    return {"epoch": position["epoch"], "seconds": seconds, "metrics": metrics}
+
+
 class SaveState(BatchCounter):
     """The full training state every N optimizer steps and at every epoch end."""
 
@@ -144,6 +193,46 @@ class SaveState(BatchCounter):
         self.run_dir, self.batches = Path(run_dir), batches_per_epoch
         self.every_n_steps, self.keep = every_n_steps, keep
         self.saved = -1
+        self.epoch_started = time.perf_counter()
+        self.resumed_metrics: dict | None = None  # metric sums of a mid-epoch state, until put back
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        if self.micro % self.batches == 0:
+            return
+        # Resumed mid-epoch: the state this fit continues is the one saved at this step.
+        optimizer = training_optimizer(self.model)
+        path = state.state_path(self.run_dir, int(optimizer.iterations.numpy()), "safetensors")
+        resumed = saved_epoch(path, self.micro)
+        if resumed is not None:
+            _RESUMED[self.model] = resumed
+            self.resumed_metrics = resumed["metrics"]
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch_started = time.perf_counter()
+        if not self.resumed_metrics:
+            return
+        # After fit's reset_metrics: the loss tracker's sums go back now, before the first batch
+        # (the other callbacks read its running mean). The compiled metrics are built by the
+        # first batch; their sums are added after it (one float addition, the same either way).
+        variables = self.model.metrics_variables
+        for i, variable in enumerate(variables):
+            saved = self.resumed_metrics.get(i)
+            if saved is not None and tuple(saved.shape) == tuple(variable.shape):
+                variable.assign(self.resumed_metrics.pop(i))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.resumed_metrics:
+            metrics, self.resumed_metrics = self.resumed_metrics, None
+            variables = self.model.metrics_variables
+            for i, saved in metrics.items():
+                if i < len(variables) and tuple(saved.shape) == tuple(variables[i].shape):
+                    variables[i].assign_add(saved)
+        if not self.every_n_steps:
+            return
+        steps, at_step_end = self.count_batch()
+        if at_step_end and steps % self.every_n_steps == 0:
+            self.save()
 
     def save(self) -> None:
         optimizer = training_optimizer(self.model)
@@ -152,16 +241,13 @@ class SaveState(BatchCounter):
             return
         epoch, index = divmod(batches_done, self.batches)
         step = int(optimizer.iterations.numpy())
-        position = {"batches_done": batches_done, "epoch": epoch, "batch": index, "step": step}
+        seconds = resumed_seconds(self.model, epoch) + time.perf_counter() - self.epoch_started
+        position = {
+            "batches_done": batches_done, "epoch": epoch, "batch": index, "step": step,
+            "epoch_seconds": seconds if index else 0.0,
+        }  # fmt: skip
         save_state(self.model, state.state_path(self.run_dir, step, "safetensors"), self.keep, position)
         self.saved = batches_done
-
-    def on_train_batch_end(self, batch, logs=None):
-        if not self.every_n_steps:
-            return
-        steps, at_step_end = self.count_batch()
-        if at_step_end and steps % self.every_n_steps == 0:
-            self.save()
 
     def on_epoch_end(self, epoch, logs=None):
         self.save()
@@ -203,8 +289,9 @@ class StepScalars(BatchCounter):
         super().on_train_begin(logs)
         self.window_started, self.window_samples = time.perf_counter(), 0
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self.mean, self.weight = 0.0, 0
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 0:  # once an epoch: a resumed epoch's mean starts from the batches before
+            self.mean, self.weight = self.loss_sums()
 
     def on_train_batch_end(self, batch, logs=None):
         steps, at_step_end = self.count_batch()

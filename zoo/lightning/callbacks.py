@@ -15,15 +15,65 @@ from zoo.tracking import Tracker, step_scalars
 
 class EpochMetrics(L.Callback):
     """One CSV row per epoch, in the columns the Keras side writes too; the tracker (TensorBoard,
-    MLflow) gets the same row."""
+    MLflow) gets the same row.
+
+    A training state saved mid-epoch carries the epoch so far (the task's metric sums over every
+    process, and the seconds spent), so that after a resume the epoch's row means every batch of
+    the epoch and times all of it, as an uninterrupted run's row does.
+    """
+
+    KEY = "zoo_epoch_progress"
 
     def __init__(self, log: MetricsLog | None, tracker: Tracker | None = None):
         self.metrics_log = log
         self.tracker = tracker
         self.started = 0.0
+        self.before = 0.0  # seconds of this epoch spent before a resume
+        self.resumed: dict | None = None  # the saved epoch progress, until it is put back
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        import torch
+
+        seconds = self.before + time.perf_counter() - self.started
+        progress = {"epoch": trainer.current_epoch, "seconds": seconds}
+        sums = getattr(pl_module, "sums", {}).get("train")
+        if sums is not None and sums.total is not None:
+            # Every rank calls this together (a save is collective); rank 0 writes the sums of all.
+            count = torch.tensor([sums.count], dtype=sums.total.dtype, device=sums.total.device)
+            totals = trainer.strategy.reduce(torch.cat([sums.total, count]), reduce_op="sum")
+            progress |= {"names": list(sums.names), "totals": totals[:-1].cpu(), "count": int(totals[-1])}
+        checkpoint[self.KEY] = progress
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self.resumed = checkpoint.get(self.KEY)  # states written before zoo kept it have none
+
+    def on_train_start(self, trainer, pl_module):
+        # Lightning calls no on_train_epoch_start for an epoch it restarts mid-way: the clock of
+        # a resumed epoch starts here, after the seconds the state says were spent on it.
+        self.started, self.before = time.perf_counter(), 0.0
+        if self.resumed and self.resumed["epoch"] == trainer.current_epoch:
+            self.before = float(self.resumed["seconds"])
+        else:
+            self.resumed = None
 
     def on_train_epoch_start(self, trainer, pl_module):
-        self.started = time.perf_counter()
+        self.started, self.before = time.perf_counter(), 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        # Before the task's first step of the resumed epoch adds to its sums.
+        if self.resumed is None:
+            return
+        resumed, self.resumed = self.resumed, None
+        if "totals" not in resumed:
+            return
+        from zoo.lightning.task import EpochSums
+
+        sums = EpochSums(list(resumed["names"]))
+        totals = resumed["totals"].to(pl_module.device)
+        # The sums are over all ranks already: rank 0 holds them, the others start from zero.
+        sums.total = totals if trainer.is_global_zero else totals.zero_()
+        sums.count = int(resumed["count"]) if trainer.is_global_zero else 0
+        pl_module.sums["train"] = sums
 
     def on_train_epoch_end(self, trainer, pl_module):
         if self.metrics_log is None or not trainer.is_global_zero:
@@ -33,7 +83,7 @@ class EpochMetrics(L.Callback):
         row["epoch"] = trainer.current_epoch + 1
         row["step"] = trainer.global_step
         row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
-        row["epoch_seconds"] = time.perf_counter() - self.started
+        row["epoch_seconds"] = self.before + time.perf_counter() - self.started
         self.metrics_log.append(row)
         if self.tracker is not None:
             self.tracker.epoch(row)
