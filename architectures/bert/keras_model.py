@@ -64,6 +64,12 @@ class Embeddings(layers.Layer):
         self.norm = LayerNorm(epsilon=cfg.layer_norm_eps)
         self.dropout = layers.Dropout(cfg.hidden_dropout)
 
+    def build(self, ids_shape, token_type_ids_shape=None):
+        """Every table and the norm from the ids' shape: none depends on the sequence length."""
+        for table in (self.word, self.position, self.token_type):
+            table.build(ids_shape)
+        self.norm.build((*ids_shape, self.word.output_dim))
+
     def call(self, ids, token_type_ids=None, training=False):
         steps = ids.shape[1] if ids.shape[1] is not None else ops.shape(ids)[1]
         if token_type_ids is None:
@@ -84,6 +90,8 @@ class Block(layers.Layer):
         super().__init__(**kw)
         h, init = cfg.hidden_size, cfg.initializer_range
         self.attn = SelfAttention(h, cfg.num_heads, dropout=cfg.attention_dropout)
+        # transformers' Linear draw, N(0, initializer_range^2), in place of nn.Linear's default
+        self.attn.out_proj.kernel_initializer = _normal(init)
         self.dropout = layers.Dropout(cfg.hidden_dropout)
         self.norm1 = LayerNorm(epsilon=cfg.layer_norm_eps)
         self.mlp = Mlp(
@@ -95,6 +103,11 @@ class Block(layers.Layer):
             bias_initializer="zeros",
         )
         self.norm2 = LayerNorm(epsilon=cfg.layer_norm_eps)
+
+    def build(self, input_shape):
+        """Every sub-layer from the (N, T, H) shape: no symbolic trace of :meth:`call`."""
+        for layer in (self.attn, self.norm1, self.mlp, self.norm2):
+            layer.build(input_shape)
 
     def call(self, x, blocked=None, training=False):
         x = self.norm1(x + self.dropout(self.attn(x, blocked, training=training), training=training))
@@ -133,10 +146,19 @@ class Bert(keras.Model):
             self.head = None
 
     def build(self, ids_shape, padding_mask_shape=None, token_type_ids_shape=None):
-        """The pooler here (a features model's call never reaches it); every other layer builds
-        on its first call."""
+        """Every layer from the ids' shape, the pooler included (a features model's call never
+        reaches it): no variable depends on the sequence length, and an explicit build spares
+        Keras' symbolic trace of the whole model before its first call."""
+        hidden = (*ids_shape, self.zoo_config.hidden_size)
+        self.embeddings.build(ids_shape)
+        for block in self.blocks:
+            block.build(hidden)
         if self.pooler is not None:
             self.pooler.build((None, self.zoo_config.hidden_size))
+        if isinstance(self.head, MaskedLMHead):
+            self.head.build(hidden)
+        elif self.head is not None:
+            self.head.build((None, self.zoo_config.hidden_size))
 
     def forward_features(self, ids, padding_mask=None, token_type_ids=None, training=False):
         """The last hidden state (N, T, H): ``BertModel``'s ``last_hidden_state``."""
@@ -204,20 +226,19 @@ class Bert(keras.Model):
 
 
 def _init_attention_like_transformers(model: Bert) -> None:
-    """transformers draws query, key, value and the output projection (Linear layers) from
-    N(0, initializer_range^2) with zero biases; zoo's shared Keras attention draws
-    ``nn.MultiheadAttention``'s Xavier-uniform. Redrawn here, after the variables exist."""
+    """transformers draws the query/key/value projection from N(0, initializer_range^2); zoo's
+    shared Keras attention creates it with ``nn.MultiheadAttention``'s Xavier-uniform, so it is
+    redrawn here (the output projection got its initialiser in :class:`Block`)."""
     std = model.zoo_config.initializer_range
     for block in model.blocks:
-        attention = block.attn
-        for variable in (attention.in_proj_kernel, attention.out_proj.kernel):
-            variable.assign(keras.random.normal(tuple(variable.shape), stddev=std, dtype=variable.dtype))
-        attention.out_proj.bias.assign(ops.zeros_like(attention.out_proj.bias))
+        variable = block.attn.in_proj_kernel
+        variable.assign(keras.random.normal(tuple(variable.shape), stddev=std, dtype=variable.dtype))
 
 
 def build(cfg: BertConfig) -> Bert:
+    """Built explicitly from the input's shape, with no forward pass: no variable's shape depends
+    on the sequence length, and a full-context first call cost seconds (Keras traced it twice)."""
     model = Bert(cfg)
-    steps = cfg.sample_shape()[0]
-    model(ops.zeros((1, steps), dtype="int32"), ops.zeros((1, steps), dtype="bool"))
+    model.build((None, None))
     _init_attention_like_transformers(model)
     return model

@@ -36,6 +36,16 @@ class Block(layers.Layer):
             kernel_initializer=keras.initializers.RandomNormal(stddev=std),
             bias_initializer="zeros",
         )
+        # transformers' residual output projections, N(0, (std / sqrt(2 * n_layer))^2), set before
+        # the variables exist (no second draw of them after the build).
+        projection_std = std / (2 * cfg.n_layer) ** 0.5
+        self.attn.out_proj.kernel_initializer = keras.initializers.RandomNormal(stddev=projection_std)
+        self.mlp.fc2.kernel_initializer = keras.initializers.RandomNormal(stddev=projection_std)
+
+    def build(self, input_shape):
+        """Every sub-layer from the (N, T, n_embd) shape: no symbolic trace of :meth:`call`."""
+        for layer in (self.ln_1, self.attn, self.ln_2, self.mlp):
+            layer.build(input_shape)
 
     def call(self, x, blocked=None, training=False):
         x = x + self.attn_drop(self.attn(self.ln_1(x), blocked, training=training), training=training)
@@ -71,6 +81,16 @@ class GPT2(keras.Model):
         self.drop = layers.Dropout(cfg.embd_dropout)
         self.h = [Block(cfg) for _ in range(cfg.n_layer)]
         self.ln_f = LayerNorm(epsilon=cfg.layer_norm_epsilon)
+
+    def build(self, ids_shape, padding_mask_shape=None, token_type_ids_shape=None):
+        """The variables from the ids' shape alone: none depends on the sequence length, and an
+        explicit build spares Keras' symbolic trace of the whole model before its first call."""
+        hidden = (*ids_shape, self.zoo_config.n_embd)
+        self.wte.build(ids_shape)
+        self.wpe.build(ids_shape)
+        for block in self.h:
+            block.build(hidden)
+        self.ln_f.build(hidden)
 
     def call(self, ids, padding_mask=None, token_type_ids=None, training=False):
         if token_type_ids is not None:
@@ -141,24 +161,19 @@ def _joined_padding(cache: DecodeCache | None, padding_mask, ids):
 
 
 def _init_like_transformers(model: GPT2) -> None:
-    """transformers' ``_init_weights``: normal(0, 0.02) projections (zoo's shared attention draws
-    torch's defaults), zero biases, both residual output projections at 0.02 / sqrt(2 * n_layer)."""
-    cfg = model.zoo_config
-    std = cfg.initializer_range
-    projection_std = std / (2 * cfg.n_layer) ** 0.5
+    """transformers' ``_init_weights`` for the one variable zoo's shared attention creates with
+    its own draw: the query/key/value projection, normal(0, 0.02) (torch's default there is
+    Xavier-uniform). The residual projections got their initialisers in :class:`Block`."""
+    std = model.zoo_config.initializer_range
     for block in model.h:
-        attention = block.attn
-        for variable, scale in (
-            (attention.in_proj_kernel, std),
-            (attention.out_proj.kernel, projection_std),
-            (block.mlp.fc2.kernel, projection_std),
-        ):
-            variable.assign(keras.random.normal(tuple(variable.shape), stddev=scale, dtype=variable.dtype))
-        attention.out_proj.bias.assign(ops.zeros_like(attention.out_proj.bias))
+        variable = block.attn.in_proj_kernel
+        variable.assign(keras.random.normal(tuple(variable.shape), stddev=std, dtype=variable.dtype))
 
 
 def build(cfg: GPT2Config) -> GPT2:
+    """Built explicitly from the input's shape, with no forward pass: no variable's shape depends
+    on the sequence length, and a full-context first call cost seconds (Keras traced it twice)."""
     model = GPT2(cfg)
-    model(ops.zeros((1, cfg.sample_shape()[0]), dtype="int32"))
+    model.build((None, None))
     _init_like_transformers(model)
     return model

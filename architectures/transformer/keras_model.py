@@ -35,6 +35,13 @@ class Block(layers.Layer):
         self.ff2 = Dense(d)
         self.dropout1 = layers.Dropout(cfg.dropout)  # on the attention branch
         self.dropout2 = layers.Dropout(cfg.dropout)  # on the feed-forward branch
+        self.ff_dim = cfg.ff_dim
+
+    def build(self, input_shape):
+        """Every sub-layer from the (N, T, d_model) shape: no symbolic trace of :meth:`call`."""
+        for layer in (self.norm1, self.attn, self.norm2, self.ff1):
+            layer.build(input_shape)
+        self.ff2.build((*input_shape[:-1], self.ff_dim))
 
     def call(self, x, blocked=None, training=False):
         """``blocked``: True where attention is blocked, (T, T) or (N, 1, T, T)."""
@@ -87,6 +94,20 @@ class Transformer(keras.Model):
         self.norm = layers.LayerNormalization(epsilon=cfg.layer_norm_eps) if cfg.norm_first else None
         self.head = Dense(cfg.outputs)
 
+    def build(self, x_shape, padding_mask_shape=None):
+        """Every layer from the input's shape: no variable depends on the sequence length, and
+        an explicit build spares Keras' symbolic trace of the whole model before its first call."""
+        cfg = self.zoo_config
+        hidden = (*x_shape[:2], cfg.d_model)
+        self.embed.build(x_shape)
+        if self.pos_embed is not None:
+            self.pos_embed.build(x_shape[:2])
+        for block in self.blocks:
+            block.build(hidden)
+        if self.norm is not None:
+            self.norm.build(hidden)
+        self.head.build(hidden)
+
     def forward_features(self, x, padding_mask=None, training=False):
         """The final hidden states (N, T, d_model), after the final norm of pre-norm models."""
         max_len = self.zoo_config.max_len
@@ -131,10 +152,8 @@ class Transformer(keras.Model):
 
 
 def build(cfg: TransformerConfig) -> Transformer:
+    """Built explicitly from the input's shape, with no forward pass: no variable's shape depends
+    on the sequence length, and a full-context first call cost seconds (Keras traced it twice)."""
     model = Transformer(cfg)
-    steps = cfg.example_length()
-    if cfg.causal:
-        model(ops.zeros((1, steps), dtype="int32"))
-    else:
-        model(ops.zeros((1, steps, cfg.input_size)))
+    model.build((None, None) if cfg.causal else (None, None, cfg.input_size))
     return model

@@ -48,6 +48,9 @@ class PatchEmbed(layers.Layer):
             bias_initializer=_torch_default(fan_in),
         )
 
+    def build(self, input_shape):
+        self.proj.build(input_shape)
+
     def call(self, x):
         return ops.reshape(self.proj(x), (-1, self.num_patches, self.dim))
 
@@ -80,6 +83,7 @@ class Block(layers.Layer):
         d = cfg.dim
         self.norm1 = layers.LayerNormalization(epsilon=LAYER_NORM_EPS)
         self.attn = SelfAttention(d, cfg.num_heads, dropout=cfg.attn_dropout)
+        self.attn.out_proj.kernel_initializer = _normal(0.02)  # timm's draw for every Linear
         self.attn_drop = layers.Dropout(cfg.dropout)  # timm's proj_drop, after the output projection
         self.norm2 = layers.LayerNormalization(epsilon=LAYER_NORM_EPS)
         self.mlp = Mlp(
@@ -90,6 +94,11 @@ class Block(layers.Layer):
             kernel_initializer=_normal(0.02),
             bias_initializer="zeros",
         )
+
+    def build(self, input_shape):
+        """Every sub-layer from the (N, tokens, dim) shape: no symbolic trace of :meth:`call`."""
+        for layer in (self.norm1, self.attn, self.norm2, self.mlp):
+            layer.build(input_shape)
 
     def call(self, x, training=False):
         x = x + self.attn_drop(self.attn(self.norm1(x), training=training), training=training)
@@ -119,6 +128,17 @@ class VisionTransformer(keras.Model):
         self.norm = layers.LayerNormalization(epsilon=LAYER_NORM_EPS)
         self.head_drop = layers.Dropout(cfg.head_dropout)
         self.head = Dense(cfg.num_classes, kernel_initializer=_normal(0.02), bias_initializer="zeros")
+
+    def build(self, input_shape):
+        """Every layer from the image shape, without Keras' symbolic trace of :meth:`call` (the
+        image size is fixed by the position embedding, so no smaller image would do)."""
+        cfg = self.zoo_config
+        tokens = (input_shape[0], cfg.num_tokens, cfg.dim)
+        self.patch_embed.build(input_shape)
+        for block in self.blocks:
+            block.build(tokens)
+        self.norm.build(tokens)
+        self.head.build((input_shape[0], cfg.dim))
 
     def forward_features(self, x, training=False):
         h = self.tokens(self.patch_embed(self._checked(x)))
@@ -156,18 +176,18 @@ class VisionTransformer(keras.Model):
 
 
 def _init_attention_like_timm(model: VisionTransformer) -> None:
-    """timm draws its attention projections (``qkv``, ``proj``: Linear layers) from the same
-    normal as every other linear weight, with zero biases; zoo's shared Keras attention draws
-    ``nn.MultiheadAttention``'s Xavier-uniform. Redrawn here, after the variables exist."""
+    """timm draws its ``qkv`` projection from the same normal as every other Linear; zoo's
+    shared Keras attention creates it with ``nn.MultiheadAttention``'s Xavier-uniform, so it is
+    redrawn here (the output projection got its initialiser in :class:`Block`)."""
     for block in model.blocks:
-        attention = block.attn
-        for variable in (attention.in_proj_kernel, attention.out_proj.kernel):
-            variable.assign(keras.random.normal(tuple(variable.shape), stddev=0.02, dtype=variable.dtype))
-        attention.out_proj.bias.assign(ops.zeros_like(attention.out_proj.bias))
+        variable = block.attn.in_proj_kernel
+        variable.assign(keras.random.normal(tuple(variable.shape), stddev=0.02, dtype=variable.dtype))
 
 
 def build(cfg: ViTConfig) -> VisionTransformer:
+    """Built explicitly from the input shape, with no forward pass: a full-size call of a large
+    ViT costs seconds, and no variable needs one."""
     model = VisionTransformer(cfg)
-    model(ops.zeros((1, cfg.image_size, cfg.image_size, cfg.in_channels)))
+    model.build((None, cfg.image_size, cfg.image_size, cfg.in_channels))
     _init_attention_like_timm(model)
     return model
