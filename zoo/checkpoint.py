@@ -376,9 +376,14 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
         raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
     for key in ("task_info", "recipe", "metrics", "versions", "source"):
         try:
-            json.loads(metadata.get(key, "{}"))
+            value = json.loads(metadata.get(key, "{}"))
         except json.JSONDecodeError:
             raise CheckpointError(f"{path}: its {key} metadata is not JSON; the file is damaged") from None
+        if not isinstance(value, dict):  # zoo writes an object in each; readers look names up in it
+            raise CheckpointError(
+                f"{path}: its {key} metadata is JSON {type(value).__name__}, not the object zoo writes; "
+                "the file is damaged"
+            )
     _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
     return Checkpoint(path, metadata, family, config)
 
