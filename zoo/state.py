@@ -118,7 +118,10 @@ def _ckpt_problem(path: Path) -> str | None:
     # Read whole, as Lightning will: a memory-mapped load leaves each tensor's bytes unread, and a
     # storage whose size no longer matches its record surfaces only in Lightning's own load.
     loaded = torch.load(path, map_location="cpu", weights_only=True)
-    needed = {"state_dict", "optimizer_states", "loops", "global_step"}
+    needed = {  # what Lightning's restore reads
+        "state_dict", "optimizer_states", "lr_schedulers", "loops", "global_step", "epoch", "callbacks",
+        "pytorch-lightning_version",
+    }  # fmt: skip
     if not isinstance(loaded, dict) or not needed <= loaded.keys():
         return f"Lightning's {', '.join(sorted(needed))} are not all there"
     return None

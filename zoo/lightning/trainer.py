@@ -95,6 +95,15 @@ def initialise(model: torch.nn.Module, init) -> list[dict]:
     return [*groups, {"params": head, **({"lr": init.head_lr} if init.head_lr else {})}]
 
 
+class Restored(L.Callback):
+    """``done`` once Lightning has restored a resume state and starts training."""
+
+    done = False
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.done = True
+
+
 def without_decay(groups: list[dict], model: torch.nn.Module, table) -> list[dict]:
     """Each parameter group split in two: its decayed tensors, and its exempt ones with
     ``weight_decay`` 0 (zoo.weights.decay_exempt_tensors decides, for both frameworks)."""
@@ -181,6 +190,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
         ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
         SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
+        restored := Restored(),
     ]
     trainer = L.Trainer(
         max_epochs=trainer_cfg.max_epochs,
@@ -201,7 +211,19 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     val_loader = loader(dataset.val, data_cfg.eval_batch_size, pin_memory=pin) if len(dataset.val) else None
     started = time.perf_counter()
     # The state is zoo's own file from this run's folder; loaded without unpickling objects.
-    trainer.fit(task, train_loader, val_loader, ckpt_path=resume, weights_only=True if resume else None)
+    try:
+        trainer.fit(task, train_loader, val_loader, ckpt_path=resume, weights_only=True if resume else None)
+    except Exception as error:
+        if resume is None or restored.done:
+            raise
+        from zoo.checkpoint import CheckpointError
+
+        # Lightning restores the weights before any callback sees the state: what it cannot
+        # restore is the state's fault, said as such (zoo.state.check_state catches most before).
+        raise CheckpointError(
+            f"{resume}: Lightning cannot restore this training state ({type(error).__name__}: {error}); "
+            "it is damaged or was changed since zoo wrote it: delete it to resume from the state before"
+        ) from None
     seconds = time.perf_counter() - started
     test_loader = loader(dataset.test, data_cfg.eval_batch_size, pin_memory=pin)
     results = trainer.test(task, test_loader, verbose=False)[0]
