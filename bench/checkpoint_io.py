@@ -43,8 +43,9 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None) 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from safetensors.numpy import load_file, save_file
 
-    from zoo import api, keras_skeleton, registry
+    from zoo import api, registry
     from zoo.checkpoint import load_checkpoint, model_tensors, save_checkpoint
+    from zoo.keras import skeleton as keras_skeleton
 
     if threads:
         limit_threads(framework, threads)
@@ -135,13 +136,15 @@ def table(merged: dict, rounds: int, repeats: int) -> str:
 
 
 def write_results(text: str) -> None:
-    """Replace this script's section of bench/RESULTS.md (up to the next ``## ``), or append it."""
+    """Replace this script's table in bench/RESULTS.md (up to the next ``## `` or ``### ``: the
+    subsections after it are other scripts'), or append the section."""
     path = ROOT / "bench" / "RESULTS.md"
     lines = path.read_text().splitlines()
     body = [SECTION, "", *text.splitlines(), ""]
     if SECTION in lines:
         start = lines.index(SECTION)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        later = range(start + 1, len(lines))
+        end = next((i for i in later if lines[i].startswith(("## ", "### "))), len(lines))
         lines[start:end] = body
     else:
         lines += ["", *body]
