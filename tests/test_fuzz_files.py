@@ -207,4 +207,3 @@ def test_a_damaged_keras_state_without_its_checksum(runs, data):
     # zoo can make without the model, and Lightning's own load raises (docs/failure-modes.md).
     original = latest_state(runs["keras"]).read_bytes()
     check_resume(runs["keras"], data.draw(damage(original, header_end(original))), checksum=False)
-

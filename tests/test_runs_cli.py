@@ -81,8 +81,8 @@ def test_runs_table_and_filters(export_dir):
     assert "damaged: recipe.yaml does not read" in table.output and "val_accuracy 0.7 (ep 2)" in table.output
     keras = invoke("runs", "--dir", export_dir, "--framework", "keras", "--quiet")
     assert sorted(Path(p).name for p in keras.stdout.split()) == ["done-keras", "nan-keras"]
-    finished = invoke("runs", "--dir", export_dir, "--status", "finished", "--architecture", "convnet-tiny",
-        "-q"
+    finished = invoke(
+        "runs", "--dir", export_dir, "--status", "finished", "--architecture", "convnet-tiny", "-q"
     )
     assert sorted(Path(p).name for p in finished.stdout.split()) == ["done-keras", "done-lightning"]
     assert "no runs under" in invoke("runs", "--dir", export_dir, "--status", "running").output
