@@ -57,6 +57,15 @@ def resumed_seconds(model, epoch: int) -> float:
     return float(resumed["seconds"]) if resumed and resumed["epoch"] == epoch else 0.0
 
 
+def across_workers(model) -> bool:
+    """Whether ``model`` trains under a multi-worker strategy, where reading a metric's sums is
+    a cross-worker reduction: a callback that only the chief runs must not read them (the other
+    workers' next collective would meet it and abort)."""
+    strategy = getattr(model, "distribute_strategy", None)
+    extended = getattr(strategy, "extended", None)
+    return bool(getattr(extended, "_num_workers", 1) > 1)
+
+
 def training_optimizer(model):
     """The optimizer that counts micro-batches and accumulates: under 16-mixed, Keras wraps
     it in a LossScaleOptimizer whose own counters never move."""
@@ -78,6 +87,8 @@ class BatchCounter(keras.callbacks.Callback):
         """The epoch's running loss mean and the samples it is over, as Keras' loss tracker
         holds them: zero at an epoch's start, the batches before the interruption after a
         mid-epoch resume (SaveState puts them back)."""
+        if across_workers(self.model):
+            return 0.0, 0.0  # reading them is a collective the other workers would not join
         tracker = self.model._loss_tracker
         count = float(tracker.count.numpy())
         return (float(tracker.total.numpy()) / count if count else 0.0), count
@@ -133,7 +144,8 @@ def save_state(model, path: Path, keep: int, position: dict) -> None:
     tensors |= {f"optimizer/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.optimizer.variables)}
     # The epoch's metric sums so far (loss tracker, compiled metrics): a mid-epoch resume
     # continues them, so the epoch's row is over all of its batches.
-    tensors |= {f"metrics/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.metrics_variables)}
+    if not across_workers(model):  # the chief alone saves: reading metric sums would be a collective
+        tensors |= {f"metrics/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.metrics_variables)}
     tensors = {k: np.require(v, requirements="C") for k, v in tensors.items()}
     temporary = path.with_name(f".{path.name}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
