@@ -21,7 +21,7 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # zoo against hand-written loops, start-up and checkpoint I/O (bench/RESULTS.md); ~20 min
 bench: $(STAMP)
