@@ -97,7 +97,7 @@ def test_two_keras_instances_keep_their_own_weights(tmp_path):
 
 
 def test_create_model_rejects_unknown_names_and_frameworks():
-    with pytest.raises(KeyError, match="not a registered architecture or preset; known: cnn"):
+    with pytest.raises(KeyError, match="not a registered architecture or preset; known: bert, cnn"):
         zoo.create_model("resnet-9000")
     with pytest.raises(ValueError, match="not one of: lightning"):
         zoo.create_model("cnn", framework="jax")

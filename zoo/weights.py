@@ -234,7 +234,10 @@ def _variable_value(array: np.ndarray, dtype: np.dtype, given: set[int]):
         root = id(_root(array))
         ours = root in given and _root(array).nbytes == array.nbytes
         given.discard(root)
-    adoptable = ours and array.flags.writeable and array.ctypes.data % ALIGNMENT == 0 and array.size
+    # DLPack takes numpy's own number types only: ml_dtypes' bfloat16 (kind "V") goes by a copy.
+    dlpack = array.dtype.kind in "iufc"
+    aligned = array.ctypes.data % ALIGNMENT == 0
+    adoptable = ours and dlpack and array.flags.writeable and aligned and array.size
     if adoptable and keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
