@@ -28,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out" / "checkpoint_io"
+from results_section import write_section  # noqa: E402  (bench/ is the script's folder)
+
 SECTION = "## Checkpoint I/O at gpt2 size (`bench/checkpoint_io.py`)"
 
 
@@ -136,19 +138,7 @@ def table(merged: dict, rounds: int, repeats: int) -> str:
 
 
 def write_results(text: str) -> None:
-    """Replace this script's table in bench/RESULTS.md (up to the next ``## `` or ``### ``: the
-    subsections after it are other scripts'), or append the section."""
-    path = ROOT / "bench" / "RESULTS.md"
-    lines = path.read_text().splitlines()
-    body = [SECTION, "", *text.splitlines(), ""]
-    if SECTION in lines:
-        start = lines.index(SECTION)
-        later = range(start + 1, len(lines))
-        end = next((i for i in later if lines[i].startswith(("## ", "### "))), len(lines))
-        lines[start:end] = body
-    else:
-        lines += ["", *body]
-    path.write_text("\n".join(lines).rstrip("\n") + "\n")
+    write_section(SECTION, text)
 
 
 def main() -> None:

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+from results_section import write_section  # noqa: E402  (bench/ is the script's folder)
+
 SECTION = "## `compile: true` on CPU (`bench/compile.py`)"
 PRESETS = "convnet-small,resnet-micro,vit-micro,transformer-small,lstm-small,gpt2-micro,bert-micro,resnet18"
 SMALL_IMAGE = 32  # the ImageNet presets at 32x32: a CPU step at 224 takes seconds
@@ -123,16 +125,8 @@ def measure_torch(name: str, size: int, steps: int, rounds: int) -> dict:
     compiled_step()  # the training graph (forward and backward) compiles here
     first_s = time.perf_counter() - started
     # The first steps above moved both models once: the timed losses continue from one state.
-    plain_s, compiled_s, plain_losses, compiled_losses = interleaved(steps, rounds, plain_step, compiled_step)
-    return {
-        "framework": "lightning",
-        "preset": name,
-        "plain_s": plain_s,
-        "compiled_s": compiled_s,
-        "compile_s": first_s - compiled_s + eval_compile_s,
-        "forward_error": forward_error,
-        "loss_error": relative_error(compiled_losses, plain_losses),
-    }
+    timed = interleaved(steps, rounds, plain_step, compiled_step)
+    return row("lightning", name, timed, first_s + eval_compile_s, forward_error)
 
 
 def measure_keras(name: str, size: int, steps: int, rounds: int) -> dict:
@@ -170,16 +164,8 @@ def measure_keras(name: str, size: int, steps: int, rounds: int) -> dict:
     started = time.perf_counter()
     compiled_step()  # the train step is traced and XLA-compiled here
     first_s = time.perf_counter() - started
-    plain_s, compiled_s, plain_losses, compiled_losses = interleaved(steps, rounds, plain_step, compiled_step)
-    return {
-        "framework": "keras",
-        "preset": name,
-        "plain_s": plain_s,
-        "compiled_s": compiled_s,
-        "compile_s": first_s - compiled_s + eval_compile_s,
-        "forward_error": forward_error,
-        "loss_error": relative_error(compiled_losses, plain_losses),
-    }
+    timed = interleaved(steps, rounds, plain_step, compiled_step)
+    return row("keras", name, timed, first_s + eval_compile_s, forward_error)
 
 
 def run_one(framework: str, name: str, args: argparse.Namespace) -> dict:
@@ -232,18 +218,23 @@ def table(results: list[dict], args: argparse.Namespace, load: tuple[float, floa
     return "\n".join(lines)
 
 
+def row(framework: str, name: str, timed, first_steps_s: float, forward_error: float) -> dict:
+    """One table row from ``interleaved``'s (plain s, compiled s, plain losses, compiled losses):
+    compile time is what the first compiled step(s) took beyond a compiled step's own time."""
+    plain_s, compiled_s, plain_losses, compiled_losses = timed
+    return {
+        "framework": framework,
+        "preset": name,
+        "plain_s": plain_s,
+        "compiled_s": compiled_s,
+        "compile_s": first_steps_s - compiled_s,
+        "forward_error": forward_error,
+        "loss_error": relative_error(compiled_losses, plain_losses),
+    }
+
+
 def write_results(text: str) -> None:
-    """Replace this script's section of bench/RESULTS.md (up to the next ``## ``), or append it."""
-    path = ROOT / "bench" / "RESULTS.md"
-    lines = path.read_text().splitlines()
-    body = [SECTION, "", *text.splitlines(), ""]
-    if SECTION in lines:
-        start = lines.index(SECTION)
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        lines[start:end] = body
-    else:
-        lines += ["", *body]
-    path.write_text("\n".join(lines).rstrip("\n") + "\n")
+    write_section(SECTION, text)
 
 
 def main() -> None:
