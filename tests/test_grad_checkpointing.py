@@ -22,6 +22,10 @@ from zoo.memory import saved_for_backward
 from zoo.weights import count_parameters
 
 TOLERANCE = 1e-6
+# A tf.function's CPU reductions are not bit-reproducible from run to run (oneDNN/Eigen split
+# sums over threads): the same gpt2-micro graph step, repeated in fresh processes, gave gradient
+# gaps of 0, 2.1e-6 and 3.3e-6 relative to each tensor's scale with and without remat.
+GRAPH_TOLERANCE = 1e-5
 DROPOUT = 0.3  # high enough that almost every block drops something
 
 
@@ -254,9 +258,10 @@ def test_keras_gradients_are_unchanged(name, overrides, dropout, graph, recomput
     assert recompute_counter["count"] == 0
     checkpointed, checkpointed_state = _keras_step(model, (x,), checkpointing=True, graph=graph)
     assert recompute_counter["count"] >= 4  # at least two blocks, each run twice
-    assert _max_diff(plain, checkpointed) <= TOLERANCE
+    tolerance = GRAPH_TOLERANCE if graph else TOLERANCE
+    assert _max_diff(plain, checkpointed) <= tolerance
     # BatchNorm statistics once per step, and every seed generator advanced as without remat.
-    assert _max_diff(plain_state, checkpointed_state) <= TOLERANCE
+    assert _max_diff(plain_state, checkpointed_state) <= tolerance
 
 
 def test_keras_test_would_see_redrawn_masks(monkeypatch):
