@@ -414,3 +414,26 @@ def test_float16_is_refused_before_anything_runs():
 
     with pytest.raises(SetupError, match=r"trainer\.precision '16-mixed' needs a GPU .* use 'bf16-mixed'"):
         compare(RECIPE, steps=1, overrides=["trainer.precision=16-mixed"], write=False)
+
+
+def test_each_check_holds_arrays_in_its_pairs_own_precision(monkeypatch):
+    """A check keeps gradients and update moves in the twins' own precision (float64 only for
+    the float64 reference pair): float64 copies of a float32 GPT-2's arrays at every check took
+    a full-size comparison past this machine's 24 GB."""
+    from zoo.compare import compare
+    from zoo.compare.resync import Checker
+
+    seen: dict[str, set[str]] = {"pair": set(), "reference": set()}
+    judge = Checker._judge
+
+    def spy(self, step, sides, reference):
+        for name, found in (("pair", sides), ("reference", reference)):
+            for side in ("torch", "keras"):
+                for kind in ("gradients", "moved"):
+                    seen[name] |= {str(a.dtype) for a in found[side].get(kind, {}).values()}
+        return judge(self, step, sides, reference)
+
+    monkeypatch.setattr(Checker, "_judge", spy)
+    result = compare(RECIPE, steps=2, speed_steps=0, write=False)
+    assert result.passed, result.text
+    assert seen == {"pair": {"float32"}, "reference": {"float64"}}

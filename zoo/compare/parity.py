@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from zoo.compare.results import Bounded, SectionResult, TensorGap, fmt, tensor_gaps
-from zoo.compare.resync import Checker, PointCheck, Snapshot, snapshot
+from zoo.compare.resync import Checker, PointCheck, Snapshot, release_memory, snapshot
 from zoo.compare.steps import Batch, keras_losses, lightning_losses
 from zoo.compare.tolerances import Tolerances
 from zoo.compare.twins import Twins
@@ -236,7 +236,10 @@ def check_training(
             "keras": keras_losses(reference, table, batches),
         }
         reference.reset()
+        reference.torch_model.zero_grad(set_to_none=True)
+        release_memory()
     keras = keras_losses(pair, table, batches)
+    release_memory()
     with tempfile.TemporaryDirectory(prefix="zoo-compare-") as scratch:
         watch = Watch(pair, keras, floors, tolerances, set(resync_steps(steps)), Path(scratch))
         torch = lightning_losses(pair, table, steps, watch)
@@ -245,6 +248,8 @@ def check_training(
         final = tensor_gaps(pair.torch_state(), pair.keras_state())
         final.sort(key=lambda g: (-g.max_abs_diff, g.name))
         pair.reset()
+        pair.torch_model.zero_grad(set_to_none=True)  # Lightning leaves the last step's gradients
+        release_memory()
         points = [checker.check(s, batches[s - 1], watch.kept[s]) for s in sorted(watch.kept)]
     return _training_section(torch, keras, floors, watch.first, points, final, table, tolerances, checker)
 

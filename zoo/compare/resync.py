@@ -21,7 +21,7 @@ the moments are elementwise, so the map that moves a weight moves its moments to
 
 from __future__ import annotations
 
-import copy
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,12 +104,13 @@ def keras_gradients(twins: Twins, tape, loss) -> dict[str, np.ndarray]:
         arrays = []
         for variable in variables:
             gradient = by_variable.get(id(variable))
+            dtype = _gradient_dtype(variable)  # exact, and half the bytes of float64 for float32
             if variable.trainable and gradient is not None:
-                arrays.append(np.asarray(gradient).astype(np.float64))
+                arrays.append(np.asarray(gradient).astype(dtype))
             elif variable.trainable:  # not on the loss path: torch leaves it at zero too
-                arrays.append(np.zeros(variable.shape))
+                arrays.append(np.zeros(variable.shape, dtype))
             else:  # running statistics: no gradient; their value keeps to_torch's shapes right
-                arrays.append(np.asarray(variable.numpy()).astype(np.float64))
+                arrays.append(np.asarray(variable.numpy()).astype(dtype))
         for spec, array in zip(port.tensors, port.to_torch(*arrays), strict=True):
             if spec.trainable:
                 mapped[spec.name] = np.asarray(array)
@@ -164,16 +165,20 @@ class Updater:
 
     def load(self, state: Snapshot) -> bool:
         """Both optimizers at the snapshot's state; False (and ``reason``) if impossible."""
-        self.torch.load_state_dict(copy.deepcopy(state.optimizer))
+        saved = state.optimizer  # read from disk: the optimizer may take its tensors as they are
+        self.torch.load_state_dict(saved)
         per_key: dict[str, dict[str, np.ndarray]] = {}
         steps = set()
-        for index, entry in state.optimizer["state"].items():
+        for index, entry in saved["state"].items():
             name = self.names[index]
             for key, value in entry.items():
                 if key == "step":
                     steps.add(int(float(value)))
                 elif key in KERAS_SLOTS and hasattr(self.keras, KERAS_SLOTS[key]):
-                    per_key.setdefault(key, {})[name] = value.detach().double().cpu().numpy()
+                    # A view where the dtype allows (each slot converts its own piece on assign).
+                    exact = value.detach().cpu()
+                    exact = exact if exact.dtype.itemsize >= 4 else exact.float()
+                    per_key.setdefault(key, {})[name] = exact.numpy()
                 else:
                     self.reason = f"the torch optimizer's state {key!r} has no slot in the Keras optimizer"
                     return False
@@ -303,14 +308,17 @@ class Checker:
         if state is not None:
             twins.load(tensors)  # the train passes moved running statistics
             if updater.load(state):
-                start = twins.torch_state()
+                start = _trainable(twins, twins.torch_state())
                 updater.step(torch_found["gradients"] if feed is None else feed)
-                found["start"] = start
-                found["torch"]["updated"] = _trainable(twins, twins.torch_state())
-                found["keras"]["updated"] = _trainable(twins, twins.keras_state())
+                wide = any(p.dtype.itemsize == 8 for p in twins.torch_model.parameters())
+                for side, after in (("torch", twins.torch_state()), ("keras", twins.keras_state())):
+                    moved, found[side]["largest"] = _moves(start, _trainable(twins, after), wide)
+                    found[side]["moved"] = moved
             else:
                 found["skipped"] = updater.reason
+        twins.torch_model.zero_grad(set_to_none=True)  # a model's worth of memory until the next pass
         twins.reset()
+        release_memory()
         return found
 
     def _judge(self, step: int, sides: dict[str, Any], reference: dict[str, Any] | None) -> PointCheck:
@@ -347,7 +355,7 @@ class Checker:
             floor_fraction=GRADIENT_FLOOR,
         )
         update, skipped = None, sides["skipped"] or (reference or {}).get("skipped")
-        if "updated" in t and not skipped:
+        if "moved" in t and not skipped:
             update = self._updates(sides, reference)
         return PointCheck(
             step, forward, loss, gradients, update, missing, skipped, {"torch": t["loss"], "keras": k["loss"]}
@@ -358,19 +366,14 @@ class Checker:
         tensor. The new weight is rounded to the parameter dtype, so one unit of that
         rounding in the largest weight is allowed on top (the reference pair's dtype, or
         the recipe's without a reference)."""
-        start = sides["start"]
-
-        def moved(side):
-            return {n: value - start[n] for n, value in side["updated"].items()}
-
         epsilon = parameter_epsilon((self.reference or self.pair).precision)
-        weights = (reference or sides)["torch"]["updated"]
-        unit = {n: epsilon * float(np.max(np.abs(w), initial=0.0)) for n, w in weights.items()}
+        largest = (reference or sides)["torch"]["largest"]
+        unit = {n: epsilon * value for n, value in largest.items()}
         return bounded_gaps(
-            moved(sides["torch"]),
-            moved(sides["keras"]),
-            None if reference is None else moved(reference["torch"]),
-            None if reference is None else moved(reference["keras"]),
+            sides["torch"]["moved"],
+            sides["keras"]["moved"],
+            None if reference is None else reference["torch"]["moved"],
+            None if reference is None else reference["keras"]["moved"],
             self.tolerances.update,
             relative=True,
             floor_fraction=GRADIENT_FLOOR,
@@ -382,6 +385,31 @@ def _gradient_dtype(variable) -> type:
     """float64 for float64 variables; float32 otherwise (zoo's optimizers keep low-precision
     weights' arithmetic in float32, and torch's bf16 gradients are exact in it)."""
     return np.float64 if variable.dtype == "float64" else np.float32
+
+
+def _moves(start: dict[str, np.ndarray], after: dict[str, np.ndarray], wide: bool) -> tuple[dict, dict]:
+    """How far an update moved each tensor, and its largest new |weight|, without holding a
+    second copy of the weights: each move is taken in float64 and kept in float32 unless the
+    twin is ``wide`` (float64): a float32 move's rounding is far below any bound it is checked
+    against, and a GPT-2's moves are 0.5 GB in float32."""
+    moved, largest = {}, {}
+    for name, value in after.items():
+        exact = np.asarray(value, np.float64) - np.asarray(start[name], np.float64)
+        moved[name] = exact if wide else exact.astype(np.float32)
+        largest[name] = float(np.max(np.abs(value), initial=0.0))
+    return moved, largest
+
+
+def release_memory() -> None:
+    """Hand freed buffers back to the system between checks: the passes of a GPT-2-sized pair
+    free gigabytes that glibc's allocator would otherwise keep, and the next check's arrays
+    would come on top of them."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _trainable(twins: Twins, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
