@@ -14,6 +14,7 @@ import sys
 import types
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 from conftest import RECIPE, tiny
@@ -47,6 +48,29 @@ def quiet(*args) -> list[str]:
 def smallest(fits) -> str:
     entries = sorted((e for e in registry.list_architectures() if fits(e)), key=lambda e: e.parameters)
     return entries[0].name
+
+
+def commands(group: click.Group, prefix: str = "zoo") -> dict[str, click.Command]:
+    """Every command a user can run, subcommands included (a group that runs is one too)."""
+    found: dict[str, click.Command] = {}
+    for name, command in group.commands.items():
+        if not isinstance(command, click.Group) or command.invoke_without_command:
+            found[f"{prefix} {name}"] = command
+        if isinstance(command, click.Group):
+            found.update(commands(command, f"{prefix} {name}"))
+    return found
+
+
+def test_every_command_has_json_and_quiet():
+    every = commands(main)
+    assert "zoo tokenizer encode" in every and "zoo runs show" in every and "zoo runs" in every
+    lacking = {
+        name: flag
+        for name, command in every.items()
+        for flag in ("--json", "--quiet")
+        if not any(flag in option.opts for option in command.params)
+    }
+    assert lacking == {}
 
 
 def test_show_for_scripts():
