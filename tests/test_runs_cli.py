@@ -116,6 +116,24 @@ def test_plot_overlays_runs(export_dir, tmp_path):
     assert width > 2 * height  # one panel per quantity side by side: loss, accuracy, learning rate
 
 
+def test_runs_show_and_plot_for_scripts(export_dir, tmp_path):
+    """--quiet: a run's status, the PNG's path; --json: one document on stdout."""
+    statuses = [
+        invoke("runs", "show", name, "--dir", export_dir, "-q").stdout for name in ("done-keras", "nan-keras")
+    ]
+    assert statuses == ["finished\n", "diverged\n"]
+    out = tmp_path / "curves.png"
+    result = invoke("plot", "done-lightning", "nan-keras", "--dir", export_dir, "-o", out, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "path": str(out), "runs": [str(export_dir / "done-lightning"), str(export_dir / "nan-keras")],
+        "panels": ["loss", "accuracy", "lr"],
+    }  # fmt: skip
+    assert out.read_bytes()[:8] == PNG
+    quiet = invoke("plot", "done-lightning", "--dir", export_dir, "-o", out, "--quiet")
+    assert quiet.exit_code == 0 and quiet.stdout == f"{out}\n"
+
+
 def test_plot_refuses_a_run_without_metrics(export_dir, tmp_path):
     result = invoke("plot", "done-keras", "broken", "--dir", export_dir, "-o", tmp_path / "x.png")
     assert result.exit_code == 2 and "broken has no metrics.csv" in result.output

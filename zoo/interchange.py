@@ -21,6 +21,7 @@ from zoo import registry
 from zoo.checkpoint import CheckpointError, read_checkpoint, write_checkpoint, write_safetensors
 from zoo.family import Family
 from zoo.foreign import ForeignFormat, ForeignLayoutError, Tensors
+from zoo.progress import track
 from zoo.weights import tensor_specs
 
 TORCH_SUFFIXES = (".pth", ".pt", ".bin")
@@ -96,7 +97,8 @@ def _read_file(path: Path) -> Tensors:
         with safe_open(str(path), framework="np") as handle:
             if (handle.metadata() or {}).get("format") == "zoo-checkpoint":
                 raise InterchangeError(f"{path}: is already a zoo checkpoint; use it as it is")
-            return {key: _float32(handle.get_tensor(key)) for key in handle.keys()}  # noqa: SIM118
+            keys = track(handle.keys(), f"reading {path.name}", unit="tensor")
+            return {key: _float32(handle.get_tensor(key)) for key in keys}
     except InterchangeError:
         raise
     except TypeError:  # bfloat16: numpy has no such dtype, torch reads it
@@ -108,7 +110,8 @@ def _read_file(path: Path) -> Tensors:
 def _read_torch_safetensors(path: Path) -> Tensors:
     from safetensors.torch import load_file
 
-    return {key: _torch_array(value) for key, value in load_file(path).items()}
+    loaded = track(load_file(path).items(), f"converting {path.name}", unit="tensor")
+    return {key: _torch_array(value) for key, value in loaded}
 
 
 def _read_torch(path: Path) -> Tensors:
@@ -135,7 +138,8 @@ def _read_torch(path: Path) -> Tensors:
             f"{path}: is not a state dict (a mapping of names to tensors), nor one wrapped under "
             f"{', '.join(repr(w) for w in WRAPPERS)}"
         )
-    tensors = {key: _torch_array(value) for key, value in loaded.items()}
+    converting = track(loaded.items(), f"converting {path.name}", unit="tensor")
+    tensors = {key: _torch_array(value) for key, value in converting}
     if all(key.startswith("module.") for key in tensors):  # saved from DistributedDataParallel
         tensors = {key.removeprefix("module."): value for key, value in tensors.items()}
     return tensors
@@ -304,7 +308,8 @@ def export_checkpoint(
         fmt = ckpt.family.format(format)
     except ValueError as error:
         raise InterchangeError(f"{checkpoint}: {error}") from None
-    canonical = {k: _float32(v) for k, v in ckpt.tensors().items()}
+    reading = track(ckpt.tensors().items(), f"reading {Path(checkpoint).name}", unit="tensor")
+    canonical = {k: _float32(v) for k, v in reading}
     try:
         tensors, meta = fmt.write(ckpt.config, canonical)
     except ForeignLayoutError as error:  # a config the foreign library has no equivalent of
@@ -353,7 +358,8 @@ def _write_json(path: Path, value: dict[str, Any]) -> None:
 def _verify(path: Path, fmt: ForeignFormat, meta, canonical: Tensors) -> None:
     """Read the written file back through the format: the same tensors, bit for bit."""
     _, back = fmt.read(_read_file(path), meta or {})
-    bad = [k for k in canonical if k not in back or not np.array_equal(back[k], canonical[k])]
+    checking = track(canonical, f"checking {path.name}", unit="tensor")
+    bad = [k for k in checking if k not in back or not np.array_equal(back[k], canonical[k])]
     if bad or set(back) != set(canonical):
         path.unlink(missing_ok=True)
         raise AssertionError(f"{path}: reading the {fmt.name} export back changed {bad[:5]}; removed it")

@@ -7,6 +7,7 @@ metric, then the learning rate); training solid, validation dashed; one colour p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from zoo.hardware import SetupError
@@ -18,6 +19,14 @@ MARKERS = ("o", "x", "s", "+", "^", "D")
 
 class PlotError(SetupError):
     """A run that has nothing to draw, or a figure that cannot be written."""
+
+
+@dataclass(frozen=True)
+class Plotted:
+    """What ``zoo plot`` wrote (its ``--json`` says so): the PNG and the quantities drawn."""
+
+    path: Path
+    panels: list[str]
 
 
 def run_curves(run: Path) -> dict[str, list[float | None]]:
@@ -66,8 +75,8 @@ def label(run: Path) -> str:
     return run.name if not framework or framework in run.name else f"{run.name} ({framework})"
 
 
-def plot_runs(runs: list[Path], out: Path, title: str | None = None) -> Path:
-    """Write the PNG; return its path. Every run must have at least one epoch of metrics."""
+def plot_runs(runs: list[Path], out: Path, title: str | None = None) -> Plotted:
+    """Write the PNG. Every run must have at least one epoch of metrics."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: a file, on any machine
@@ -116,4 +125,4 @@ def plot_runs(runs: list[Path], out: Path, title: str | None = None) -> Path:
         raise PlotError(f"cannot write {out}: {error.strerror or error}") from None
     finally:
         plt.close(figure)
-    return out
+    return Plotted(out, names)

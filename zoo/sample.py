@@ -91,6 +91,30 @@ def sample(
     top_p: float | None = None,
 ) -> str:
     """``prompt`` followed by the text of ``length`` generated tokens; temperature 0 is greedy."""
+    return sample_tokens(path, prompt, length, temperature, framework, seed, top_k, top_p).text
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """A generation with its token ids (``zoo sample --json``): decoding ids and encoding the
+    text again need not give the same ids back, so they are kept as generated."""
+
+    text: str  # the prompt followed by the generated text
+    prompt_ids: list[int]  # what the model read first (a start token for an empty prompt)
+    ids: list[int]  # the generated tokens, after the prompt
+
+
+def sample_tokens(
+    path: str | Path,
+    prompt: str = "",
+    length: int = 200,
+    temperature: float = 0.0,
+    framework: str = "lightning",
+    seed: int = 0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> Sampled:
+    """:func:`sample`, with the token ids read and generated."""
     from zoo.tokenizer import TokenizerError, tokenizer_of
 
     checkpoint = read_checkpoint(path)
@@ -109,8 +133,8 @@ def sample(
         ids = [_start_id(tokenizer)]
     model = load_checkpoint(path, framework)
     window = checkpoint.config.context_length() or UNBOUNDED_WINDOW
-    generated = generate(model, np.asarray([ids], dtype=np.int64), length, sampling, window)
-    return prompt + tokenizer.decode(generated[0].tolist())
+    generated = generate(model, np.asarray([ids], dtype=np.int64), length, sampling, window)[0].tolist()
+    return Sampled(prompt + tokenizer.decode(generated), list(ids), generated)
 
 
 def _start_id(tokenizer) -> int:

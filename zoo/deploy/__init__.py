@@ -22,6 +22,7 @@ from pathlib import Path
 
 from zoo.deploy.check import Check, ExportError, run_checks, staged
 from zoo.deploy.inputs import InputPort, batch, input_ports, shapes
+from zoo.progress import track
 
 FORMATS = ("onnx", "savedmodel", "torch-export")
 # The twin each format is made from; ONNX comes from either.
@@ -91,7 +92,8 @@ def export_model(
     what = f"{checkpoint} -> {format} ({framework} twin)"
     with staged(out, overwrite) as temporary:
         exporter, artifact, reference = _export(format, framework, model, ports, example, config, temporary)
-        results = run_checks(batches, artifact(), reference, what)
+        checking = track(batches, f"checking the {format} export", unit="batch")
+        results = run_checks(checking, artifact(), reference, what)  # type: ignore[arg-type]
     return ExportReport(out, format, framework, exporter, ports, results)
 
 

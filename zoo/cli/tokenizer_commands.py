@@ -1,14 +1,17 @@
 """``zoo tokenizer``: train a byte-level BPE on local text and look at what a tokenizer does.
 
-Registered on the ``zoo`` group by zoo.cli; the work is zoo.tokenizer's.
+The work is :mod:`zoo.tokenizer`'s; these commands read the files and print.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
+from zoo.cli.errors import user_errors
+from zoo.cli.output import emit_json, for_scripts, script_output
 from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS
 
 
@@ -30,51 +33,63 @@ def tokenizer() -> None:
 )  # fmt: skip
 @click.option("--min-frequency", type=click.IntRange(min=1), default=2, show_default=True,
               help="A pair merges only if it occurs this often.")  # fmt: skip
+@for_scripts
+@user_errors
 def train(
-    files: tuple[Path, ...], output: Path, vocab_size: int, special_tokens: str, min_frequency: int
-) -> None:
+    files: tuple[Path, ...], output: Path, vocab_size: int, special_tokens: str, min_frequency: int,
+    as_json: bool, quiet: bool,
+) -> None:  # fmt: skip
     """Train a byte-level BPE (GPT-2's scheme) on FILES: UTF-8 text files or folders of .txt
-    files; none: Python's own documentation (pydoc_data.topics, offline)."""
-    from zoo.cli import user_errors
+    files; none: Python's own documentation (pydoc_data.topics, offline). --quiet prints the
+    tokenizer.json path."""
     from zoo.tokenizer import TOKENIZER_FILE, train_bpe, write_atomically
 
-    @user_errors
-    def run() -> None:
+    with script_output(quiet, as_json):
         texts = list(read_texts(files))
         specials = [t.strip() for t in special_tokens.split(",") if t.strip()]
         trained = train_bpe(texts, vocab_size, specials, min_frequency)
         target = output / TOKENIZER_FILE if output.is_dir() else output
         write_atomically(target, trained.to_json())
+    characters = sum(len(t) for t in texts)
+    if as_json:
+        emit_json({
+            "path": str(target), "kind": "byte-level BPE", "vocab_size": trained.vocab_size,
+            "special_tokens": specials, "characters": characters, "files": [str(f) for f in files],
+        })  # fmt: skip
+    elif quiet:
+        click.echo(str(target))
+    else:
         click.echo(
             f"wrote {target}: byte-level BPE, {trained.vocab_size} tokens "
-            f"(special: {', '.join(specials) or 'none'}) from {sum(len(t) for t in texts):,} characters"
+            f"(special: {', '.join(specials) or 'none'}) from {characters:,} characters"
         )
-
-    run()
 
 
 @tokenizer.command("encode")
 @click.argument("tokenizer_path", metavar="TOKENIZER", type=click.Path(exists=True, path_type=Path))
 @click.argument("text")
-def encode(tokenizer_path: Path, text: str) -> None:
-    """Print the ids and tokens TOKENIZER (a file, a folder or a checkpoint) gives TEXT."""
-    from zoo.cli import user_errors
+@for_scripts
+@user_errors
+def encode(tokenizer_path: Path, text: str, as_json: bool, quiet: bool) -> None:
+    """Print the ids and tokens TOKENIZER (a file, a folder or a checkpoint) gives TEXT.
+    --quiet prints the ids only."""
     from zoo.tokenizer import load_tokenizer, tokenizer_of
 
-    @user_errors
-    def run() -> None:
-        if tokenizer_path.suffix == ".safetensors":
-            found = tokenizer_of(tokenizer_path)
-        else:
-            found = load_tokenizer(tokenizer_path)
-        ids = found.encode(text)
-        click.echo(" ".join(map(str, ids)))
-        click.echo(" | ".join(found.decode([i]) for i in ids))
+    if tokenizer_path.suffix == ".safetensors":
+        found = tokenizer_of(tokenizer_path)
+    else:
+        found = load_tokenizer(tokenizer_path)
+    ids = found.encode(text)
+    tokens = [found.decode([i]) for i in ids]
+    if as_json:
+        emit_json({"ids": list(ids), "tokens": tokens})
+        return
+    click.echo(" ".join(map(str, ids)))
+    if not quiet:
+        click.echo(" | ".join(tokens))
 
-    run()
 
-
-def read_texts(files: tuple[Path, ...]):
+def read_texts(files: tuple[Path, ...]) -> Iterator[str]:
     """The text of each file, of each .txt file under each folder; the embedded docs if none."""
     from zoo.data import DataError
     from zoo.data.text import embedded_corpus, read_file

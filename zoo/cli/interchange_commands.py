@@ -1,0 +1,109 @@
+"""``zoo import`` and ``zoo export``: weights in and out of other libraries' layouts
+(torchvision, timm, transformers) and deployable models (ONNX, SavedModel, torch.export),
+each checked before it is kept. A tensor-by-tensor progress bar shows on stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from zoo.cli.errors import user_errors
+from zoo.cli.output import FRAMEWORKS, emit_json, for_scripts, script_output
+
+
+@click.command("import")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option(
+    "--out", required=True, type=click.Path(path_type=Path),
+    help="The zoo checkpoint to write: a .safetensors path, or a directory for model.safetensors.",
+)  # fmt: skip
+@click.option("--format", "format_", default=None, help="Source layout (torchvision, timm...); default: any.")
+@click.option("--architecture", default=None, help="A family or preset the weights must be.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out.")
+@for_scripts
+@user_errors
+def import_(
+    src: Path, out: Path, format_: str | None, architecture: str | None, overwrite: bool, as_json: bool,
+    quiet: bool,
+) -> None:  # fmt: skip
+    """A foreign checkpoint (torchvision / timm state dict or directory) -> a zoo checkpoint.
+
+    --quiet prints the checkpoint's path."""
+    from zoo.interchange import import_checkpoint
+
+    with script_output(quiet, as_json):
+        done = import_checkpoint(src, out, format=format_, architecture=architecture, overwrite=overwrite)
+    what = done.config.preset or done.family.name
+    if as_json:
+        emit_json({
+            "path": str(done.path), "source": str(src), "architecture": what, "family": done.family.name,
+            "format": done.format.name, "tensors": done.tensors,
+            "tokenizer": str(done.tokenizer) if done.tokenizer else None,
+        })  # fmt: skip
+    elif quiet:
+        click.echo(str(done.path))
+    else:
+        click.echo(f"{done.path}: {what} ({done.format.name} layout, {done.tensors} tensors)")
+
+
+@click.command("export")
+@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--format", "format_", required=True,
+    help="A deployment format (onnx, savedmodel, torch-export) or a weight layout (torchvision, "
+    "timm, hf...).",
+)  # fmt: skip
+@click.option(
+    "--out", required=True, type=click.Path(path_type=Path),
+    help="onnx: a .onnx file; savedmodel: a directory; torch-export: a .pt2 file. Weight layouts: a "
+    ".safetensors or .pth/.pt file, or a directory (model.safetensors + config.json).",
+)  # fmt: skip
+@click.option(
+    "--framework", type=click.Choice(FRAMEWORKS), default=None,
+    help="The twin an onnx file is made from (default: the checkpoint's); savedmodel is Keras', "
+    "torch-export torch's.",
+)  # fmt: skip
+@click.option("--overwrite", is_flag=True, help="Replace existing files at --out.")
+@for_scripts
+@user_errors
+def export(
+    checkpoint: Path, format_: str, out: Path, framework: str | None, overwrite: bool, as_json: bool,
+    quiet: bool,
+) -> None:  # fmt: skip
+    """A zoo checkpoint -> a deployable model (run and checked against the training model) or a
+    foreign weight layout (read back and checked bit for bit).
+
+    --quiet prints the path written."""
+    from zoo.deploy import FORMATS, export_model
+
+    if format_ in FORMATS:
+        with script_output(quiet, as_json):
+            report = export_model(checkpoint, format_, out, framework=framework, overwrite=overwrite)
+        if as_json:
+            emit_json({
+                "path": str(report.path), "format": report.format, "kind": "deployment",
+                "framework": report.framework, "exporter": report.exporter,
+                "inputs": [
+                    {"name": p.name, "dtype": p.dtype, "axes": list(p.axes(report.framework))}
+                    for p in report.inputs
+                ],
+                "checks": [
+                    {"batch": c.batch, "steps": c.steps, "max_diff": c.max_diff, "tolerance": c.tolerance}
+                    for c in report.checks
+                ],
+                "max_diff": report.max_diff,
+            })  # fmt: skip
+        else:
+            click.echo(str(report.path) if quiet else report.summary())
+        return
+    if framework is not None:
+        raise click.UsageError(f"--framework is for the formats {', '.join(FORMATS)}, not {format_!r}")
+    from zoo.interchange import export_checkpoint
+
+    with script_output(quiet, as_json):
+        path = export_checkpoint(checkpoint, format_, out, overwrite=overwrite)
+    if as_json:
+        emit_json({"path": str(path), "format": format_, "kind": "weights", "checked": True})
+    else:
+        click.echo(str(path) if quiet else f"{path}: {format_} layout, read back and checked")

@@ -1,0 +1,101 @@
+"""``zoo train``, ``zoo finetune``, ``zoo resume``: the commands that run a training loop.
+
+The frameworks' own progress bars show the training (on stderr with ``--json``; off with
+``--quiet``); every one of these ends with the same report: run folder, checkpoint, metrics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from zoo.cli.errors import user_errors
+from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output
+from zoo.recipe import load_recipe
+
+NO_BAR = ["trainer.progress_bar=false"]
+
+
+@click.command()
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@framework_option
+@overrides_option
+@for_scripts
+@user_errors
+def train(
+    recipe: Path, framework: str | None, overrides: tuple[str, ...], quiet: bool, as_json: bool
+) -> None:
+    """Train a recipe, evaluate on its test split, export the common checkpoint."""
+    _train(load_recipe(recipe, [*overrides, *(NO_BAR if quiet else [])]), framework, quiet, as_json)
+
+
+@click.command()
+@click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--from", "source", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="A common checkpoint from either framework.")  # fmt: skip
+@click.option("--freeze-backbone", is_flag=True, help="Train only the head.")
+@click.option("--reset-head", is_flag=True, help="Re-initialise the head even where its shape still fits.")
+@click.option("--head-lr", type=click.FloatRange(min=0, min_open=True), help="The head's own learning rate.")
+@framework_option
+@overrides_option
+@for_scripts
+@user_errors
+def finetune(
+    recipe: Path, source: Path, freeze_backbone: bool, reset_head: bool, head_lr: float | None,
+    framework: str | None, overrides: tuple[str, ...], quiet: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Train a recipe starting from a checkpoint (new head where the data changes its shape)."""
+    extra = [f"init.from={source}"]
+    extra += ["init.freeze_backbone=true"] if freeze_backbone else []
+    extra += ["init.reset_head=true"] if reset_head else []
+    extra += [f"init.head_lr={head_lr}"] if head_lr else []
+    extra += NO_BAR if quiet else []
+    _train(load_recipe(recipe, [*overrides, *extra]), framework, quiet, as_json)
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Continue although the run's recipe.yaml was edited.")
+@for_scripts
+@user_errors
+def resume(run_dir: Path, force: bool, quiet: bool, as_json: bool) -> None:
+    """Continue an interrupted run from its newest saved state."""
+    from zoo.api import resume as resume_run
+
+    with script_output(quiet, as_json):
+        result = resume_run(run_dir, force=force)
+    report(result, quiet, as_json)
+
+
+def _train(resolved, framework: str | None, quiet: bool, as_json: bool) -> None:
+    from zoo.api import train as run_training
+
+    with script_output(quiet, as_json):
+        result = run_training(resolved, framework)
+    report(result, quiet, as_json)
+
+
+def report(result, quiet: bool = False, as_json: bool = False) -> None:
+    """A finished run: ``--json`` {run_dir, checkpoint, framework, metrics}; ``--quiet`` the
+    checkpoint's path; else the test metrics, the time and where everything is."""
+    from zoo.runs import is_primary_process
+
+    if not is_primary_process():
+        return  # the other ranks of a data-parallel run: rank 0 reports
+    metrics = result.metrics
+    if as_json:
+        emit_json({
+            "run_dir": str(result.run_dir), "checkpoint": str(result.checkpoint),
+            "framework": result.framework, "metrics": metrics,
+        })  # fmt: skip
+        return
+    if quiet:
+        click.echo(str(result.checkpoint))
+        return
+    click.echo()
+    click.echo(f"{result.run_dir.name} ({result.framework}): " + ", ".join(
+        f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith("test_")
+    ))  # fmt: skip
+    click.echo(f"trained in {metrics['train_seconds']:.1f} s; run folder {result.run_dir}")
+    click.echo(f"checkpoint {result.checkpoint}")

@@ -1,0 +1,34 @@
+"""Run folders: where a training run writes its recipe, metrics, checkpoint and summary.
+
+The pieces live by what they are for: :mod:`zoo.runs.launch` (which process writes, launcher
+variables), :mod:`zoo.runs.folder` (creating, locking, resuming a folder),
+:mod:`zoo.runs.metrics` (``metrics.csv``), :mod:`zoo.runs.stops` (a run that stops early) and
+:mod:`zoo.runs.listing` (finding runs again for ``zoo runs``). Their public names are all here.
+"""
+
+from __future__ import annotations
+
+from zoo.runs.folder import RECORDED_RECIPE, RunDir, prepare_resume
+from zoo.runs.launch import LAUNCH_VARIABLES, RANK_VARIABLES, check_launch, is_primary_process
+from zoo.runs.listing import (
+    BEST,
+    RUN_FILES,
+    STATUSES,
+    RunInfo,
+    best_metric,
+    find_runs,
+    is_run_folder,
+    next_commands,
+    read_run,
+    resolve_run,
+)
+from zoo.runs.metrics import TASK_METRICS, MetricsLog, metric_columns, read_metrics
+from zoo.runs.stops import NonFiniteLoss, NonFiniteWeights, record_stop
+
+__all__ = [
+    "BEST", "LAUNCH_VARIABLES", "RANK_VARIABLES", "RECORDED_RECIPE", "RUN_FILES", "STATUSES",
+    "TASK_METRICS", "MetricsLog", "NonFiniteLoss", "NonFiniteWeights", "RunDir", "RunInfo",
+    "best_metric", "check_launch", "find_runs", "is_primary_process", "is_run_folder",
+    "metric_columns", "next_commands", "prepare_resume", "read_metrics", "read_run", "record_stop",
+    "resolve_run",
+]  # fmt: skip

@@ -1,0 +1,170 @@
+"""A run folder's mechanics: created without clashes, held by one process (a lock), its
+recipe recorded at the start, its summary at the end, and checked before a resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zoo.hardware import SetupError
+from zoo.runs.metrics import MetricsLog
+
+log = logging.getLogger("zoo")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @classmethod
+    def create(cls, root: Path, name: str) -> RunDir:
+        """A new folder ``root/name`` (``name-2``, ``-3``... if taken). ``name`` is one path
+        component: a run never lands outside ``export.dir``. Two runs started in the same
+        second each get their own folder: ``mkdir`` is the claim, not an ``exists`` check."""
+        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise SetupError(
+                f"export.run_name {name!r} is not a folder name; give a plain name without '/' "
+                "or '..' (run folders are created inside export.dir)"
+            )
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise SetupError(f"export.dir {str(root)!r} is a file, not a folder; choose a folder") from None
+        suffix = 1
+        while True:
+            path = root / (name if suffix == 1 else f"{name}-{suffix}")
+            try:
+                path.mkdir()
+            except FileExistsError:
+                suffix += 1
+                continue
+            run = cls(path)
+            run.claim()
+            return run
+
+    def claim(self) -> None:
+        """Hold the run folder for this process until it exits: an exclusive ``flock`` on
+        ``.lock``, so a second ``zoo resume`` (or a resume while the run still trains) is refused
+        instead of appending a second copy of every epoch. The kernel drops the lock when the
+        holder dies, however it dies; re-claiming in the same process is a no-op."""
+        import fcntl
+        import socket
+
+        key = str(self.path.resolve())
+        if key in HELD_LOCKS:
+            return
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise SetupError(
+                f"{self.path} is in use by {holder}; wait for that run to end (or stop it), then resume"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"zoo process {os.getpid()} on {socket.gethostname()}".encode())
+        HELD_LOCKS[key] = fd
+
+    def write_recipe(self, recipe: dict[str, Any], text: str) -> None:
+        """``recipe.yaml`` for people, and the same recipe as it was at the start, which resume
+        compares the (possibly edited) ``recipe.yaml`` against."""
+        self.recipe.write_text(text)
+        (self.path / RECORDED_RECIPE).write_text(json.dumps(recipe, indent=1) + "\n")
+
+    def recipe_changes(self, recipe: dict[str, Any]) -> list[str] | None:
+        """Fields of ``recipe`` that differ from the recipe the run started with (None when
+        the run predates the record)."""
+        recorded = self.path / RECORDED_RECIPE
+        if not recorded.is_file():
+            return None
+        before, now = _flat(json.loads(recorded.read_text())), _flat(recipe)
+        return [
+            f"{key}: {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
+            for key in sorted(before.keys() | now.keys())
+            # Where the curves go changes nothing the states were trained with.
+            if before.get(key) != now.get(key) and not key.startswith("tracking.")
+        ]
+
+    @staticmethod
+    def default_name(recipe_name: str, framework: str) -> str:
+        return f"{recipe_name}-{framework}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    @property
+    def recipe(self) -> Path:
+        return self.path / "recipe.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.csv"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "model.safetensors"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.json"
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """The run's end record: ``status`` (``finished`` unless said otherwise) and what it
+        reached. A run that logs to MLflow closes its MLflow run here, checkpoint included."""
+        from zoo.tracking import finish_mlflow
+
+        summary = {"status": "finished", **summary}
+        self.summary.write_text(json.dumps(summary, indent=2) + "\n")
+        finish_mlflow(self.path, summary)
+
+    def read_summary(self) -> dict[str, Any]:
+        try:
+            found = json.loads(self.summary.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+
+RECORDED_RECIPE = ".recipe.json"
+HELD_LOCKS: dict[str, int] = {}  # run folders this process holds the lock of: descriptor by path
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def prepare_resume(run: RunDir, state_file: Path, recipe: dict[str, Any], force: bool = False) -> None:
+    """Everything that must hold before a run continues, checked before any training starts:
+    the run is this process's alone, the state reads, the recipe is the one the states came
+    from (or ``force``), a diverged run is not replayed into its divergence, and
+    ``metrics.csv`` keeps no epoch the state has not reached (it is trained again)."""
+    from zoo.state import check_state, step_of
+
+    run.claim()
+    check_state(state_file)
+    changes = run.recipe_changes(recipe)
+    if changes is None:
+        log.warning(f"{run.path} has no record of its starting recipe ({RECORDED_RECIPE}); not compared")
+        changes = []
+    summary = run.read_summary()
+    if summary.get("status") == "diverged" and not (force and changes):
+        raise SetupError(
+            f"{run.path} diverged at step {summary.get('step')} (summary.json); resuming its last "
+            f"state replays the same steps into the same divergence. Edit {run.recipe} (a lower "
+            "optimizer.lr, schedule.warmup_steps) and run zoo resume --force, or train again"
+        )
+    if changes and not force:
+        shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
+        raise SetupError(
+            f"{run.recipe} was changed since the run started ({shown}); its states were trained with "
+            "the recipe as it was. Undo the change, or run zoo resume --force to continue with it"
+        )
+    if changes:
+        log.warning(f"resuming with a changed recipe (--force): {'; '.join(changes)}")
+    if run.metrics.is_file():
+        MetricsLog.keep_until(run.metrics, step_of(state_file))

@@ -1,0 +1,206 @@
+"""Finding runs again (``zoo runs``, ``zoo runs show``): each run folder read as it is on
+disk, without importing a framework, with its status, best metric and the commands that take it
+further."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zoo.hardware import SetupError
+from zoo.runs.folder import HELD_LOCKS, RECORDED_RECIPE
+from zoo.runs.metrics import read_metrics
+
+RUN_FILES = ("recipe.yaml", RECORDED_RECIPE, "summary.json", "metrics.csv", "state")
+BEST = {"loss": min, "bpc": min, "accuracy": max}  # which way each validation metric improves
+STATUSES = ("finished", "interrupted", "diverged", "running", "damaged")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What ``zoo runs`` shows of one run folder, read without importing a framework."""
+
+    path: Path
+    status: str  # one of STATUSES
+    recipe: str | None = None
+    framework: str | None = None
+    architecture: str | None = None
+    task: str | None = None
+    epochs: int = 0
+    best: tuple[str, float, int] | None = None  # (val metric, its best value, the epoch it came at)
+    seconds: float | None = None
+    checkpoint: Path | None = None
+    problems: tuple[str, ...] = ()  # why a damaged run is damaged
+
+    def to_dict(self) -> dict[str, Any]:
+        best = None
+        if self.best:
+            best = {"metric": self.best[0], "value": self.best[1], "epoch": self.best[2]}
+        return {
+            "run": self.path.name, "path": str(self.path), "status": self.status, "recipe": self.recipe,
+            "framework": self.framework, "architecture": self.architecture, "task": self.task,
+            "epochs": self.epochs, "best": best, "seconds": self.seconds,
+            "checkpoint": str(self.checkpoint) if self.checkpoint else None, "problems": list(self.problems),
+        }  # fmt: skip
+
+
+def is_run_folder(path: Path) -> bool:
+    return path.is_dir() and any((path / name).exists() for name in RUN_FILES)
+
+
+def find_runs(root: Path) -> list[RunInfo]:
+    """Every run folder directly under ``root`` (an export directory), oldest first."""
+    if not root.is_dir():
+        raise SetupError(f"{root} is not a folder; give the export directory (export.dir) with --dir")
+    folders = [p for p in root.iterdir() if is_run_folder(p)]
+    return [read_run(p) for p in sorted(folders, key=lambda p: (p.stat().st_mtime, p.name))]
+
+
+def read_run(path: Path) -> RunInfo:
+    """One run folder as it is on disk. Nothing in a damaged folder raises: what cannot be
+    read is named in ``problems`` and the run is listed as damaged."""
+    import yaml
+
+    problems: list[str] = []
+    recipe: dict[str, Any] = {}
+    try:
+        found = yaml.safe_load((path / "recipe.yaml").read_text())
+        if isinstance(found, dict):
+            recipe = found
+        else:
+            problems.append("recipe.yaml is not a recipe")
+    except FileNotFoundError:
+        problems.append("no recipe.yaml")
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as error:
+        problems.append(f"recipe.yaml does not read ({type(error).__name__})")
+    summary: dict[str, Any] = {}
+    if (path / "summary.json").exists():
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+            if not isinstance(summary, dict):
+                summary, problems = {}, [*problems, "summary.json is not an object"]
+        except (OSError, ValueError):
+            problems.append("summary.json is not JSON")
+    rows: list[dict[str, str]] = []
+    if (path / "metrics.csv").exists():
+        try:
+            rows = read_metrics(path / "metrics.csv")
+        except (OSError, csv.Error, UnicodeDecodeError):
+            problems.append("metrics.csv does not read")
+    model = recipe.get("model") if isinstance(recipe.get("model"), dict) else {}
+    data = recipe.get("data") if isinstance(recipe.get("data"), dict) else {}
+    trainer = recipe.get("trainer") if isinstance(recipe.get("trainer"), dict) else {}
+    architecture = summary.get("preset") or summary.get("architecture") or model.get("preset")
+    architecture = architecture or model.get("architecture")
+    task = data.get("task", "language_modeling") if data.get("name") == "text" else "classification"
+    if "task" in model:
+        task = model["task"]
+    checkpoint = path / "model.safetensors"
+    status = _status(path, summary, checkpoint, problems)
+    seconds = summary.get("total_seconds")
+    if seconds is None and rows:
+        seconds = sum(_number(r.get("epoch_seconds")) or 0.0 for r in rows) or None
+    return RunInfo(
+        path=path, status=status, recipe=summary.get("recipe") or recipe.get("name"),
+        framework=summary.get("framework") or trainer.get("framework"), architecture=architecture,
+        task=task, epochs=len(rows), best=best_metric(rows), seconds=seconds,
+        checkpoint=checkpoint if checkpoint.is_file() else None, problems=tuple(problems),
+    )  # fmt: skip
+
+
+def _status(path: Path, summary: dict[str, Any], checkpoint: Path, problems: list[str]) -> str:
+    if summary.get("status") == "diverged":
+        return "diverged"
+    if _held(path):
+        return "running"
+    if summary.get("status", "finished") == "finished" and "metrics" in summary:
+        if checkpoint.is_file():
+            return "damaged" if problems else "finished"
+        problems.append("summary.json says finished but model.safetensors is missing")
+        return "damaged"
+    return "damaged" if problems else "interrupted"
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds the run folder's lock (a run training right now)."""
+    import fcntl
+
+    lock = path / ".lock"
+    if not lock.is_file() or str(path.resolve()) in HELD_LOCKS:
+        return False
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _number(text: Any) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def best_metric(rows: list[dict[str, str]]) -> tuple[str, float, int] | None:
+    """The best validation value of the task's metric (accuracy up, bpc down; loss where the
+    run has nothing else), and the epoch it came at."""
+    if not rows:
+        return None
+    columns = [c for c in rows[0] if c.startswith("val_") and c != "val_loss"] + ["val_loss"]
+    for column in columns:
+        direction = BEST.get(column.removeprefix("val_"), min)
+        values = [(v, i + 1) for i, r in enumerate(rows) if (v := _number(r.get(column))) is not None]
+        if values:
+            value, epoch = direction(values, key=lambda pair: pair[0])
+            return column, value, epoch
+    return None
+
+
+def resolve_run(name: str | Path, root: Path) -> Path:
+    """A run given as a path, or as a folder name under ``root``."""
+    path = Path(name)
+    if is_run_folder(path):
+        return path
+    if is_run_folder(root / name):
+        return root / name
+    raise SetupError(
+        f"{name} is not a run folder (nor a run under {root}); `zoo runs --dir {root}` lists them"
+    )
+
+
+def next_commands(info: RunInfo) -> dict[str, str]:
+    """The commands that take a run further: resume it, evaluate, sample or fine-tune its
+    checkpoint, plot it, open its TensorBoard; only those that apply to its state."""
+    from zoo.state import latest_state
+
+    run, recipe = info.path, info.path / "recipe.yaml"
+    framework = f" --framework {info.framework}" if info.framework else ""
+    commands: dict[str, str] = {}
+    if info.status == "interrupted" and latest_state(run) is not None:
+        commands["resume"] = f"zoo resume {run}"
+    elif info.status == "diverged":
+        commands["resume"] = (
+            f"edit {recipe} (a lower optimizer.lr, schedule.warmup_steps), then zoo resume {run} --force"
+        )
+    if info.checkpoint is not None:
+        commands["evaluate"] = f"zoo evaluate {info.checkpoint} --recipe {recipe}{framework}"
+        if info.task == "language_modeling":
+            commands["sample"] = f"zoo sample {info.checkpoint} --prompt 'The ' --length 200{framework}"
+        commands["finetune"] = f"zoo finetune RECIPE --from {info.checkpoint}"
+    if info.epochs:
+        commands["plot"] = f"zoo plot {run} -o {run / 'curves.png'}"
+    if (run / "tb").is_dir():
+        commands["tensorboard"] = f"tensorboard --logdir {run / 'tb'}"
+    return commands

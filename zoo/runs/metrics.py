@@ -1,0 +1,74 @@
+"""``metrics.csv``: one row per epoch, the same columns in both frameworks, so a Lightning and
+a Keras run of one recipe read (and plot) alike."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+TASK_METRICS = {
+    "classification": ("accuracy",),
+    "language_modeling": ("bpc",),
+    "token_classification": ("accuracy",),
+    "masked_language_modeling": ("accuracy",),
+}
+
+
+def metric_columns(task: str) -> list[str]:
+    """The per-epoch CSV columns: identical for both frameworks."""
+    metrics = TASK_METRICS[task]
+    return [
+        "epoch", "step", "lr", "train_loss", *(f"train_{m}" for m in metrics),
+        "val_loss", *(f"val_{m}" for m in metrics), "epoch_seconds",
+    ]  # fmt: skip
+
+
+class MetricsLog:
+    """Appends one row per epoch; every row is flushed, so a crash keeps what was done."""
+
+    def __init__(self, path: Path, task: str, append: bool = False):
+        self.path = path
+        self.columns = metric_columns(task)
+        if append and path.exists():
+            return  # a resumed run continues its file
+        with open(path, "w", newline="") as handle:
+            csv.writer(handle).writerow(self.columns)
+
+    @staticmethod
+    def keep_until(path: Path, step: int) -> None:
+        """Drop the rows of epochs that ended after ``step``: a run killed between writing an
+        epoch's row and saving its state trains that epoch again, and writes it again."""
+        with open(path, newline="") as handle:
+            rows = list(csv.reader(handle))
+        if not rows or "step" not in rows[0]:
+            return
+        column = rows[0].index("step")
+        kept = [rows[0]] + [
+            r for r in rows[1:] if len(r) > column and r[column].isdigit() and int(r[column]) <= step
+        ]
+        if len(kept) == len(rows):
+            return
+        temporary = path.with_name(f".{path.name}.tmp")
+        with open(temporary, "w", newline="") as handle:
+            csv.writer(handle).writerows(kept)
+        os.replace(temporary, path)
+
+    def append(self, row: dict[str, Any]) -> None:
+        values = [_format(row.get(c)) for c in self.columns]
+        with open(self.path, "a", newline="") as handle:
+            csv.writer(handle).writerow(values)
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def read_metrics(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
