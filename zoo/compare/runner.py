@@ -67,6 +67,7 @@ def compare(
     from zoo.compare.twins import build_twins, prepare, single_threaded
     from zoo.data import steps_per_epoch
     from zoo.hardware import SetupError
+    from zoo.progress import bar
     from zoo.recipe.capabilities import cpu_problems
     from zoo.schedule import lr_table
 
@@ -85,20 +86,32 @@ def compare(
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
 
-    with single_threaded() as threads:
+    stages = ["building the twins", "weights", "forward and gradients", f"training, {steps} steps"]
+    stages += ["speed"] if speed_steps > 0 else []
+    with single_threaded() as threads, bar(len(stages), "zoo compare", unit="stage") as shown:
+
+        def stage(index: int) -> None:
+            shown.n = index
+            shown.set_postfix_str(stages[index])  # refreshes the bar
+
+        stage(0)
         twins = build_twins(setup, setup.parity_config)
         above = reference_precision(setup.precision)
         reference = build_twins(setup, setup.parity_config, above, twins.initial) if above else None
         checker = Checker(twins, reference, table, tolerances)
+        stage(1)
         sections = {"weights": parity.check_weights(twins, tolerances)}
         batches = training_batches(setup, steps)
+        stage(2)
         sections["forward"], sections["gradients"], _ = parity.forward_and_gradients(checker, batches[0])
+        stage(3)
         sections["training"] = parity.check_training(twins, checker, batches, table, tolerances)
         explain_forward(sections)
         speed = None
         if speed_steps > 0:
             from zoo.compare.speed import Timing, measure_speed
 
+            stage(4)
             speed = measure_speed(setup, table, Timing.for_steps(speed_steps))
 
     report = build_report(setup, steps, threads, twins.checkpointing, tolerances, sections, speed)
