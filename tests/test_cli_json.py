@@ -8,6 +8,7 @@ of the tiniest recipe. ``zoo runs``/``runs show``/``plot`` are in test_runs_cli.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import sys
@@ -192,14 +193,15 @@ def test_tokenizer_for_scripts(tmp_path):
 def test_compare_for_scripts(monkeypatch, tmp_path, passed):
     """The command's side of ``zoo compare`` (the comparison itself is test_compare.py's): the
     report as the document, the verdict as the quiet line, exit status 1 when it differs."""
-    import zoo.compare
-
+    # ``zoo.compare`` is the API's function once ``zoo.compare(...)`` has been called in this
+    # process; the command imports it from the module, so patch the module.
+    comparison = importlib.import_module("zoo.compare")
     verdict = "verdict: PASS (2 of 2)" if passed else "verdict: DIFFERS at step 1"
     result = types.SimpleNamespace(
         report={"run": {"steps": 2}}, passed=passed, files={"report": tmp_path / "report.md"},
         text=f"a report\n{verdict}",
     )  # fmt: skip
-    monkeypatch.setattr(zoo.compare, "compare", lambda *a, **k: result)
+    monkeypatch.setattr(comparison, "compare", lambda *a, **k: result)
     status = 0 if passed else 1
     shown = invoke("compare", RECIPE, "--json")
     assert shown.exit_code == status and json.loads(shown.stdout) == {
