@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from zoo.progress import bar
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -228,11 +230,18 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     worst = []
-    for family in args.families.split(",") if args.families else digits_recipes():
-        rounds = [
-            {way: samples_per_second(run_one(way, family, args.epochs, args.batch_size)) for way in WAYS}
-            for _ in range(args.rounds)
-        ]
+    families = args.families.split(",") if args.families else list(digits_recipes())
+    # A run of every family takes ~20 minutes: a bar on stderr says how far it is.
+    shown = bar(len(families) * args.rounds * len(WAYS), "bench", unit="run")
+    for family in families:
+        rounds = []
+        for _ in range(args.rounds):
+            measured = {}
+            for way in WAYS:
+                shown.set_postfix_str(f"{family} {way}")
+                measured[way] = samples_per_second(run_one(way, family, args.epochs, args.batch_size))
+                shown.update(1)
+            rounds.append(measured)
         speed = {way: max(r[way] for r in rounds) for way in WAYS}
         lightning = speed["zoo-lightning"] / speed["raw-torch"]
         floor = speed["lightning-floor"] / speed["raw-torch"]
@@ -244,6 +253,7 @@ def main() -> None:
         cells += [f"{speed['lightning-floor']:.0f}", f"{floor:.2f}"]
         cells += [*(f"{speed[w]:.0f}" for w in WAYS[3:]), f"{keras:.2f}", f"{cross:.2f}"]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
+    shown.close()
     lines.append(
         f"\nsamples/s: the fastest epoch (2-{args.epochs}) of {args.rounds} interleaved rounds; "
         "1 thread, validation off"

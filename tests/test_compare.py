@@ -235,9 +235,9 @@ def test_a_loss_gap_over_its_bound_is_resynchronised_and_called_amplified_roundi
     """With no allowance at all, the first step whose losses differ in the last bit is
     over the bound; re-synchronised there and along the run, the twins agree: PASS,
     with the reason."""
-    from zoo.compare import compare, parity
+    from zoo.compare import compare, trajectory
 
-    monkeypatch.setattr(parity, "_step_limit", lambda t, k, floors, i, tolerances: (t == k, 0.0))
+    monkeypatch.setattr(trajectory, "_step_limit", lambda t, k, floors, i, tolerances: (t == k, 0.0))
     result = compare(
         RECIPE, steps=STEPS, overrides=quick("convnet-tiny", tmp_path), speed_steps=0, write=False
     )

@@ -14,72 +14,26 @@ optimizers alone).
 
 Every figure is bounded as in ``zoo.compare.tolerances``: both frameworks' own rounding,
 measured against their reference-precision pair at the same state, plus the fixed
-allowance. Optimizer state maps into the Keras optimizer with the weight table's
-``to_keras``: those are pure re-layouts (transposes, reshapes, gate reorders, splits) and
-the moments are elementwise, so the map that moves a weight moves its moments too.
+allowance. The state travels into the Keras twin by :mod:`zoo.compare.transfer`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from zoo.compare.results import Bounded, bounded_gaps
-from zoo.compare.steps import Batch, dense_gradients, keras_compiled, keras_pass, lightning_task, torch_pass
+from zoo.compare.steps import Batch, keras_pass, torch_pass
 from zoo.compare.tolerances import Tolerances, parameter_epsilon
+from zoo.compare.transfer import Snapshot, Updater, keras_gradients
 from zoo.compare.twins import Twins
-from zoo.weights import keras_layer
 
 # A gradient or update below this fraction of the largest one is float noise around zero
 # (the gradient of an attention key bias is exactly zero in exact arithmetic).
 GRADIENT_FLOOR = 1e-6
-# torch optimizer state -> the slot list of zoo's Keras optimizers (zoo.keras.optimizers).
-KERAS_SLOTS = {"exp_avg": "_m", "exp_avg_sq": "_v", "momentum_buffer": "_buffers"}
-
-
-@dataclass
-class Snapshot:
-    """The torch twin's state before update ``step`` (1-based): canonical tensors (float64,
-    exact for every precision) and the optimizer's ``state_dict`` (moments, step, rate).
-
-    Kept on disk, in ``folder``, and read back when checked: a run keeps up to six of them,
-    and six float64 copies of an 86M-parameter ViT with its Adam moments (~1.4 GB each) next
-    to both twins and their float64 references do not fit in the memory of a small machine."""
-
-    step: int
-    folder: Path
-
-    @property
-    def tensors(self) -> dict[str, np.ndarray]:
-        from safetensors.numpy import load_file
-
-        return load_file(self.folder / "tensors.safetensors")
-
-    @property
-    def optimizer(self) -> dict[str, Any]:
-        import torch
-
-        return torch.load(self.folder / "optimizer.pt", weights_only=True)
-
-    def move(self, folder: Path) -> Snapshot:
-        self.folder.rename(folder)
-        return Snapshot(self.step, folder)
-
-
-def snapshot(twins: Twins, torch_optimizer: Any, step: int, folder: Path) -> Snapshot:
-    """Write the state before update ``step`` into ``folder`` (replacing what it held)."""
-    import torch
-    from safetensors.numpy import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: np.ascontiguousarray(v) if v.ndim else v for k, v in twins.torch_state().items()},
-              str(folder / "tensors.safetensors"))  # fmt: skip
-    torch.save(torch_optimizer.state_dict(), folder / "optimizer.pt")
-    return Snapshot(step, folder)
 
 
 # -------------------------------------------------------------------------- one pass
@@ -90,132 +44,6 @@ def keras_side(twins: Twins, model, batch: tuple) -> dict[str, Any]:
     canonical layout."""
     found, tape, loss = keras_pass(model, batch)
     return {**found, "gradients": keras_gradients(twins, tape, loss)}
-
-
-def keras_gradients(twins: Twins, tape, loss) -> dict[str, np.ndarray]:
-    """The gradient of every trainable canonical tensor, computed on the Keras twin and
-    mapped into the torch layout by each port's ``to_torch``."""
-    ports = _ports(twins)
-    trainable = [v for _, variables in ports for v in variables if v.trainable]
-    gradients = dense_gradients(tape.gradient(loss, trainable))
-    by_variable = {id(v): g for v, g in zip(trainable, gradients, strict=True)}
-    mapped: dict[str, np.ndarray] = {}
-    for port, variables in ports:
-        arrays = []
-        for variable in variables:
-            gradient = by_variable.get(id(variable))
-            dtype = _gradient_dtype(variable)  # exact, and half the bytes of float64 for float32
-            if variable.trainable and gradient is not None:
-                arrays.append(np.asarray(gradient).astype(dtype))
-            elif variable.trainable:  # not on the loss path: torch leaves it at zero too
-                arrays.append(np.zeros(variable.shape, dtype))
-            else:  # running statistics: no gradient; their value keeps to_torch's shapes right
-                arrays.append(np.asarray(variable.numpy()).astype(dtype))
-        for spec, array in zip(port.tensors, port.to_torch(*arrays), strict=True):
-            if spec.trainable:
-                mapped[spec.name] = np.asarray(array)
-    return mapped
-
-
-def _trainable_in_keras_layout(twins, tensors: dict[str, np.ndarray]):
-    """(Keras variable, array) for each trainable variable, converted from per-tensor values
-    in the canonical layout (zeros where a tensor has none, or is not trainable)."""
-    for port, variables in _ports(twins):
-        arrays = [
-            tensors.get(spec.name, np.zeros(spec.shape)) if spec.trainable else np.zeros(spec.shape)
-            for spec in port.tensors
-        ]
-        for variable, array in zip(variables, port.to_keras(*arrays), strict=True):
-            if variable.trainable:
-                yield variable, array
-
-
-def _ports(twins: Twins) -> list[tuple[Any, list[Any]]]:
-    found = []
-    for port in twins.table:
-        layer = keras_layer(twins.keras_model, port.layer)
-        found.append((port, [keras_layer(layer, name) for name in port.variables]))
-    return found
-
-
-# ---------------------------------------------------------------- one optimizer update
-
-
-class Updater:
-    """One pair as the trainers build it: the Lightning task (its loss, and the optimizer of
-    its ``configure_optimizers``, parameter groups included) and the Keras model compiled as
-    ``fit`` compiles it (its loss and optimizer). The optimizers load a torch snapshot's state.
-
-    ``reason`` says why the optimizer state cannot be carried over (then no update is
-    compared): a torch state entry zoo's Keras optimizer has no slot for.
-    """
-
-    def __init__(self, twins: Twins, table: np.ndarray):
-        self.twins = twins
-        self.task = lightning_task(twins, table)
-        self.torch = self.task.configure_optimizers()["optimizer"]
-        # The optimizer's state is indexed in its parameter groups' order, not the module's.
-        named = {id(p): name for name, p in twins.torch_model.named_parameters()}
-        self.names = [named[id(p)] for group in self.torch.param_groups for p in group["params"]]
-        self.keras_model, self.keras = keras_compiled(twins, table)
-        self.variables = list(twins.keras_model.trainable_variables)
-        self.keras.build(self.variables)
-        self.clip_norm = twins.setup.recipe.trainer.gradient_clip_norm
-        self.reason: str | None = None
-
-    def load(self, state: Snapshot) -> bool:
-        """Both optimizers at the snapshot's state; False (and ``reason``) if impossible."""
-        saved = state.optimizer  # read from disk: the optimizer may take its tensors as they are
-        self.torch.load_state_dict(saved)
-        per_key: dict[str, dict[str, np.ndarray]] = {}
-        steps = set()
-        for index, entry in saved["state"].items():
-            name = self.names[index]
-            for key, value in entry.items():
-                if key == "step":
-                    steps.add(int(float(value)))
-                elif key in KERAS_SLOTS and hasattr(self.keras, KERAS_SLOTS[key]):
-                    # A view where the dtype allows (each slot converts its own piece on assign).
-                    exact = value.detach().cpu()
-                    exact = exact if exact.dtype.itemsize >= 4 else exact.float()
-                    per_key.setdefault(key, {})[name] = exact.numpy()
-                else:
-                    self.reason = f"the torch optimizer's state {key!r} has no slot in the Keras optimizer"
-                    return False
-        if len(steps) > 1:
-            self.reason = f"the torch optimizer's parameters are at different steps ({sorted(steps)})"
-            return False
-        self.keras.iterations.assign(steps.pop() if steps else state.step - 1)
-        for key, attribute in KERAS_SLOTS.items():
-            for slot in getattr(self.keras, attribute, None) or []:  # a fresh state: all zero
-                slot.assign(np.zeros(slot.shape, dtype=slot.dtype))
-            if key in per_key:
-                self._assign_slots(getattr(self.keras, attribute), per_key[key])
-        return True
-
-    def _assign_slots(self, slots: list[Any], tensors: dict[str, np.ndarray]) -> None:
-        """Canonical per-tensor state -> the slot of each Keras variable, through the table."""
-        for variable, array in _trainable_in_keras_layout(self.twins, tensors):
-            slot = slots[self.keras._get_variable_index(variable)]
-            slot.assign(np.asarray(array).astype(slot.dtype))
-
-    def step(self, gradients: dict[str, np.ndarray]) -> None:
-        """One update of each twin from the same ``gradients`` (canonical layout, float64)."""
-        import torch
-
-        for name, parameter in self.twins.torch_model.named_parameters():
-            value = gradients.get(name)
-            # A copy: clipping scales the gradients in place, and ``gradients`` is also judged.
-            parameter.grad = None if value is None else torch.tensor(value, dtype=parameter.dtype)
-        if self.clip_norm:  # Lightning clips before the step; zoo's Keras optimizers inside theirs
-            torch.nn.utils.clip_grad_norm_(self.task.parameters(), self.clip_norm)
-        self.torch.step()
-        grads = {
-            id(variable): np.asarray(array, dtype=_gradient_dtype(variable))
-            for variable, array in _trainable_in_keras_layout(self.twins, gradients)
-        }
-        pairs = [(grads.get(id(v), np.zeros(v.shape, _gradient_dtype(v))), v) for v in self.variables]
-        self.keras.apply_gradients(pairs)
 
 
 # ---------------------------------------------------------------------- a checked point
@@ -379,12 +207,6 @@ class Checker:
             floor_fraction=GRADIENT_FLOOR,
             rounding_unit=unit,
         )
-
-
-def _gradient_dtype(variable) -> type:
-    """float64 for float64 variables; float32 otherwise (zoo's optimizers keep low-precision
-    weights' arithmetic in float32, and torch's bf16 gradients are exact in it)."""
-    return np.float64 if variable.dtype == "float64" else np.float32
 
 
 def _moves(start: dict[str, np.ndarray], after: dict[str, np.ndarray], wide: bool) -> tuple[dict, dict]:

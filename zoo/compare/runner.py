@@ -60,7 +60,7 @@ def compare(
     The report goes to ``out`` (default: ``compare-<recipe>-<time>`` under the recipe's
     ``export.dir``); ``write=False`` writes nothing and only returns the result.
     """
-    from zoo.compare import parity
+    from zoo.compare import parity, trajectory
     from zoo.compare.report import terminal_table, write_reports
     from zoo.compare.resync import Checker
     from zoo.compare.steps import training_batches
@@ -105,7 +105,7 @@ def compare(
         stage(2)
         sections["forward"], sections["gradients"], _ = parity.forward_and_gradients(checker, batches[0])
         stage(3)
-        sections["training"] = parity.check_training(twins, checker, batches, table, tolerances)
+        sections["training"] = trajectory.check_training(twins, checker, batches, table, tolerances)
         explain_forward(sections)
         speed = None
         if speed_steps > 0:

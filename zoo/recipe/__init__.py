@@ -2,6 +2,7 @@
 
 - ``schema``: the sections, their bounds and the checks across fields (pure: never looks
   at the machine; ``zoo.hardware`` checks that when a run starts);
+- ``data`` and ``optimization``: the data, optimizer and schedule sections it holds;
 - ``capabilities``: what each precision and strategy means in each framework;
 - ``overrides``: ``--set a.b=value``;
 - ``errors``: problems rendered one per line, with field paths and allowed keys;
