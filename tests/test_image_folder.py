@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import numpy as np
 import pytest
 from PIL import Image
 
 import zoo
+from zoo import registry
 from zoo.data import DataError, load_dataset
 from zoo.data import pixels as px
 from zoo.data.digits import write_digits_folder
@@ -99,8 +101,12 @@ def test_split_folders_and_their_errors(tmp_path):
     (root / "test" / "wolf").rename(root / "wolf")
     with pytest.raises(DataError, match=r"has train/ next to other folders \(wolf\)"):
         load_dataset(config(root), "image")
-    with pytest.raises(DataError, match=r"gives images, but the model reads sequences"):
+    with pytest.raises(DataError, match=r"gives images, but the model reads sequences") as refused:
         load_dataset(config(root / "train"), "sequence")
+    # What it suggests is what is installed: every family that reads images, and only those.
+    suggested = re.search(r"use an image architecture \((.*)\)", str(refused.value)).group(1)
+    readers = {name for name, family in registry.families().items() if family.inputs.kind == "image"}
+    assert set(suggested.split(", ")) == readers
     for image in (root / "train" / "emu").rglob("*.*"):
         image.unlink()
     (root / "train" / "emu" / "notes.txt").touch()

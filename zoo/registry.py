@@ -45,6 +45,13 @@ def families() -> dict[str, Family]:
     return found
 
 
+def families_reading(*kinds: str) -> str:
+    """The registered families whose twins read ``kinds`` of input, for an error's "use ...":
+    taken from the registry, so a message never names a family that is not installed."""
+    names = [name for name, family in families().items() if family.inputs.kind in kinds]
+    return ", ".join(names) if names else "none is installed"
+
+
 def plugin_name(ep: EntryPoint) -> str:
     dist = getattr(ep, "dist", None)
     source = f" of the package {dist.name!r}" if dist is not None else ""

@@ -101,10 +101,12 @@ def load_dataset(
     if cfg.name == "text_classification":
         from zoo.data.text_classification import load_text_classification
 
-        if input_kind == "image":  # "sequence" families (rnn, lstm) embed token ids too
+        if input_kind == "image":  # a "sequence" family embeds token ids too
+            from zoo.registry import families_reading
+
             raise DataError(
                 "data text_classification gives token ids, but the model reads images; use a family "
-                "that reads tokens (bert, lstm, rnn)"
+                f"that reads tokens ({families_reading('tokens', 'sequence')})"
             )
         return load_text_classification(cfg, tokenizer)
     if cfg.name == "npz":

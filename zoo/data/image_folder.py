@@ -24,6 +24,7 @@ from PIL import Image
 from zoo.data import DataError, Dataset, Split
 from zoo.data.image_files import ImageFiles
 from zoo.data.pixels import Augmentation, Pixels
+from zoo.registry import families_reading
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
 SPLITS = ("train", "val", "test")
@@ -34,7 +35,7 @@ def load_image_folder(cfg, input_kind: str) -> Dataset:
     if input_kind != "image":
         raise DataError(
             f"data.name 'image_folder' gives images, but the model reads {input_kind}s; "
-            "use an image architecture (cnn and its presets)"
+            f"use an image architecture ({families_reading('image')})"
         )
     root = (cfg.root or embedded_digits(cfg.image_size)).resolve()
     folders = split_folders(root)
