@@ -89,6 +89,13 @@ def test_schema_writes_json(tmp_path):
     assert json.loads((tmp_path / "recipe.schema.json").read_text())["title"] == "Recipe"
 
 
+def test_schema_into_a_missing_folder_names_it(tmp_path):
+    code, out = run("schema", "-o", str(tmp_path / "missing" / "recipe.schema.json"))
+    assert code == 2
+    assert f"error: {tmp_path / 'missing'}: no such folder; create it first or write elsewhere\n" in out
+    assert "Traceback" not in out and not (tmp_path / "missing").exists()
+
+
 def test_inspect_prints_metadata_and_tensors(tmp_path):
     path = zoo.save_checkpoint(
         zoo.create_model("convnet-tiny", framework="torch"), tmp_path / "m.safetensors"

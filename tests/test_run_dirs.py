@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from concurrent.futures import ThreadPoolExecutor
 
+import click
 import pytest
 from click.testing import CliRunner
 from conftest import RECIPE, tiny
 
-from zoo.cli import main
+from zoo.cli import main, user_errors
 from zoo.hardware import SetupError
 from zoo.runs import RunDir
 
@@ -41,3 +44,50 @@ def test_an_export_dir_that_is_a_file_is_named(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(SetupError, match="is a file, not a folder"):
         RunDir.create(tmp_path / "file", "run")
+
+
+def test_a_dangling_link_as_export_dir_is_named_with_its_target(tmp_path):
+    (tmp_path / "runs").symlink_to(tmp_path / "gone")
+    with pytest.raises(SetupError, match=r"'.*runs' is a symbolic link to '.*gone', which does not exist"):
+        RunDir.create(tmp_path / "runs" / "below", "run")
+    assert not (tmp_path / "gone").exists()
+
+
+def test_a_run_name_longer_than_a_folder_name_can_be_is_refused_before_anything_is_made(tmp_path):
+    with pytest.raises(SetupError, match=r"run_name is 300 bytes long; a folder name holds at most 255"):
+        RunDir.create(tmp_path / "runs", "r" * 300)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_export_dir_the_system_refuses_is_one_line_not_a_traceback(tmp_path):
+    """A name too long for the file system, met by ``mkdir``: the path, the system's words and
+    what would work, exit status 2."""
+    sets = [arg for o in tiny(tmp_path / ("d" * 300)) for arg in ("--set", o)]
+    result = CliRunner().invoke(main, ["train", str(RECIPE), *sets])
+    assert result.exit_code == 2
+    assert "File name too long; use a shorter name (at most 255 bytes" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "remedy"),
+    [
+        (errno.ENOSPC, 1, "free some space and run again; files written before are kept"),
+        (errno.EACCES, 2, "choose a folder you can write to"),
+        (errno.EROFS, 2, "the file system is read-only"),
+    ],
+)
+def test_a_failed_write_ends_with_the_path_and_what_would_work(code, status, remedy):
+    """What a full disk or a read-only folder does to any command: one line, the status of
+    whose fault it is (the machine's: 1; the chosen path's: 2). Root ignores permissions, so the
+    error is raised rather than provoked."""
+
+    @click.command()
+    @user_errors
+    def writes() -> None:
+        raise OSError(code, os.strerror(code), "/runs/r/model.safetensors")
+
+    result = CliRunner().invoke(writes, [])
+    assert result.exit_code == status
+    assert result.output.startswith(f"error: /runs/r/model.safetensors: {os.strerror(code)}; {remedy}")
+    assert result.output.count("\n") == 1

@@ -3,6 +3,7 @@ recipe reads. These import neither torch nor TensorFlow, so they answer in a mom
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -94,6 +95,7 @@ def validate(recipe: Path, overrides: tuple[str, ...], as_json: bool, quiet: boo
 @click.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
 @for_scripts
+@user_errors
 def schema(output: Path | None, as_json: bool, quiet: bool) -> None:
     """The recipe's JSON Schema (for editor completion and checking).
 
@@ -103,6 +105,10 @@ def schema(output: Path | None, as_json: bool, quiet: bool) -> None:
     if not output:
         click.echo(json.dumps(document, indent=2))
         return
+    if not output.parent.is_dir():
+        raise FileNotFoundError(
+            errno.ENOENT, "no such folder; create it first or write elsewhere", str(output.parent)
+        )
     output.write_text(json.dumps(document, indent=2) + "\n")
     if as_json:
         emit_json({"path": str(output)})

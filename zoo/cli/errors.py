@@ -9,6 +9,7 @@ only when it is 0.
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 from collections.abc import Callable
@@ -37,7 +38,7 @@ def user_errors(fn: F) -> F:
 
         fixable = (
             SetupError, RecipeError, DataError, CheckpointError, registry.UnknownArchitectureError,
-            FileNotFoundError, PromptError,
+            PromptError,
         )  # fmt: skip
         try:
             return fn(*args, **kwargs)
@@ -47,6 +48,8 @@ def user_errors(fn: F) -> F:
             fail(f"training stopped: {error}", EXIT_FAILED)
         except NonFiniteTensors as error:  # a diverged model: a failed run, not a typo
             fail(f"error: {error}", EXIT_FAILED)
+        except OSError as error:  # a path that cannot be written or read, a full disk
+            fail(*os_error(error))
         except Exception as error:
             from zoo.nn.errors import input_error
 
@@ -56,6 +59,26 @@ def user_errors(fn: F) -> F:
             fail(f"error: {found}", EXIT_USAGE)
 
     return wrapper  # type: ignore[return-value]
+
+
+# What would work, by errno; a full disk or a failing device is the machine's, not the input's.
+_REMEDIES = {
+    errno.ENAMETOOLONG: ("use a shorter name (at most 255 bytes for each folder or file name)", EXIT_USAGE),
+    errno.EACCES: ("choose a folder you can write to, or change its permissions", EXIT_USAGE),
+    errno.EPERM: ("choose a folder you can write to, or change its permissions", EXIT_USAGE),
+    errno.EROFS: ("the file system is read-only: choose a folder on a writable one", EXIT_USAGE),
+    errno.ENOSPC: ("free some space and run again; files written before are kept", EXIT_FAILED),
+    errno.EDQUOT: ("the disk quota is used up: free some space; files written before are kept", EXIT_FAILED),
+    errno.EIO: ("the device reported an I/O error; files written before are kept", EXIT_FAILED),
+}
+
+
+def os_error(error: OSError) -> tuple[str, int]:
+    """One line for an ``OSError``: the path, the system's words and what would work."""
+    where = f"{error.filename}: " if error.filename else ""
+    words = error.strerror or str(error)
+    remedy, status = _REMEDIES.get(error.errno, ("", EXIT_USAGE))
+    return f"error: {where}{words}" + (f"; {remedy}" if remedy else ""), status
 
 
 def fail(message: str, status: int) -> NoReturn:

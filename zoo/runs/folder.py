@@ -15,6 +15,8 @@ from zoo.hardware import SetupError
 from zoo.runs.metrics import MetricsLog
 
 log = logging.getLogger("zoo")
+# The longest file or folder name (bytes) the file system takes; 255 on every common one.
+NAME_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,15 @@ class RunDir:
                 f"export.run_name {name!r} is not a folder name; give a plain name without '/' "
                 "or '..' (run folders are created inside export.dir)"
             )
+        if len(os.fsencode(name)) > NAME_MAX - len("-999"):
+            raise SetupError(
+                f"export.run_name is {len(os.fsencode(name))} bytes long; a folder name holds at most "
+                f"{NAME_MAX} bytes on this system (with room for a '-2' suffix): give a shorter name"
+            )
         try:
             root.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
-            raise SetupError(f"export.dir {str(root)!r} is a file, not a folder; choose a folder") from None
+            raise SetupError(_not_a_folder(root)) from None
         suffix = 1
         while True:
             path = root / (name if suffix == 1 else f"{name}-{suffix}")
@@ -168,3 +175,17 @@ def prepare_resume(run: RunDir, state_file: Path, recipe: dict[str, Any], force:
         log.warning(f"resuming with a changed recipe (--force): {'; '.join(changes)}")
     if run.metrics.is_file():
         MetricsLog.keep_until(run.metrics, step_of(state_file))
+
+
+def _not_a_folder(root: Path) -> str:
+    """Why ``export.dir`` cannot hold runs, in the words of what is there: a dangling link
+    reads as "a file" to ``mkdir``, which would send the user looking for a file that is not."""
+    for part in (root, *root.parents):
+        where = f"export.dir {str(root)!r}" + ("" if part == root else f": {str(part)!r}")
+        if part.is_symlink() and not part.exists():
+            target = os.readlink(part)
+            missing = "which does not exist; create it or choose another folder"
+            return f"{where} is a symbolic link to {target!r}, {missing}"
+        if part.exists() and not part.is_dir():
+            return f"{where} is a file, not a folder; choose a folder"
+    return f"export.dir {str(root)!r} is not a folder; choose a folder"
