@@ -91,3 +91,18 @@ def test_a_failed_write_ends_with_the_path_and_what_would_work(code, status, rem
     assert result.exit_code == status
     assert result.output.startswith(f"error: /runs/r/model.safetensors: {os.strerror(code)}; {remedy}")
     assert result.output.count("\n") == 1
+
+
+def test_a_full_disk_during_a_move_names_the_destination():
+    """Lightning writes a state to a temporary file in /tmp and moves it into the run: the
+    error names both, and the one that matters is where it was going."""
+
+    @click.command()
+    @user_errors
+    def moves() -> None:
+        state = "/runs/r/state/.step-4.ckpt.tmp"
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/tmp/tmpab12", None, state)
+
+    result = CliRunner().invoke(moves, [])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: /runs/r/state/.step-4.ckpt.tmp: No space left on device; free")

@@ -72,10 +72,15 @@ _REMEDIES = {
     errno.EIO: ("the device reported an I/O error; files written before are kept", EXIT_FAILED),
 }
 
+_WRITES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+
 
 def os_error(error: OSError) -> tuple[str, int]:
     """One line for an ``OSError``: the path, the system's words and what would work."""
-    where = f"{error.filename}: " if error.filename else ""
+    # A copy or move that fails to write (Lightning's state goes through a temporary file in
+    # /tmp) names its source first: the file the user cares about is the destination.
+    path = error.filename2 if error.filename2 and error.errno in _WRITES else error.filename
+    where = f"{path}: " if path else ""
     words = error.strerror or str(error)
     remedy, status = _REMEDIES.get(error.errno, ("", EXIT_USAGE))
     return f"error: {where}{words}" + (f"; {remedy}" if remedy else ""), status
