@@ -27,6 +27,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from zoo.nn.recurrent_config import RecurrentConfig
 from zoo.nn.torch.embedding import Embedding
+from zoo.nn.torch.recurrent_scan import ScanRecurrent
 from zoo.nn.torch.remat import checkpointed_call
 
 # (input size of the layer) -> a single-layer, batch-first recurrent module
@@ -64,15 +65,22 @@ class RecurrentNet(nn.Module):
         """The last recurrent layer's outputs at every step, (N, T, hidden * directions)."""
         if self.embedding is not None:
             x = self.dropout(self.embedding(x))
-        lengths = None if padding_mask is None else sequence_lengths(padding_mask)
+        # Under torch.export the layers are scans that read the mask themselves
+        # (zoo.nn.torch.recurrent_scan): the right-padding check and the host-side lengths that
+        # packing needs depend on the mask's values, which an exported graph cannot branch on.
+        exporting = torch.compiler.is_exporting()
+        lengths = None if padding_mask is None or exporting else sequence_lengths(padding_mask)
         checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for index, layer in enumerate(self.recurrent):
             if index:
                 x = self.dropout(x)
-            if lengths is not None and self.zoo_config.bidirectional:
-                layer = Packed(layer, lengths)
-            x, _ = checkpointed_call(layer, x) if checkpointing else layer(x)
-            if lengths is not None:
+            if isinstance(layer, ScanRecurrent):
+                x, _ = layer(x, padding_mask=padding_mask)
+            else:
+                if lengths is not None and self.zoo_config.bidirectional:
+                    layer = Packed(layer, lengths)
+                x, _ = checkpointed_call(layer, x) if checkpointing else layer(x)
+            if padding_mask is not None:
                 x = x.masked_fill(padding_mask.to(device=x.device, dtype=torch.bool)[..., None], 0.0)
         return x
 
