@@ -65,11 +65,11 @@ class RecurrentNet(nn.Module):
         """The last recurrent layer's outputs at every step, (N, T, hidden * directions)."""
         if self.embedding is not None:
             x = self.dropout(self.embedding(x))
-        # Under torch.export the layers are scans that read the mask themselves
-        # (zoo.nn.torch.recurrent_scan): the right-padding check and the host-side lengths that
-        # packing needs depend on the mask's values, which an exported graph cannot branch on.
-        exporting = torch.compiler.is_exporting()
-        lengths = None if padding_mask is None or exporting else sequence_lengths(padding_mask)
+        # Scans (zoo.nn.torch.recurrent_scan, what torch.export traces) read the mask themselves:
+        # the right-padding check and the host-side lengths that packing needs depend on the
+        # mask's values, which an exported graph cannot branch on.
+        scans = isinstance(self.recurrent[0], ScanRecurrent)
+        lengths = None if padding_mask is None or scans else sequence_lengths(padding_mask)
         checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled()
         for index, layer in enumerate(self.recurrent):
             if index:
