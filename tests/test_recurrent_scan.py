@@ -101,6 +101,12 @@ def test_a_padded_batch_is_a_packed_sequence(kind, bidirectional):
     assert_close(state, expected_state)
 
 
+def test_a_packed_sequence_is_refused_with_what_to_pass():
+    x, _, lengths = padded()
+    with pytest.raises(TypeError, match="padding_mask"):
+        ScanRecurrent(layer("gru"))(pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False))
+
+
 def test_exportable_swaps_a_copy():
     model = nn.Sequential(layer("gru"), nn.ModuleList([layer("lstm")]))
     swapped = exportable(model)

@@ -31,6 +31,7 @@ import copy
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
 # scan's step: (carry, this step's inputs) -> (next carry, this step's output)
 State = tuple[torch.Tensor, ...]
@@ -59,6 +60,11 @@ class ScanRecurrent(nn.Module):
         hx: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None,
         padding_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
+        if isinstance(x, PackedSequence):
+            raise TypeError(
+                "a scan reads a padded batch and its padding_mask, not a packed sequence: "
+                "pass the padded tensor and padding_mask=... (True at padding)"
+            )
         layer = self.layer
         steps_first = x if not layer.batch_first else x.transpose(0, 1)  # (T, N, I)
         keep = None
