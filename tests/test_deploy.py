@@ -24,6 +24,7 @@ from zoo.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from zoo.deploy import ExportError, export_model, inputs
 from zoo.deploy.check import RELATIVE
 from zoo.keras.data import keras_layout
+from zoo.nn.recurrent_config import RecurrentConfig
 
 FORMATS = [("onnx", "lightning"), ("onnx", "keras"), ("savedmodel", "keras"), ("torch-export", "lightning")]
 SUFFIX = {"onnx": ".onnx", "savedmodel": "", "torch-export": ".pt2"}
@@ -153,6 +154,24 @@ def test_padded_recurrent_variants_export(name, overrides, format, framework, ch
     out = tmp_path / "exports" / f"{name}{SUFFIX[format]}"
     out.parent.mkdir()
     check_export(checkpoints(name, **overrides), format, framework, out)
+
+
+RECURRENT_PRESETS = [
+    e.name
+    for e in ENTRIES
+    if e.kind == "preset" and isinstance(registry.resolve_config(e.name), RecurrentConfig)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", RECURRENT_PRESETS)
+def test_every_recurrent_preset_exports_to_torch_export(name, checkpoints, tmp_path):
+    """Full-width recurrent presets too (up to lstm-medium-lm's two 650-unit layers): the scans'
+    float32 roundings grow with the width and stay within the tolerance."""
+    out = tmp_path / "exports" / f"{name}.pt2"
+    out.parent.mkdir()
+    check_export(checkpoints(name), "torch-export", "lightning", out)
 
 
 def test_an_export_that_disagrees_leaves_nothing(checkpoints, tmp_path, monkeypatch):

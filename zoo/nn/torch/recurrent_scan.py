@@ -90,9 +90,8 @@ class ScanRecurrent(nn.Module):
         """One carry per layer and direction, in torch's ``h_0`` order: zeros unless given."""
         count = self.layer.num_layers * self.directions
         shape = (count, x.shape[1], self.layer.hidden_size)
-        if hx is None:
-            h = x.new_zeros(shape)
-            hx = (h, h) if self.mode == "LSTM" else h
+        if hx is None:  # two tensors for an LSTM: scan refuses carries that alias each other
+            hx = (x.new_zeros(shape), x.new_zeros(shape)) if self.mode == "LSTM" else x.new_zeros(shape)
         parts = hx if self.mode == "LSTM" else (hx,)
         return [tuple(part[k] for part in parts) for k in range(count)]
 
