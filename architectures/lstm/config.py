@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from architectures.rnn.config import RecurrentConfig
+from zoo.nn.recurrent_config import RecurrentConfig
 
 
 class LSTMConfig(RecurrentConfig):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from architectures.lstm.config import LSTMConfig
-from architectures.rnn.torch_model import RecurrentNet
+from zoo.nn.torch.recurrent import RecurrentNet
 
 
 def build(cfg: LSTMConfig) -> RecurrentNet:

@@ -4,9 +4,11 @@ The program holds the forward graph in ATen ops and the weights; ``torch.export.
 .module()(*inputs)`` runs it with torch alone, no zoo and no model code. Its inputs are the
 export's inputs in order (:mod:`zoo.deploy.inputs`), batch and steps dynamic.
 
-Known limit (torch 2.13): ``torch.export`` unrolls ``nn.RNN``/``nn.LSTM``/``nn.GRU`` over the
-steps of the traced example, so a recurrent net cannot keep a dynamic steps axis; the export
-is refused with torch's words rather than written with a frozen axis.
+Recurrent layers: torch 2.13's ``torch.export`` unrolls ``nn.RNN``/``nn.LSTM``/``nn.GRU`` over
+the steps of the traced example, which would freeze the steps axis. The program is therefore
+traced from a copy of the model whose recurrent layers are ``scan`` loops over the same
+parameters (:mod:`zoo.nn.torch.recurrent_scan`), so the steps stay dynamic; the check then
+compares it with the training model's own fused, packed layers.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zoo.deploy.check import ExportError, Runner, first_line
-from zoo.deploy.inputs import InputPort, has_steps
+from zoo.deploy.inputs import InputPort
 from zoo.deploy.torch_twin import arguments, dynamic_shapes, traced_module
 
 EXPORTER = "torch.export.export (strict=False)"
@@ -24,15 +26,9 @@ def export(model, ports: list[InputPort], example: dict, context: int | None, pa
     """Write the program to ``path``; returns the exporter used."""
     import torch
 
-    recurrent = [name for name, layer in model.named_modules() if isinstance(layer, torch.nn.RNNBase)]
-    if recurrent and has_steps(ports):
-        raise ExportError(
-            f"torch.export cannot keep the steps axis of this model dynamic: it unrolls its recurrent "
-            f"layers ({', '.join(recurrent)}) over the steps of the traced example (torch "
-            f"{torch.__version__.split('+')[0]}), so the program would read only sequences of that "
-            "length. Export --format onnx instead (its check runs it at several lengths)."
-        )
-    module = traced_module(model, ports)
+    from zoo.nn.torch.recurrent_scan import exportable
+
+    module = traced_module(exportable(model), ports)
     args, kwargs = arguments(example, ports)
     try:
         program = torch.export.export(
