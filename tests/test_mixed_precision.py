@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from zoo.hardware import SetupError
+
 ROOT = Path(__file__).parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 FLOAT32_TWINS = 1e-5  # float32 rounding in another order (BatchNorm amplifies it)
@@ -38,12 +40,39 @@ def bench():
     return module
 
 
+def tensorflow_truncates_bf16_products() -> bool:
+    """Whether TensorFlow's CPU ``MatMul`` on bfloat16 rounds its float32 sums to bfloat16 by
+    truncation on this CPU (docs/precision.md): measured on an AMD EPYC without AVX512_BF16,
+    every output equals the truncated float32 product, where torch (and ``tf.cast``) round to
+    nearest. A truncated product is off by up to one bfloat16 unit instead of half of one."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    a, b = (tf.cast(rng.normal(size=(16, 64)).astype("float32"), tf.bfloat16) for _ in range(2))
+    exact = tf.matmul(tf.cast(a, tf.float32), tf.cast(b, tf.float32), transpose_b=True).numpy()
+    product = tf.cast(tf.matmul(a, b, transpose_b=True), tf.float32).numpy()
+    truncated = (exact.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    nearest = tf.cast(tf.cast(exact, tf.bfloat16), tf.float32).numpy()
+    return bool(np.array_equal(product, truncated) and not np.array_equal(product, nearest))
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_both_twins_round_the_same_operations_under_bf16_mixed(bench, recipe):
-    rows = list(bench.measure(recipe, "bf16-mixed", batch=32).values())
+    try:
+        rows = list(bench.measure(recipe, "bf16-mixed", batch=32).values())
+    except SetupError as refused:  # an LSTM on a CPU without bfloat16 instructions: said, not run
+        import torch
+
+        assert not torch.ops.mkldnn._is_mkldnn_bf16_supported(), refused
+        assert "torch's CPU LSTM (oneDNN) cannot run in bfloat16 on this CPU" in str(refused)
+        return
     float32_twins, torch_own, keras_own, twins = (row[0] for row in rows)
     assert float32_twins < RELU_CROSSINGS.get(recipe.stem, FLOAT32_TWINS), rows
-    assert keras_own <= 1.5 * torch_own, rows
+    # Truncated products carry twice round-to-nearest's error (measured: recurrent weight
+    # gradients 1.0e-2 against torch's 5.9e-3 on rnn-digits): the same operations, rounded
+    # another way by TensorFlow's kernel on this CPU.
+    rounding = 2.0 if tensorflow_truncates_bf16_products() else 1.0
+    assert keras_own <= 1.5 * rounding * torch_own, rows
     assert twins <= 1.5 * max(torch_own, keras_own), rows
 
 

@@ -68,6 +68,7 @@ class RecurrentNet(nn.Module):
         # Scans (zoo.nn.torch.recurrent_scan, what torch.export traces) read the mask themselves:
         # the right-padding check and the host-side lengths that packing needs depend on the
         # mask's values, which an exported graph cannot branch on.
+        refuse_unsupported_low_precision(self.recurrent, x)
         scans = isinstance(self.recurrent[0], ScanRecurrent)
         lengths = None if padding_mask is None or scans else sequence_lengths(padding_mask)
         checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled()
@@ -93,6 +94,32 @@ class RecurrentNet(nn.Module):
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.forward_head(self.forward_features(x, padding_mask), padding_mask)
+
+
+def refuse_unsupported_low_precision(layers: nn.ModuleList, x: torch.Tensor) -> None:
+    """torch runs an autocast ``nn.LSTM`` on the CPU through oneDNN, which has no bfloat16 (or
+    float16) LSTM on a CPU without those instructions (AVX512_BF16 / AMX / AVX512_FP16; e.g. an
+    AMD Zen 2): torch's own error there is "could not create a primitive descriptor". Say what
+    it means and what would work, before the first step fails inside the trainer."""
+    if x.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        return
+    if not any(isinstance(layer, nn.LSTM) for layer in layers):
+        return
+    dtype = torch.get_autocast_dtype("cpu")
+    supported = {
+        torch.bfloat16: torch.ops.mkldnn._is_mkldnn_bf16_supported,
+        torch.float16: torch.ops.mkldnn._is_mkldnn_fp16_supported,
+    }.get(dtype)
+    if supported is None or supported():
+        return
+    from zoo.hardware import SetupError
+
+    name = str(dtype).removeprefix("torch.")
+    raise SetupError(
+        f"trainer.precision: torch's CPU LSTM (oneDNN) cannot run in {name} on this CPU, which has "
+        f"no {name} instructions; use trainer.precision 32-true here, trainer.framework keras, "
+        "or a GPU or a CPU with them (AVX512_BF16 / AMX)"
+    )
 
 
 class TiedHead(nn.Module):
