@@ -1,0 +1,69 @@
+"""The Lightning backend: :class:`zoo.backend.Backend` over zoo.lightning.trainer's loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from zoo.backend import Backend
+
+
+class LightningBackend(Backend):
+    name = "lightning"
+    state_suffix = "ckpt"  # Lightning's own checkpoint of the whole loop (weights_only loadable)
+    packages = ("torch", "lightning")
+
+    def build(self, family, config, seed: int | None = None) -> Any:
+        from zoo.initial_weights import seeded_torch_model
+
+        return family.build_torch(config) if seed is None else seeded_torch_model(family, config, seed)
+
+    def load(self, checkpoint) -> Any:
+        from zoo.model_io import load_torch
+
+        return load_torch(checkpoint)
+
+    def fit(self, plan) -> tuple[Any, dict[str, float]]:
+        from zoo.lightning.trainer import fit
+
+        return fit(plan.recipe, plan.config, plan.family, plan.dataset, plan.run, plan.init, plan.resume)
+
+    def evaluate(self, model, dataset, trainer, batch_size: int) -> dict[str, float]:
+        from zoo.hardware import resolve_accelerator
+        from zoo.lightning.data import loader
+        from zoo.lightning.task import TASKS
+
+        tester = evaluation_trainer(trainer)
+        pin = resolve_accelerator(trainer.accelerator) == "gpu"  # as fit does
+        task = TASKS[dataset.task](model, None, None)
+        results = tester.test(task, loader(dataset.test, batch_size, pin_memory=pin), verbose=False)[0]
+        return {k: float(v) for k, v in results.items()}
+
+    def predict(self, model, inputs: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        import torch
+
+        device = next(model.parameters()).device
+        model.eval()
+        outputs = []
+        with torch.no_grad():
+            for start in range(0, len(inputs), batch_size):
+                batch = torch.from_numpy(np.ascontiguousarray(inputs[start : start + batch_size]))
+                outputs.append(model(batch.to(device)).float().cpu().numpy())
+        return np.concatenate(outputs)
+
+
+def evaluation_trainer(trainer_cfg):
+    """A Trainer for ``test`` on the recipe's accelerator and in its precision: one device in
+    this process (a data-parallel strategy is for training; metrics need no replicas)."""
+    import lightning as L
+
+    from zoo.hardware import check_trainer
+    from zoo.lightning.trainer import check_accelerator, quiet
+
+    check_trainer(trainer_cfg)  # float16 or a GPU this machine lacks: said in zoo's words
+    quiet()
+    return L.Trainer(
+        accelerator=check_accelerator(trainer_cfg), devices=1, precision=trainer_cfg.precision,
+        logger=False, enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
+    )  # fmt: skip
