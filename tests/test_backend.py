@@ -183,3 +183,19 @@ def test_a_backend_running_a_plan_trains_what_zoo_train_trains(framework, tmp_pa
         assert np.array_equal(exported[name], tensor), name
     assert metrics["test_accuracy"] == trained.metrics["test_accuracy"]
     assert metrics["test_loss"] == trained.metrics["test_loss"]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_backend_checks_its_own_training_states(framework, tmp_path):
+    from zoo.checkpoint import CheckpointError
+    from zoo.state import state_path
+
+    backend = backend_for(framework)
+    damaged = state_path(tmp_path, 1, backend.state_suffix)
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointError, match="not a usable training state"):
+        backend.check_state(damaged)
+    (other,) = {b.state_suffix for b in map(backend_for, FRAMEWORKS)} - {backend.state_suffix}
+    with pytest.raises(CheckpointError, match=f"not a {framework} training state"):
+        backend.check_state(state_path(tmp_path, 1, other))

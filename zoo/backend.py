@@ -65,9 +65,14 @@ class Backend(ABC):
         """The twin's outputs (logits) in eval mode for inputs in the canonical (torch)
         layout, as numpy: the same array from either backend, up to float rounding."""
 
+    @abstractmethod
+    def state_problem(self, path: Path) -> str | None:
+        """What keeps one of its training states from being resumed (missing loop position,
+        no weights...), found by opening it as a resume will, or None. Never runs code in it."""
+
     def check_state(self, path: Path) -> None:
-        """Open a training state of this backend the way a resume will, naming what is wrong in
-        zoo's words before any training starts."""
+        """Refuse a training state a resume could not use, in zoo's words, before any training
+        (its checksum, then :meth:`state_problem`; see :func:`zoo.state.check_state`)."""
         from zoo.state import check_state
 
         if Path(path).suffix != f".{self.state_suffix}":
@@ -87,6 +92,14 @@ def backend_for(framework: str) -> Backend:
         module, _, cls = BACKENDS[name].partition(":")
         _LOADED[name] = getattr(importlib.import_module(module), cls)()
     return _LOADED[name]
+
+
+def backend_of_state(path: Path) -> Backend:
+    """The backend that writes training states of ``path``'s kind (its suffix)."""
+    for name in BACKENDS:
+        if Path(path).suffix == f".{backend_for(name).state_suffix}":
+            return backend_for(name)
+    raise ValueError(f"{Path(path).name} is no backend's training state")
 
 
 def framework_name(framework: str) -> str:

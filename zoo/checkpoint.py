@@ -155,10 +155,13 @@ def _as_export_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _versions(framework: str) -> dict[str, str]:
+    """The libraries that made the file: zoo's own, and the writing backend's (none for an import)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from zoo.backend import BACKENDS, backend_for
+
     names = ["zoo", "safetensors", "numpy"]
-    names += {"lightning": ["torch", "lightning"], "keras": ["tensorflow", "keras"]}.get(framework, [])
+    names += list(backend_for(framework).packages) if framework in BACKENDS else []
     found = {}
     for name in names:
         with contextlib.suppress(PackageNotFoundError):

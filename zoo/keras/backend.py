@@ -48,6 +48,21 @@ class KerasBackend(Backend):
         results = model.evaluate(test, verbose=0, return_dict=True)
         return {f"test_{k}": float(v) for k, v in results.items()}
 
+    def state_problem(self, path) -> str | None:
+        import json
+
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="np") as handle:
+            position = json.loads((handle.metadata() or {}).get("position", "null"))
+            keys = list(handle.keys())
+        fields = ("batches_done", "epoch", "batch")
+        if not isinstance(position, dict) or not all(isinstance(position.get(f), int) for f in fields):
+            return "its loop position (metadata 'position') is missing or not whole numbers"
+        if not any(k.startswith("model/") for k in keys):
+            return "it holds no model variables"
+        return None
+
     def predict(self, model, inputs: np.ndarray, batch_size: int = 256) -> np.ndarray:
         from zoo import registry
         from zoo.keras.data import keras_layout

@@ -40,6 +40,20 @@ class LightningBackend(Backend):
         results = tester.test(task, loader(dataset.test, batch_size, pin_memory=pin), verbose=False)[0]
         return {k: float(v) for k, v in results.items()}
 
+    def state_problem(self, path) -> str | None:
+        import torch
+
+        # Read whole, as Lightning will: a memory-mapped load leaves each tensor's bytes unread, and a
+        # storage whose size no longer matches its record surfaces only in Lightning's own load.
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        needed = {  # what Lightning's restore reads
+            "state_dict", "optimizer_states", "lr_schedulers", "loops", "global_step", "epoch", "callbacks",
+            "pytorch-lightning_version",
+        }  # fmt: skip
+        if not isinstance(loaded, dict) or not needed <= loaded.keys():
+            return f"Lightning's {', '.join(sorted(needed))} are not all there"
+        return None
+
     def predict(self, model, inputs: np.ndarray, batch_size: int = 256) -> np.ndarray:
         import torch
 
