@@ -1,8 +1,8 @@
 """The Python API: the same verbs as the ``zoo`` command line.
 
-Nothing here imports torch or TensorFlow at module level, nor names either: a run is
-planned once (zoo.plan) and executed by the backend of its framework (zoo.backend), which
-imports its framework when it is used.
+Nothing here imports torch or TensorFlow, nor calls into either: a run is planned once
+(zoo.plan) and executed by the backend of its framework (zoo.backend), which imports its
+framework when it is used.
 """
 
 from __future__ import annotations
