@@ -109,6 +109,15 @@ def test_lightning_evaluates_in_the_recipes_precision(checkpoint, tmp_path, monk
     assert mixed["test_accuracy"] == pytest.approx(full["test_accuracy"], abs=0.03)
 
 
+def test_evaluation_of_a_data_parallel_recipe_runs_on_one_device(tmp_path):
+    from zoo.lightning.backend import evaluation_trainer
+
+    recipe = zoo.load_recipe(RECIPE, tiny(tmp_path, "trainer.strategy=ddp", "trainer.devices=2"))
+    trainer = evaluation_trainer(recipe.trainer)
+    assert trainer.num_devices == 1 and trainer.world_size == 1
+    assert recipe.trainer.devices == 2  # the recipe itself is left as it is
+
+
 def test_keras_evaluates_in_the_recipes_precision(checkpoint, tmp_path, monkeypatch):
     import zoo.keras.precision as keras_precision
 

@@ -82,6 +82,12 @@ class Backend(ABC):
         check_state(Path(path))
 
 
+def one_device(trainer: Any) -> Any:
+    """The recipe's trainer section for evaluation: its accelerator and precision, on one device
+    of this process (a data-parallel strategy is for training; test metrics need no replicas)."""
+    return trainer.model_copy(update={"devices": 1, "num_nodes": 1, "strategy": "auto"})
+
+
 _LOADED: dict[str, Backend] = {}
 
 

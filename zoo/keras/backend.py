@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.backend import Backend
+from zoo.backend import Backend, one_device
 
 
 class KerasBackend(Backend):
@@ -37,8 +37,9 @@ class KerasBackend(Backend):
         from zoo.keras.trainer import compile_for, configure, for_batches
         from zoo.model_io import model_tensors
 
+        trainer = one_device(trainer)
         check_trainer(trainer)
-        configure(trainer.model_copy(update={"devices": 1}))  # one device: metrics need no replicas
+        configure(trainer)
         family = registry.get_family(model.zoo_config.architecture)
         if trainer.precision != "32-true":  # the twin as a run of this recipe would have trained it
             model = build_keras(family, model.zoo_config, trainer.precision, model_tensors(model))

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.backend import Backend
+from zoo.backend import Backend, one_device
 
 
 class LightningBackend(Backend):
@@ -68,13 +68,13 @@ class LightningBackend(Backend):
 
 
 def evaluation_trainer(trainer_cfg):
-    """A Trainer for ``test`` on the recipe's accelerator and in its precision: one device in
-    this process (a data-parallel strategy is for training; metrics need no replicas)."""
+    """A Trainer for ``test`` on the recipe's accelerator and in its precision (:func:`one_device`)."""
     import lightning as L
 
     from zoo.hardware import check_trainer
     from zoo.lightning.trainer import check_accelerator, quiet
 
+    trainer_cfg = one_device(trainer_cfg)
     check_trainer(trainer_cfg)  # float16 or a GPU this machine lacks: said in zoo's words
     quiet()
     return L.Trainer(
