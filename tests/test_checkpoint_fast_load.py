@@ -20,7 +20,8 @@ from safetensors.numpy import load_file
 
 import zoo
 from zoo import registry
-from zoo.checkpoint import _load_torch, meta_tensors, model_tensors, read_checkpoint
+from zoo.checkpoint import read_checkpoint
+from zoo.model_io import load_torch, meta_tensors, model_tensors
 
 # Every registry entry, plus what the defaults leave out: token embeddings (language
 # models), a non-persistent sinusoidal table, bidirectional and stacked GRU layers.
@@ -153,6 +154,6 @@ def test_a_twin_with_state_from_init_is_built_the_ordinary_way(tmp_path):
     )
     checkpoint = read_checkpoint(path)
     family = dataclasses.replace(checkpoint.family, torch_model=f"{__name__}:_cnn_with_state_from_init")
-    model = _load_torch(dataclasses.replace(checkpoint, family=family))
+    model = load_torch(dataclasses.replace(checkpoint, family=family))
     assert torch.equal(model.steps, torch.arange(4.0)) and torch.equal(model.scale, torch.full((2,), 3.0))
     _assert_same_tensors(model_tensors(model), load_file(path))

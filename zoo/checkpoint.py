@@ -2,18 +2,15 @@
 
 Tensor names and layouts are exactly the torch twin's ``state_dict``; the Keras twin
 reaches them through its family's weight table. Metadata (all strings, as safetensors
-requires) carries what is needed to rebuild and reuse the model. Files are written to a
-temporary name, fsynced and renamed, so a crash never leaves half a file where a good
-one was; nothing is ever unpickled.
+requires) carries what is needed to rebuild and reuse the model. This module is what a
+checkpoint *means* (its metadata, and what is checked before anything is loaded); the bytes
+are zoo.safetensors_io's (atomic writes, no pickles) and a twin's tensors zoo.model_io's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
-import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,47 +20,29 @@ import numpy as np
 
 from zoo import registry
 from zoo.family import ArchitectureConfig, Family
-from zoo.weights import keras_to_tensors, tensor_specs, tensors_to_keras
+from zoo.model_io import framework_of, load_keras, load_tensors, load_torch, meta_tensors, model_tensors
+from zoo.safetensors_io import (
+    LOW_PRECISION,
+    SAFETENSORS_DTYPES,
+    CheckpointError,
+    NonFiniteTensors,
+    check_finite,
+    read_aligned,
+    refuse_pickles,
+    some,
+    write_safetensors,
+)
+from zoo.weights import tensor_specs
+
+__all__ = [  # what other modules import from here (some of it lives in safetensors_io and model_io)
+    "FORMAT", "FORMAT_VERSION", "LOW_PRECISION", "SAFETENSORS_DTYPES", "Checkpoint", "CheckpointError",
+    "NonFiniteTensors", "check_finite", "framework_of", "load_checkpoint", "load_keras", "load_tensors",
+    "load_torch", "meta_tensors", "model_tensors", "read_aligned", "read_checkpoint", "save_checkpoint",
+    "write_checkpoint", "write_safetensors",
+]  # fmt: skip
 
 FORMAT = "zoo-checkpoint"
 FORMAT_VERSION = 1
-SAFETENSORS_DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-}  # fmt: skip
-
-
-class CheckpointError(ValueError):
-    """A file that is not a usable zoo checkpoint; the message names the file and the problem."""
-
-
-class NonFiniteTensors(RuntimeError):
-    """Weights that are not numbers (NaN or infinite): a diverged model, which would evaluate,
-    fine-tune or convert into nonsense without a word. A failed run (exit 1), not a typo."""
-
-
-def check_finite(source: str | Path, tensors: dict[str, Any]) -> None:
-    """Refuse ``tensors`` (numpy arrays or torch tensors) where a floating one holds NaN or inf."""
-    bad = [name for name, tensor in tensors.items() if not _finite(tensor)]
-    if bad:
-        raise NonFiniteTensors(
-            f"{source}: {len(bad)} of {len(tensors)} tensors hold NaN or infinite values ({_some(bad)}); "
-            "the model diverged. Use a checkpoint from before (a run keeps its last finite state "
-            "under state/) or train again with a lower optimizer.lr"
-        )
-
-
-def _finite(tensor: Any) -> bool:
-    """A sum is NaN or infinite when any element is, and needs no temporary: the elementwise
-    test runs only where the sum is not finite (NaN, inf, or a finite overflow)."""
-    if hasattr(tensor, "is_floating_point"):  # torch: no copy to numpy
-        return (
-            not tensor.is_floating_point() or bool(tensor.sum().isfinite()) or bool(tensor.isfinite().all())
-        )
-    array = np.asarray(tensor)
-    if not np.issubdtype(array.dtype, np.floating):
-        return True
-    return bool(np.isfinite(array.sum()) or np.isfinite(array).all())
 
 
 @dataclass(frozen=True)
@@ -101,130 +80,7 @@ class Checkpoint:
         return tensors
 
 
-LOW_PRECISION = ("bfloat16", "float16")
-
-
-def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
-    """A safetensors file's tensors, each read into its own aligned array (``readinto`` from the
-    page cache: one copy, no map left behind). ``read_checkpoint`` has already checked the
-    header; a file cut short since is refused here."""
-    from zoo.weights import aligned_empty
-
-    with open(path, "rb", buffering=0) as handle:
-        (length,) = np.frombuffer(handle.read(8), "<u8")
-        header = json.loads(handle.read(int(length)))
-        start = 8 + int(length)
-        tensors = {}
-        for name, entry in header.items():
-            if name == "__metadata__":
-                continue
-            dtype = SAFETENSORS_DTYPES[entry["dtype"]]
-            if dtype == "bfloat16":
-                import ml_dtypes
-
-                dtype = ml_dtypes.bfloat16
-            array = aligned_empty(tuple(entry["shape"]), dtype)
-            begin, end = entry["data_offsets"]
-            handle.seek(start + begin)
-            target = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
-            done = handle.readinto(target) if array.size else 0
-            while done < end - begin:
-                more = handle.readinto(target[done:])
-                if not more:
-                    raise CheckpointError(f"{path}: {name} is cut short; the file is truncated")
-                done += more
-            tensors[name] = array
-    return tensors
-
-
 # ------------------------------------------------------------------------------ write
-
-
-def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> Path:
-    """Atomically write ``tensors``: temporary file, fsync, rename, fsync the folder."""
-    from safetensors.numpy import save_file
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        arrays = {k: np.require(v, requirements="C") for k, v in tensors.items()}  # keeps 0-d
-        save_file(arrays, str(temporary), metadata=metadata)
-        os.chmod(temporary, file_mode())  # safetensors creates 0600; the user's umask decides
-        with open(temporary, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-    return path
-
-
-def file_mode() -> int:
-    """The mode a plain ``open(..., "w")`` would give a new file under the current umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def remove_stale_temporaries(path: Path) -> None:
-    """Delete ``.<name>.<pid>.tmp`` files that a killed writer of ``path`` left behind; a
-    temporary whose process still runs is another writer's and is left alone."""
-    for temporary in path.parent.glob(f".{path.name}.*.tmp"):
-        pid = temporary.name[len(path.name) + 2 : -len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            temporary.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def framework_of(model: Any) -> str:
-    torch, keras = sys.modules.get("torch"), sys.modules.get("keras")
-    if torch is not None and isinstance(model, torch.nn.Module):
-        return "lightning"
-    if keras is not None and isinstance(model, keras.Model):
-        return "keras"
-    raise TypeError(f"{type(model).__name__} is neither a torch nn.Module nor a keras.Model of zoo")
-
-
-def model_tensors(model: Any) -> dict[str, np.ndarray]:
-    """A zoo twin's weights as canonical float32/int64 numpy arrays of their own (a snapshot)."""
-    if framework_of(model) == "keras":
-        return keras_to_tensors(model, _weight_table(model))
-    return _torch_arrays(model, snapshot=True)
-
-
-def _weight_table(model: Any):
-    return registry.get_family(model.zoo_config.architecture).weight_table(model.zoo_config)
-
-
-def _torch_arrays(model: Any, snapshot: bool) -> dict[str, np.ndarray]:
-    """Canonical arrays of a torch twin; without ``snapshot``, views of CPU tensors' memory
-    where the dtype already fits (a save writes them at once: a copy would only cost time)."""
-    specs = tensor_specs(_weight_table(model))
-    tensors = {}
-    for name, value in model.state_dict().items():
-        tensor = value.detach().to("cpu")
-        if tensor.is_floating_point():
-            tensor = tensor.float()
-        array = tensor.numpy()
-        dtype = specs[name].dtype if name in specs else array.dtype
-        shared = value.device.type == "cpu" and tensor.data_ptr() == value.data_ptr()
-        tensors[name] = array.astype(dtype, copy=snapshot and shared)
-    return tensors
 
 
 def save_checkpoint(
@@ -242,10 +98,7 @@ def save_checkpoint(
     of the checkpoint mean nothing, so it travels in the metadata.
     """
     framework = framework_of(model)
-    if framework == "keras":  # views of the variables where the layout is shared: written at once
-        tensors = keras_to_tensors(model, _weight_table(model), snapshot=False)
-    else:
-        tensors = _torch_arrays(model, snapshot=False)
+    tensors = model_tensors(model, snapshot=False)  # views where the layout is shared: written at once
     return write_checkpoint(
         path, model.zoo_config, tensors, framework=framework, recipe=recipe, metrics=metrics,
         vocab=vocab, dtype=dtype,
@@ -302,29 +155,18 @@ def _as_export_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _versions(framework: str) -> dict[str, str]:
+    """The libraries that made the file: zoo's own, and the writing backend's (none for an import)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from zoo.backend import BACKENDS, backend_for
+
     names = ["zoo", "safetensors", "numpy"]
-    names += {"lightning": ["torch", "lightning"], "keras": ["tensorflow", "keras"]}.get(framework, [])
+    names += list(backend_for(framework).packages) if framework in BACKENDS else []
     found = {}
     for name in names:
         with contextlib.suppress(PackageNotFoundError):
             found[name] = version(name)
     return found
-
-
-def load_tensors(model: Any, tensors: dict[str, np.ndarray]) -> None:
-    """Put canonical tensors into a built twin of either framework."""
-    config = model.zoo_config
-    family = registry.get_family(config.architecture)
-    # A bfloat16/float16 export goes back into float32 weights.
-    tensors = {k: v.astype(np.float32) if v.dtype.name in LOW_PRECISION else v for k, v in tensors.items()}
-    if framework_of(model) == "keras":
-        tensors_to_keras(model, family.weight_table(config), tensors)
-        return
-    import torch
-
-    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in tensors.items()}, strict=True)
 
 
 # ------------------------------------------------------------------------------- read
@@ -335,7 +177,7 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file")
-    _refuse_pickles(path)
+    refuse_pickles(path)
     from safetensors import safe_open
 
     try:
@@ -388,19 +230,6 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
     return Checkpoint(path, metadata, family, config)
 
 
-def _refuse_pickles(path: Path) -> None:
-    with open(path, "rb") as handle:
-        head = handle.read(9)
-    # A safetensors file starts with an 8-byte header length and then "{": its first byte
-    # may well be 0x80, so only a file that is not that is judged by the pickle/zip magic.
-    if head[8:9] != b"{" and (head[:2] == b"PK" or head[:1] == b"\x80"):
-        raise CheckpointError(
-            f"{path}: looks like a pickled PyTorch file (torch.save / a .pt or .ckpt); zoo never "
-            "unpickles files. If you trust it, load it yourself with torch.load(..., "
-            "weights_only=True) into the torch twin and export it with zoo.save_checkpoint."
-        )
-
-
 def _describe_slice(piece) -> tuple[tuple[int, ...], str]:
     dtype = piece.get_dtype()
     return tuple(piece.get_shape()), SAFETENSORS_DTYPES.get(dtype, dtype)
@@ -412,9 +241,9 @@ def _check_tensors(path: Path, found: dict[str, tuple], table, float_dtype: str)
     missing = [n for n in expected if n not in found]
     extra = [n for n in found if n not in expected]
     if missing:
-        problems.append(f"missing tensors: {_some(missing)}")
+        problems.append(f"missing tensors: {some(missing)}")
     if extra:
-        problems.append(f"unexpected tensors: {_some(extra)}")
+        problems.append(f"unexpected tensors: {some(extra)}")
     for name, spec in expected.items():
         if name not in found:
             continue
@@ -427,88 +256,12 @@ def _check_tensors(path: Path, found: dict[str, tuple], table, float_dtype: str)
         raise CheckpointError(f"{path}: tensors do not match the architecture: " + "; ".join(problems[:6]))
 
 
-def _some(names: list[str], limit: int = 5) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
 # ------------------------------------------------------------------------------- load
 
 
 def load_checkpoint(path: str | Path, framework: str = "lightning", architecture: str | None = None):
     """Build the twin of ``framework`` and load the checkpoint's weights into it."""
-    from zoo.recipe import normalize_framework
+    from zoo.backend import backend_for
 
-    framework = normalize_framework(framework)
-    if framework not in ("lightning", "keras"):
-        raise ValueError(f"framework {framework!r} is not one of: lightning (torch), keras")
-    checkpoint = read_checkpoint(path, architecture)
-    if framework == "lightning":
-        return _load_torch(checkpoint)
-    return _load_keras(checkpoint)
-
-
-def _load_keras(checkpoint: Checkpoint):
-    """The Keras twin without computing the initial weights the checkpoint overwrites (see
-    ``zoo.keras.skeleton``): ~2-3 s of TensorFlow random draws for gpt2. The tensors are read
-    into aligned memory of their own and handed to the variables (no second copy where the
-    layout is shared, one cache-blocked transpose where it is not). Where the build leaves a
-    variable or a random draw that the checkpoint does not overwrite, the twin is built the
-    ordinary way instead."""
-    from zoo.keras import skeleton as keras_skeleton
-    from zoo.weights import keras_layer
-
-    family, config = checkpoint.family, checkpoint.config
-    tensors = checkpoint.float32_tensors()
-    table = family.weight_table(config)
-    if keras_skeleton.available():
-        with keras_skeleton.initialisers_skipped() as skipped:
-            model = family.build_keras(config)
-        filled = (keras_layer(keras_layer(model, p.layer), v) for p in table for v in p.variables)
-        if skipped.covered_by(filled):
-            tensors_to_keras(model, table, tensors, handed_over=True)
-            return model
-    model = family.build_keras(config)
-    tensors_to_keras(model, table, tensors)
-    return model
-
-
-def _load_torch(checkpoint: Checkpoint):
-    """The torch twin without its random initialisation, which is ~0.9 s for 100M parameters
-    and all overwritten: built on the meta device (no memory, no arithmetic), then handed the
-    checkpoint's tensors. Those are copied out of safetensors' memory map, so the model owns
-    its memory (a file changed under a map kills the process). A twin that computes state in
-    ``__init__`` that the checkpoint does not hold would keep it on the meta device, and
-    tied weights would come apart: such a twin is built the ordinary way."""
-    import torch
-    from safetensors.torch import load_file
-
-    family, config = checkpoint.family, checkpoint.config
-    tensors = {
-        name: tensor.to(torch.float32 if tensor.is_floating_point() else tensor.dtype, copy=True)
-        for name, tensor in load_file(checkpoint.path).items()
-    }  # float32 weights, whatever the export dtype
-    check_finite(checkpoint.path, tensors)
-    importlib.import_module(family.torch_model.partition(":")[0])  # module-level tensors stay real
-    with torch.device("meta"):
-        model = family.build_torch(config)
-    tied = len(list(model.named_parameters(remove_duplicate=False))) != len(list(model.parameters()))
-    if not tied:
-        model.load_state_dict(tensors, strict=True, assign=True)
-    if tied or meta_tensors(model):
-        model = family.build_torch(config)
-        model.load_state_dict(tensors, strict=True)
-    return model
-
-
-def meta_tensors(model) -> list[str]:
-    """Where a torch model still holds meta tensors: parameters, buffers, plain attributes."""
-    import torch
-
-    found = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
-    for name, module in model.named_modules():
-        for key, value in vars(module).items():
-            values = value if isinstance(value, list | tuple) else [value]
-            if any(isinstance(v, torch.Tensor) and v.is_meta for v in values):
-                found.append(f"{name}.{key}")
-    return found
+    backend = backend_for(framework)  # an unknown framework is refused before the file is read
+    return backend.load(read_checkpoint(path, architecture))

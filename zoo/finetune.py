@@ -6,7 +6,7 @@ shape follows the data are re-initialised when the data changes them, and said s
 as are the tensors of a task the checkpoint did not have (a classifier and its pooler on a
 masked language model's backbone); the old task's own tensors are left out, by name. Unless
 the family carries them over: its ``adapt_tensors`` hook returns the tensors it can
-bring to the new shapes (a ViT's position embedding resampled to another image size), and
+bring to the new shapes (a learned position table resampled to another image size), and
 those start from the checkpoint's values, also said by name. Any other difference (another
 family, another width) is refused before training.
 """

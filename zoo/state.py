@@ -89,9 +89,10 @@ def check_state(path: Path) -> None:
         if older
         else "train the recipe again (no older state is kept)"
     )
+    from zoo.backend import backend_of_state
+
     try:
-        problem = _checksum_problem(path)
-        problem = problem or (_ckpt_problem(path) if path.suffix == ".ckpt" else _keras_state_problem(path))
+        problem = _checksum_problem(path) or backend_of_state(path).state_problem(path)
     except Exception as error:  # whatever the reader raises about bytes it cannot parse
         problem = f"it cannot be read ({type(error).__name__})"
     if problem:
@@ -110,37 +111,6 @@ def _checksum_problem(path: Path) -> str | None:
     expected = digest.read_text().strip()
     found = crc32(path)
     return None if found == expected else f"its CRC-32 is {found}, {digest.name} says {expected}"
-
-
-def _ckpt_problem(path: Path) -> str | None:
-    import torch
-
-    # Read whole, as Lightning will: a memory-mapped load leaves each tensor's bytes unread, and a
-    # storage whose size no longer matches its record surfaces only in Lightning's own load.
-    loaded = torch.load(path, map_location="cpu", weights_only=True)
-    needed = {  # what Lightning's restore reads
-        "state_dict", "optimizer_states", "lr_schedulers", "loops", "global_step", "epoch", "callbacks",
-        "pytorch-lightning_version",
-    }  # fmt: skip
-    if not isinstance(loaded, dict) or not needed <= loaded.keys():
-        return f"Lightning's {', '.join(sorted(needed))} are not all there"
-    return None
-
-
-def _keras_state_problem(path: Path) -> str | None:
-    import json
-
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="np") as handle:
-        position = json.loads((handle.metadata() or {}).get("position", "null"))
-        keys = list(handle.keys())
-    fields = ("batches_done", "epoch", "batch")
-    if not isinstance(position, dict) or not all(isinstance(position.get(f), int) for f in fields):
-        return "its loop position (metadata 'position') is missing or not whole numbers"
-    if not any(k.startswith("model/") for k in keys):
-        return "it holds no model variables"
-    return None
 
 
 def batch_seed(seed: int, epoch: int, batch: int) -> int:

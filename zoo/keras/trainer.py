@@ -103,8 +103,8 @@ def for_batches(model, dataset: Dataset):
         return model
     if split.token_types is not None and "token_type_ids" not in inspect.signature(model.call).parameters:
         raise DataError(
-            f"{type(model).__name__} takes no token_type_ids; sentence pairs need a family with "
-            "token types (bert)"
+            f"{type(model).__name__} takes no token_type_ids; sentence pairs need a family whose "
+            "twin takes token types"
         )
     return TextInputs(model)
 
@@ -243,13 +243,3 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     replicas = strategy.num_replicas_in_sync if strategy else 1
     metrics = {f"test_{k}": float(v) for k, v in test.items()}
     return twin, {**metrics, "train_seconds": seconds, "replicas": replicas}
-
-
-def evaluate(model, dataset: Dataset, input_kind: str, batch_size: int) -> dict[str, float]:
-    """The task's test metrics of a built Keras twin (the same metrics ``fit`` reports)."""
-    from zoo.keras.data import eval_dataset
-
-    model = for_batches(model, dataset)
-    compile_for(model, dataset.task, optimizer="sgd")
-    results = model.evaluate(eval_dataset(dataset.test, batch_size, input_kind), verbose=0, return_dict=True)
-    return {f"test_{k}": float(v) for k, v in results.items()}

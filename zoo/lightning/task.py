@@ -59,7 +59,7 @@ class Task(L.LightningModule):
             if not self.takes_token_types:
                 raise TypeError(
                     f"{type(self.model).__name__} takes no token_type_ids; sentence pairs need a family "
-                    "with token types (bert)"
+                    "whose twin takes token types"
                 )
             extra["token_type_ids"] = token_types
         return self.net(x, **extra)

@@ -230,15 +230,3 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     model.eval()
     metrics = {k: float(v) for k, v in results.items()}
     return model, {**metrics, "train_seconds": seconds, "replicas": trainer.world_size}
-
-
-def evaluate(model, dataset: Dataset, batch_size: int) -> dict[str, float]:
-    """The task's test metrics of a built torch twin (the same metrics ``fit`` reports)."""
-    quiet()
-    task = TASKS[dataset.task](model, None, None)
-    trainer = L.Trainer(
-        accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_model_summary=False, enable_progress_bar=False,
-    )  # fmt: skip
-    results = trainer.test(task, loader(dataset.test, batch_size), verbose=False)[0]
-    return {k: float(v) for k, v in results.items()}

@@ -1,0 +1,118 @@
+"""One interface to a training framework, so the API, the CLI and the checkpoint talk to it
+and never to torch or TensorFlow themselves.
+
+A backend is a thin adapter: the training loops stay in ``zoo/lightning`` and ``zoo/keras``
+(``zoo compare`` steps their pieces directly), and a backend only translates a
+:class:`~zoo.plan.RunPlan` or a built model into their calls. Backends are named here by
+module path and imported on first use: ``zoo list`` and ``zoo validate`` start no framework.
+A third framework plugs in as one more entry of :data:`BACKENDS` (see docs/backends.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from zoo.checkpoint import Checkpoint
+    from zoo.data import Dataset
+    from zoo.family import ArchitectureConfig, Family
+    from zoo.plan import RunPlan
+
+# framework name (the recipe's trainer.framework) -> "module:class" of its adapter
+BACKENDS = {
+    "lightning": "zoo.lightning.backend:LightningBackend",
+    "keras": "zoo.keras.backend:KerasBackend",
+}
+
+
+class Backend(ABC):
+    """What zoo asks of a framework: build and load twins, run a plan, evaluate, predict,
+    and own its training states (written during :meth:`fit`, continued by :meth:`fit` of a
+    plan whose ``resume`` names one)."""
+
+    name: ClassVar[str]
+    state_suffix: ClassVar[str]  # the file kind its training states are saved as under state/
+    packages: ClassVar[tuple[str, ...]]  # whose versions a checkpoint it wrote records
+
+    @abstractmethod
+    def build(self, family: Family, config: ArchitectureConfig, seed: int | None = None) -> Any:
+        """A twin of ``config``. With a ``seed``, holding the very tensors a run of that seed
+        starts from (the same in every backend); without, initialised the framework's way."""
+
+    @abstractmethod
+    def load(self, checkpoint: Checkpoint) -> Any:
+        """The twin holding an opened, already validated checkpoint's weights."""
+
+    @abstractmethod
+    def fit(self, plan: RunPlan) -> tuple[Any, dict[str, float]]:
+        """Train, validate every epoch and test as ``plan`` says, saving training states into
+        its run folder; return the trained twin and its test metrics (``train_seconds`` and
+        ``replicas`` among them). Continues ``plan.resume`` where that state stopped."""
+
+    @abstractmethod
+    def evaluate(self, model: Any, dataset: Dataset, trainer: Any, batch_size: int) -> dict[str, float]:
+        """The task's test metrics (``test_*``, the ones :meth:`fit` reports) of a built twin
+        on ``dataset``'s test split, on the accelerator and in the precision of the recipe's
+        ``trainer`` section, in one process."""
+
+    @abstractmethod
+    def predict(self, model: Any, inputs: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        """The twin's outputs (logits) in eval mode for inputs in the canonical (torch)
+        layout, as numpy: the same array from either backend, up to float rounding."""
+
+    @abstractmethod
+    def state_problem(self, path: Path) -> str | None:
+        """What keeps one of its training states from being resumed (missing loop position,
+        no weights...), found by opening it as a resume will, or None. Never runs code in it."""
+
+    def check_state(self, path: Path) -> None:
+        """Refuse a training state a resume could not use, in zoo's words, before any training
+        (its checksum, then :meth:`state_problem`; see :func:`zoo.state.check_state`)."""
+        from zoo.state import check_state
+
+        if Path(path).suffix != f".{self.state_suffix}":
+            from zoo.checkpoint import CheckpointError
+
+            raise CheckpointError(f"{path}: not a {self.name} training state (*.{self.state_suffix})")
+        check_state(Path(path))
+
+
+def one_device(trainer: Any) -> Any:
+    """The recipe's trainer section for evaluation: its accelerator and precision, on one device
+    of this process (a data-parallel strategy is for training; test metrics need no replicas)."""
+    return trainer.model_copy(update={"devices": 1, "num_nodes": 1, "strategy": "auto"})
+
+
+_LOADED: dict[str, Backend] = {}
+
+
+def backend_for(framework: str) -> Backend:
+    """The backend of a framework name (``torch`` is ``lightning``), imported on first use."""
+    name = framework_name(framework)
+    if name not in _LOADED:
+        module, _, cls = BACKENDS[name].partition(":")
+        _LOADED[name] = getattr(importlib.import_module(module), cls)()
+    return _LOADED[name]
+
+
+def backend_of_state(path: Path) -> Backend:
+    """The backend that writes training states of ``path``'s kind (its suffix)."""
+    for name in BACKENDS:
+        if Path(path).suffix == f".{backend_for(name).state_suffix}":
+            return backend_for(name)
+    raise ValueError(f"{Path(path).name} is no backend's training state")
+
+
+def framework_name(framework: str) -> str:
+    """A framework name checked and normalised (``torch`` -> ``lightning``) without importing it."""
+    from zoo.recipe import normalize_framework
+
+    name = normalize_framework(framework)
+    if name not in BACKENDS:
+        raise ValueError(f"framework {framework!r} is not one of: lightning (alias torch), keras")
+    return name
