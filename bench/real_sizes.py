@@ -65,6 +65,21 @@ PRESETS: dict[str, dict] = {
     "lstm-medium-lm": {"kind": "language_modeling", "seq": 35, "batch": 20, "vocab": 10000},
 }
 WAYS = ("raw-torch", "zoo-lightning", "plain-keras", "zoo-keras")
+PREAMBLE = """```bash
+.venv/bin/python bench/real_sizes.py                       # every preset, ~20 min on 2 cores
+.venv/bin/python bench/real_sizes.py --presets resnet18,gpt2 --steps 4 --rounds 3
+```
+
+The issue's sizes, float32, AdamW (lr 1e-4, decay 0.01 on every tensor, constant rate), one
+thread, on synthetic data drawn from a seed (random images; random token ids over the
+preset's vocabulary, through a word-level tokenizer.json). *raw torch*: the torch twin
+(`zoo.create_model(..., seed=0)`) in a hand-written loop; *zoo lightning* / *zoo keras*:
+`zoo.train` on a recipe of that data (the Trainer, callbacks, progress bar, metrics log and
+the state saved at every epoch end that `zoo train` has); *plain keras*: the Keras twin with
+`compile(AdamW, SparseCategoricalCrossentropy)` + `fit` on the numpy arrays. ImageNet-sized
+heads (1000 classes) at 224, 10 classes at 32x32; the LSTM LM is Zaremba et al.'s medium
+model at their 35 steps x 20, a 10,000-word vocabulary; bert-base trains its masked-LM head.
+"""
 LR, WEIGHT_DECAY, SEED = 1e-4, 0.01, 0
 SPECIAL = ("[PAD]", "<|endoftext|>", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 
@@ -290,6 +305,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown presets {unknown}; choose from {', '.join(PRESETS)}")
     lines = [
+        PREAMBLE,
         "| preset | input | batch | raw torch | zoo lightning | ratio | plain keras | zoo keras "
         "| ratio | lightning/keras |",
         "|---|---|---|---|---|---|---|---|---|---|",
