@@ -26,10 +26,10 @@ Writes bench/out/real_sizes.md and its section of bench/RESULTS.md.
     .venv/bin/python bench/real_sizes.py [--presets resnet18,gpt2,...] [--steps 2]
                                          [--epochs 3] [--rounds 1]
 
-The defaults (two measured epochs of 2 steps in one process per way) keep a run of every
-preset near 20 minutes on a 2-core CPU: a process's fixed costs (imports, building and
-seeding the twin, Keras' tracing, zoo's test and export) are most of it. ``--rounds 3``
-gives steadier figures at three times the cost.
+The defaults (two measured epochs of 2 steps in one process per way) took 28 minutes for
+every preset on 2 cores shared with other work (load average 3-4): a process's fixed costs
+(imports, building and seeding the twin, Keras' tracing, zoo's test and export) are most of
+it. ``--rounds 3`` gives steadier figures at three times the cost.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ PRESETS: dict[str, dict] = {
 }
 WAYS = ("raw-torch", "zoo-lightning", "plain-keras", "zoo-keras")
 PREAMBLE = """```bash
-.venv/bin/python bench/real_sizes.py                       # every preset, ~20 min on 2 cores
+.venv/bin/python bench/real_sizes.py                       # every preset, ~30 min on 2 busy cores
 .venv/bin/python bench/real_sizes.py --presets resnet18,gpt2 --steps 4 --rounds 3
 ```
 
