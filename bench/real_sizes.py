@@ -19,9 +19,11 @@ after the first (warm-up, tracing) over ``--rounds`` interleaved rounds: on a sh
 other work only ever slows a run down, so the fastest epoch is the closest to the way's own
 cost (bench/speed.py's method). At a few steps an epoch, zoo's per-epoch work (the first
 batch's fetch, the epoch's metrics) is counted at full weight: the ratios are a lower bound
-of what a long epoch sees.
+of what a long epoch sees. zoo's training state, saved at every epoch end, is written after
+zoo's epoch clock stops: not in these figures (bench/RESULTS.md gives its cost).
 
-Writes bench/out/real_sizes.md and its section of bench/RESULTS.md.
+Writes bench/out/real_sizes.md (and each run as it ends to bench/out/real_sizes.jsonl) and
+its section of bench/RESULTS.md (``--no-write``: not).
 
     .venv/bin/python bench/real_sizes.py [--presets resnet18,gpt2,...] [--steps 2]
                                          [--epochs 3] [--rounds 1]
