@@ -73,6 +73,27 @@ def test_a_keras_load_owns_its_memory(tmp_path):
     _same(model_tensors(second), load_file(path))
 
 
+def test_a_keras_load_copies_nothing_it_reads(tmp_path, monkeypatch):
+    """Every variable of a float32 checkpoint's Keras twin is the memory the file was read
+    into (or the one transposed copy of it): nothing goes through ``convert_to_tensor``,
+    which copies. (An aligned array's padding once made every untransposed tensor a copy.)"""
+    import keras
+
+    original = _create("gpt2-micro", {}, "keras")
+    path = zoo.save_checkpoint(original, tmp_path / "m.safetensors")
+    copied = []
+    convert = keras.ops.convert_to_tensor
+
+    def counting(value, *args, **kwargs):
+        if isinstance(value, np.ndarray):
+            copied.append(value.shape)
+        return convert(value, *args, **kwargs)
+
+    monkeypatch.setattr(keras.ops, "convert_to_tensor", counting)
+    _same(model_tensors(load_checkpoint(path, framework="keras")), load_file(path))
+    assert copied == []
+
+
 def test_tensors_to_keras_copies_the_callers_arrays():
     model = _create("convnet-tiny", {}, "keras")
     table = registry.get_family("convnet-tiny").weight_table(model.zoo_config)

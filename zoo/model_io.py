@@ -76,25 +76,38 @@ def load_tensors(model: Any, tensors: dict[str, np.ndarray]) -> None:
 def load_keras(checkpoint: Checkpoint):
     """The Keras twin without computing the initial weights the checkpoint overwrites (see
     ``zoo.keras.skeleton``): seconds of TensorFlow random draws for a 100M-parameter model.
-    The tensors are read into aligned memory of their own and handed to the variables (no
-    second copy where the layout is shared, one cache-blocked transpose where it is not).
-    Where the build leaves a variable or a random draw that the checkpoint does not
-    overwrite, the twin is built the ordinary way instead."""
+
+    The file is read, checked and put into the Keras layout in a second thread while this one
+    builds the twin: the read and the copies release the GIL, and the build (Python making
+    Keras layers) is as long as the read at gpt2 size. Each tensor is read into aligned
+    memory of its own and handed to its variable with no copy where the layout is shared,
+    one cache-blocked transpose where it is not. Where the build leaves a variable or a
+    random draw that the checkpoint does not overwrite, the twin is built the ordinary way.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from zoo.keras import skeleton as keras_skeleton
-    from zoo.weights import keras_layer
+    from zoo.weights import keras_arrays, keras_layer
 
     family, config = checkpoint.family, checkpoint.config
-    tensors = checkpoint.float32_tensors()
     table = family.weight_table(config)
-    if keras_skeleton.available():
-        with keras_skeleton.initialisers_skipped() as skipped:
-            model = family.build_keras(config)
-        filled = (keras_layer(keras_layer(model, p.layer), v) for p in table for v in p.variables)
-        if skipped.covered_by(filled):
-            tensors_to_keras(model, table, tensors, handed_over=True)
-            return model
-    model = family.build_keras(config)
-    tensors_to_keras(model, table, tensors)
+
+    def read() -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        tensors = checkpoint.float32_tensors()
+        return tensors, keras_arrays(table, tensors)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="zoo-read") as reader:
+        reading = reader.submit(read)
+        model = None
+        if keras_skeleton.available():
+            with keras_skeleton.initialisers_skipped() as skipped:
+                model = family.build_keras(config)
+            filled = (keras_layer(keras_layer(model, p.layer), v) for p in table for v in p.variables)
+            if not skipped.covered_by(filled):
+                model = None
+        tensors, arrays = reading.result()
+    model = model or family.build_keras(config)
+    tensors_to_keras(model, table, tensors, handed_over=True, arrays=arrays)
     return model
 
 

@@ -184,61 +184,83 @@ def keras_to_tensors(model, table: Sequence[Port], *, snapshot: bool = True) -> 
 
 def _variable_view(variable) -> np.ndarray:
     """The variable's current value without a copy where the backend allows (TensorFlow on
-    the CPU: a numpy view of the read tensor's buffer, which keeps that buffer alive)."""
+    the CPU: a numpy view of the read tensor's buffer, which keeps that buffer alive). Not
+    ``np.asarray(variable)``: Keras' ``__array__`` goes through ``.numpy()``, a copy."""
     import keras
 
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return np.asarray(tf.convert_to_tensor(variable.value))
     return np.asarray(keras.ops.convert_to_tensor(variable))
 
 
+def keras_arrays(table: Sequence[Port], tensors: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Every Keras variable's value, in table order, in the Keras layout and C order (one
+    cache-blocked copy where the layout differs, none where it is shared). Pure numpy and
+    no model: a checkpoint load runs it beside the twin's build (``zoo.model_io``)."""
+    arrays = []
+    for port in table:
+        for array in port.to_keras(*(tensors[s.name] for s in port.tensors)):
+            array = np.asarray(array)
+            arrays.append(array if array.flags.c_contiguous else contiguous(array))
+    return arrays
+
+
 def tensors_to_keras(
-    model, table: Sequence[Port], tensors: dict[str, np.ndarray], *, handed_over: bool = False
+    model,
+    table: Sequence[Port],
+    tensors: dict[str, np.ndarray],
+    *,
+    handed_over: bool = False,
+    arrays: list[np.ndarray] | None = None,
 ) -> list:
     """Assign canonical arrays to a built Keras twin's variables, checking every shape; returns
-    the variables assigned, in table order.
+    the variables assigned, in table order. ``arrays`` are ``keras_arrays(table, tensors)``
+    where the caller has made them already.
 
     Each variable gets one TensorFlow tensor, which it keeps as its value (assigning a
-    tensor does not copy it). With ``handed_over`` the caller gives its arrays away (a
-    checkpoint's freshly read tensors): an array already in the variable's layout becomes
-    that memory with no copy at all, through DLPack. Otherwise, and for every layout change,
-    there is exactly one copy.
+    tensor does not copy it). Memory that no caller holds (a transposed or fused copy) is
+    handed to its variable through DLPack with no copy at all; so is each of ``tensors``
+    where the caller gives them away (``handed_over``: a checkpoint's freshly read arrays).
+    The caller's arrays otherwise, and every dtype change, cost exactly one copy.
     """
-    assigned = []
-    given = {id(_root(a)) for a in tensors.values()} if handed_over else set()
+    arrays = keras_arrays(table, tensors) if arrays is None else arrays
+    callers = {id(_root(a)) for a in tensors.values()}
+    adoptable = {id(_root(a)) for a in arrays if handed_over or id(_root(a)) not in callers}
+    assigned, values = [], iter(arrays)
     for port in table:
         layer = keras_layer(model, port.layer)
-        arrays = port.to_keras(*(tensors[s.name] for s in port.tensors))
-        for variable_name, array in zip(port.variables, arrays, strict=True):
-            variable = keras_layer(layer, variable_name)
-            array = np.asarray(array)
+        for variable_name in port.variables:
+            variable, array = keras_layer(layer, variable_name), next(values)
             if tuple(variable.shape) != array.shape:
                 raise ValueError(
                     f"{port.layer}.{variable_name}: Keras variable has shape "
                     f"{tuple(variable.shape)}, the weight table produced {array.shape}"
                 )
-            variable.assign(_variable_value(array, np.dtype(variable.dtype), given))
+            variable.assign(_variable_value(array, np.dtype(variable.dtype), adoptable))
             assigned.append(variable)
     return assigned
 
 
-def _variable_value(array: np.ndarray, dtype: np.dtype, given: set[int]):
-    """A backend tensor holding ``array`` as ``dtype``, with at most one copy. An array of
-    our own making (a cast, a transpose) or one of the ``given`` arrays (each used once, so
-    two variables never share memory) is wrapped, not copied."""
+def _variable_value(array: np.ndarray, dtype: np.dtype, adoptable: set[int]):
+    """A backend tensor holding ``array`` as ``dtype``, with at most one copy. The whole of an
+    ``adoptable`` array (its root may be longer by ``aligned_empty``'s padding) is wrapped,
+    not copied, once: no variable aliases another or keeps alive memory beyond its own."""
     import keras
 
+    root = _root(array)
     if array.dtype != dtype:
-        array, ours = np.require(array.astype(dtype), requirements="C"), True
-    elif not array.flags.c_contiguous:
-        array, ours = contiguous(array), True
+        array = np.require(array.astype(dtype), requirements="C")
+        ours = True
     else:
-        root = id(_root(array))
-        ours = root in given and _root(array).nbytes == array.nbytes
-        given.discard(root)
+        ours = id(root) in adoptable and 0 <= root.nbytes - array.nbytes <= ALIGNMENT
+        adoptable.discard(id(root))
     # DLPack takes numpy's own number types only: ml_dtypes' bfloat16 (kind "V") goes by a copy.
     dlpack = array.dtype.kind in "iufc"
     aligned = array.ctypes.data % ALIGNMENT == 0
-    adoptable = ours and dlpack and array.flags.writeable and aligned and array.size
-    if adoptable and keras.backend.backend() == "tensorflow":
+    adopt = ours and dlpack and array.flags.writeable and aligned and array.size
+    if adopt and keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
         return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
