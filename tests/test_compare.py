@@ -1,98 +1,27 @@
-"""``zoo compare``: the shipped recipes pass over 100 steps (long enough for training to
-amplify rounding), every family and task passes, the report files are written and
-readable, and twins that compute something different are caught (test_compare_catches.py)."""
+"""``zoo compare``: every family and task passes, precisions apply to both twins, the
+report goes where it should. The shipped recipes are in test_compare_recipes.py, twins that
+compute something different are caught in test_compare_catches.py."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
 from compare_cases import (
-    PNG_SIGNATURE,
+    OTHER_STEPS,
     RECIPE,
     SECTIONS,
     SHIPPED,
-    SPEED_STEPS,
     STEPS,
     TEXT,
+    as_tested,
     quick,
     smallest_preset,
 )
 
 from zoo import registry
-
-AS_SHIPPED_UP_TO = 80_000  # parameters: convnet-small, resnet-8 and rnn-small run as shipped
-
-
-def as_tested(recipe: Path) -> list[str]:
-    """Small shipped models as shipped (cnn-digits, the default, among them); larger ones
-    on their family's smallest preset with shorter text sequences, so the whole set runs
-    in minutes."""
-    from zoo.recipe import load_recipe
-
-    loaded = load_recipe(recipe)
-    name = loaded.model.preset or loaded.model.architecture
-    entry = next(e for e in registry.list_architectures() if e.name == name)
-    if entry.parameters <= AS_SHIPPED_UP_TO:
-        return []
-    extra = TEXT if loaded.data.name == "text" else []
-    return [f"model.architecture={smallest_preset(entry.family)}", *extra]
-
-
-def check_report(out: Path, result, steps: int) -> dict:
-    """The report files hold what the table says: verdicts, both losses, the bounds with
-    both frameworks' own rounding, the re-synchronised steps."""
-    report = json.loads((out / "report.json").read_text())
-    assert report["verdict"] == ("PASS" if result.passed else "DIFFERS")
-    training = report["sections"]["training"]
-    assert len(training["loss"]["torch"]) == len(training["loss"]["keras"]) == len(training["limit"]) == steps
-    assert np.all(np.isfinite(training["loss"]["torch"]))
-    assert [p["step"] for p in training["resync"]][:1] == [1] and training["resync"][-1]["step"] == steps
-    for point in training["resync"]:
-        assert {"forward", "loss", "gradients", "update"} <= set(point)
-    if report["reference_precision"]:
-        floor = training["noise_floor"]
-        assert len(floor["torch_gap"]) == len(floor["keras_gap"]) == steps
-        gradients = report["sections"]["gradients"]["tensors"]
-        assert all(g["torch_rounding"] > 0 or g["keras_rounding"] > 0 for g in gradients[:1])
-    assert (out / "report.png").read_bytes()[:8] == PNG_SIGNATURE
-    markdown = (out / "report.md").read_text()
-    assert f"**Verdict: {report['verdict']}**" in markdown and "report.png" in markdown
-    assert "Re-synchronised steps" in markdown
-    assert "RE-SYNC AT STEP" in result.text and str(out / "report.md") in result.text
-    return report
-
-
-def shipped_cases() -> list:
-    """Every shipped recipe; those that run as shipped besides the default are slow (about a
-    minute each: resnet-8 with BatchNorm, rnn-small)."""
-    return [
-        pytest.param(r, id=r.stem, marks=[pytest.mark.slow] if r != RECIPE and not as_tested(r) else [])
-        for r in SHIPPED
-    ]
-
-
-@pytest.mark.parametrize("recipe", shipped_cases())
-def test_shipped_recipe_passes(recipe, tmp_path):
-    from zoo.compare import compare
-
-    out = tmp_path / "report"
-    speed_steps = SPEED_STEPS if recipe == RECIPE else 0
-    overrides = [*as_tested(recipe), f"export.dir={tmp_path}"]
-    result = compare(recipe, steps=STEPS, out=out, overrides=overrides, speed_steps=speed_steps)
-
-    assert result.verdicts == dict.fromkeys(SECTIONS, "PASS"), result.text
-    report = check_report(out, result, STEPS)
-    if speed_steps:
-        for side in ("torch", "keras"):
-            speed = report["speed"][side]
-            assert speed["ms_per_step"] > 0 and speed["samples_per_s"] > 0 and speed["activation_bytes"] > 0
-        assert report["speed"]["torch"]["parameters"] == report["speed"]["keras"]["parameters"] > 0
-
 
 CASES = [
     pytest.param(family, task, id=f"{family}-{task}")
@@ -104,7 +33,7 @@ CASES = [
 @pytest.mark.parametrize(("family", "task"), CASES)
 def test_each_family_and_task_passes(family, task, tmp_path):
     """Every family and task, on its smallest preset; those a shipped recipe already runs
-    in the fast cases of ``test_shipped_recipe_passes`` are not run twice."""
+    in the fast cases of test_compare_recipes.py are not run twice."""
     from zoo.compare import compare
     from zoo.recipe import data_task, load_recipe
 
@@ -125,7 +54,7 @@ def test_each_family_and_task_passes(family, task, tmp_path):
     extra = ["data.name=text", *TEXT] if language else []
     result = compare(
         RECIPE,
-        steps=STEPS,
+        steps=OTHER_STEPS,
         overrides=quick(smallest_preset(family), tmp_path, *extra),
         speed_steps=0,
         write=False,
