@@ -109,6 +109,20 @@ WHAT = {
     "workers": "MultiWorkerMirrored, 2 processes x 1 thread",
     "1x2": "1 process x 2 threads (reference)",
 }
+PREAMBLE = """```bash
+.venv/bin/python bench/data_parallel.py --reference --write-results   # 3 presets x 7 modes x 2 rounds
+.venv/bin/python bench/data_parallel.py --quick                       # convnet-tiny, 4 runs, ~45 s
+```
+
+`zoo train` in a fresh process per run, float32, the same global batch (`data.batch_size`) with
+1 device and with 2, one kernel thread per process (`trainer.num_threads=1`), except
+MirroredStrategy (one process holding both replicas: `trainer.num_threads=2`) and the
+`1 process x 2 threads` reference rows. `data.val_fraction=0`: an epoch's clock
+(`metrics.csv` `epoch_seconds`) is training only. samples/s: training samples over the fastest
+epoch after the first; ratio: over the 1x1 run of the same framework. max |Δ| checkpoint: the
+largest difference over every tensor of the exported safetensors against that 1x1 run;
+|Δ| last train loss: the last epoch's mean training loss; |Δ| test loss: the test split's.
+"""
 MAIN_MODES = ["lightning 1x1", "lightning ddp", "keras 1x1", "keras mirrored", "keras workers"]
 REFERENCE_MODES = ["lightning 1x2", "keras 1x2"]
 QUICK_MODES = ["lightning 1x1", "lightning ddp", "keras 1x1", "keras mirrored"]
@@ -317,11 +331,14 @@ def main() -> None:
         parser.error("--epochs must be at least 2: the first is warm-up")
     load_before, started = machine(), time.perf_counter()
     results = measure(presets, modes, epochs, rounds)
+    out = ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "data_parallel.jsonl").write_text("".join(json.dumps(e) + "\n" for e in results))
     if args.json:
         for entry in results:
             print(json.dumps(entry))
         return
-    text = table(results)
+    text = PREAMBLE + "\n" + table(results)
     text += (
         f"\n\nfastest epoch after the first of {epochs} per run, {rounds} interleaved round(s); "
         f"{time.perf_counter() - started:.0f} s in all. Before: {load_before}. "
