@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -216,12 +217,17 @@ def max_difference(a: dict, b: dict) -> float:
     return max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64)))) for k in a)
 
 
-def measure(presets: list[str], modes: list[str], epochs: int, rounds: int) -> list[dict]:
-    """Every mode on every preset, ``rounds`` interleaved rounds; one dict per preset and mode."""
+def measure(
+    presets: list[str], modes: list[str], epochs: int, rounds: int, keep: Path | None = None
+) -> list[dict]:
+    """Every mode on every preset, ``rounds`` interleaved rounds; one dict per preset and mode.
+    ``keep``: run folders go there, and a run already finished there is read, not trained
+    again (a long measurement cut short goes on where it stopped)."""
     from safetensors.numpy import load_file
 
     results = []
-    with tempfile.TemporaryDirectory(prefix="zoo-data-parallel-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="zoo-data-parallel-") as temporary:
+        scratch = keep or Path(temporary)
         for preset in presets:
             samples, batch = train_samples(preset)
             seconds: dict[str, list[float]] = {m: [] for m in modes}
@@ -230,9 +236,12 @@ def measure(presets: list[str], modes: list[str], epochs: int, rounds: int) -> l
             for index in range(rounds):
                 for mode in modes:
                     print(f"{preset} {mode} round {index + 1}/{rounds}", file=sys.stderr, flush=True)
-                    run = train(
-                        preset, mode, epochs, Path(scratch), f"{preset}-{mode.replace(' ', '-')}-{index}"
-                    )
+                    name = f"{preset}-{mode.replace(' ', '-')}-{index}"
+                    if keep is not None and (keep / name / "summary.json").is_file():
+                        run = keep / name
+                    else:
+                        shutil.rmtree(scratch / name, ignore_errors=True)
+                        run = train(preset, mode, epochs, scratch, name)
                     record = read_run(run)
                     seconds[mode] += record["epoch_seconds"][1:]  # the first epoch is warm-up
                     if index == 0:  # every round trains the same: the first round's results
@@ -315,6 +324,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="convnet-tiny, 2 epochs, 1 round, no workers")
     parser.add_argument("--json", action="store_true", help="one JSON line per preset and mode")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the runs in bench/out/data_parallel/ and reuse finished ones",
+    )
     parser.add_argument("--write-results", action="store_true", help="rewrite this section of RESULTS.md")
     args = parser.parse_args()
     if args.quick:
@@ -330,7 +344,8 @@ def main() -> None:
     if epochs < 2:
         parser.error("--epochs must be at least 2: the first is warm-up")
     load_before, started = machine(), time.perf_counter()
-    results = measure(presets, modes, epochs, rounds)
+    keep = ROOT / "bench" / "out" / "data_parallel" if args.keep else None
+    results = measure(presets, modes, epochs, rounds, keep)
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "data_parallel.jsonl").write_text("".join(json.dumps(e) + "\n" for e in results))
