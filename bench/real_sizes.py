@@ -205,11 +205,12 @@ def model_fields(config) -> dict:
 
 def raw_torch(
     preset, family, config, dataset, epochs: int, *, batch: int | None = None, precision: str = "32-true",
-    device: str = "cpu", threads: int | None = 1, checkpointing: bool = False,
+    device: str = "cpu", threads: int | None = 1, checkpointing: bool = False, compile: bool = False,
 ) -> list[float]:  # fmt: skip
     """The hand-written loop. The keywords are bench/gpu.py's: on a GPU, mixed precision is
     ``torch.autocast`` (and ``torch.amp.GradScaler`` for 16-mixed), each batch copied to the
-    device as Lightning does, the epoch clock stopped after ``torch.cuda.synchronize``."""
+    device as Lightning does, the epoch clock stopped after ``torch.cuda.synchronize``;
+    ``compile``: the model under ``torch.compile``."""
     import torch
     import torch.nn.functional as F
 
@@ -223,6 +224,8 @@ def raw_torch(
     model = model.to(device).train()
     family.set_grad_checkpointing(model, "lightning", checkpointing)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    if compile:
+        model = torch.compile(model)
     autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
     kind = torch.device(device).type
     scaler = torch.amp.GradScaler(kind, enabled=precision == "16-mixed")
@@ -254,12 +257,13 @@ def raw_torch(
 
 def plain_keras(
     preset, family, config, dataset, epochs: int, *, batch: int | None = None, precision: str = "32-true",
-    threads: int | None = 1, checkpointing: bool = False,
+    threads: int | None = 1, checkpointing: bool = False, jit_compile: bool = False,
 ) -> list[float]:  # fmt: skip
-    """``compile`` + ``fit``. The keywords are bench/gpu.py's: GPUs get memory growth; a mixed
-    precision is the twin's dtype policy (zoo's: the product layers get ``mixed_bfloat16`` /
-    ``mixed_float16``, docs/precision.md), and under 16-mixed the optimizer is wrapped in
-    ``keras.optimizers.LossScaleOptimizer``."""
+    """``compile`` + ``fit``, with XLA only if ``jit_compile`` as zoo's recipes (Keras' own
+    default, "auto", turns XLA on wherever there is a GPU). The other keywords are
+    bench/gpu.py's: GPUs get memory growth; a mixed precision is the twin's dtype policy
+    (zoo's: the product layers get ``mixed_bfloat16`` / ``mixed_float16``, docs/precision.md),
+    and under 16-mixed the optimizer is wrapped in ``keras.optimizers.LossScaleOptimizer``."""
     import keras
     import tensorflow as tf
 
@@ -287,6 +291,7 @@ def plain_keras(
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_INDEX),
+        jit_compile=jit_compile,
     )
     split = dataset.train
     x, y = keras_layout(split.x, family.input_kind), split.y
