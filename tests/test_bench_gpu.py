@@ -73,6 +73,35 @@ def test_resnet_flops_are_three_forward_passes(bench):
     assert counted["parameters"] == sum(p.numel() for p in model.parameters())
 
 
+def test_report_of_an_unknown_gpu_and_a_failed_run(bench):
+    run = {"preset": "gpt2", "precision": "bf16-mixed", "checkpointing": False, "batch": 16}
+    results = {
+        "gpu": "NVIDIA GeForce RTX 3090", "peak_flops": None, "smoke": False, "note": None, "compile": False,
+        "steps": 10, "epochs": 3, "minutes": 1.0, "flops": {"gpt2": {"flops": 1e12, "how": "6 N"}},
+        "runs": [
+            {**run, "way": "raw-torch", "samples_per_s": 50.0, "tokens_per_s": 51200.0, "mfu": None,
+             "peak_bytes": 3 * 2**30, "memory_source": "torch.cuda.max_memory_allocated"},
+            {**run, "way": "zoo-lightning", "error": "boom"},
+        ],
+        "ratios": [{"preset": "gpt2", "precision": "bf16-mixed", "lightning": None, "keras": None}],
+        "memory": [], "largest_batch": [],
+    }  # fmt: skip
+    text = bench.report(results)
+    assert "NVIDIA GeForce RTX 3090: not in the peak table" in text and "no MFU" in text
+    assert "| gpt2 | bf16-mixed | raw-torch | 16 | 50 | 51,200 | - | 3.00 GiB |" in text
+    assert "| gpt2 | bf16-mixed | zoo-lightning | 16 | failed |" in text
+    assert "no GPU" not in text
+
+
+def test_out_of_memory_is_told_from_other_errors(bench):
+    assert bench.out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert bench.out_of_memory(torch.cuda.OutOfMemoryError("CUDA error"))
+    assert bench.out_of_memory(RuntimeError("OOM when allocating tensor with shape[16,1024,50257]"))
+    assert bench.out_of_memory(RuntimeError("Dst tensor is not initialized."))
+    assert not bench.out_of_memory(ValueError("no room for the bloom filter"))
+    assert not bench.out_of_memory(RuntimeError("shape mismatch"))
+
+
 @pytest.mark.parametrize(
     ("limit", "cap", "expected", "capped"),
     [(0, 8, 0, False), (1, 8, 1, False), (5, 64, 5, False), (37, 1024, 37, False), (64, 64, 64, True),
