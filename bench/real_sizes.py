@@ -95,11 +95,12 @@ def input_words(spec: dict) -> str:
 # ------------------------------------------------------------------------------ data
 
 
-def write_data(preset: str, steps: int, folder: Path) -> Path:
+def write_data(preset: str, steps: int, folder: Path, spec: dict | None = None) -> Path:
     """The preset's synthetic data under ``folder``, from a seed: an .npz of images, or a text
     of words ``w<id>`` with a word-level tokenizer.json of the preset's vocabulary. The
-    training split is exactly ``steps`` batches; the test split one batch."""
-    spec = PRESETS[preset]
+    training split is exactly ``steps`` batches; the test split one batch. ``spec``: sizes
+    other than :data:`PRESETS`' (bench/gpu.py's)."""
+    spec = spec or PRESETS[preset]
     rng = np.random.default_rng(SEED)
     folder.mkdir(parents=True, exist_ok=True)
     batch = spec["batch"]
@@ -133,8 +134,12 @@ def write_data(preset: str, steps: int, folder: Path) -> Path:
     return folder / "text.txt"
 
 
-def recipe_for(preset: str, data: Path, epochs: int, export: Path) -> dict:
-    spec = PRESETS[preset]
+def recipe_for(
+    preset: str, data: Path, epochs: int, export: Path, spec: dict | None = None, trainer: dict | None = None
+) -> dict:
+    """The recipe of ``zoo.train``'s ways; ``trainer`` overrides its trainer section (bench/gpu.py:
+    accelerator, precision, gradient checkpointing)."""
+    spec = spec or PRESETS[preset]
     batch = spec["batch"]
     common = {"path": str(data), "batch_size": batch, "eval_batch_size": batch, "val_fraction": 0}
     if spec["kind"] == "image":
@@ -154,7 +159,7 @@ def recipe_for(preset: str, data: Path, epochs: int, export: Path) -> dict:
         }  # fmt: skip
     trainer = {
         "max_epochs": epochs, "num_threads": 1, "seed": SEED, "accelerator": "cpu",
-        "precision": "32-true", "progress_bar": True,
+        "precision": "32-true", "progress_bar": True, **(trainer or {}),
     }  # fmt: skip
     return {
         "model": model,
@@ -198,18 +203,33 @@ def model_fields(config) -> dict:
     return config.model_dump()
 
 
-def raw_torch(preset, family, config, dataset, epochs: int) -> list[float]:
+def raw_torch(
+    preset, family, config, dataset, epochs: int, *, batch: int | None = None, precision: str = "32-true",
+    device: str = "cpu", threads: int | None = 1, checkpointing: bool = False, compile: bool = False,
+) -> list[float]:  # fmt: skip
+    """The hand-written loop. The keywords are bench/gpu.py's: on a GPU, mixed precision is
+    ``torch.autocast`` (and ``torch.amp.GradScaler`` for 16-mixed), each batch copied to the
+    device as Lightning does, the epoch clock stopped after ``torch.cuda.synchronize``;
+    ``compile``: the model under ``torch.compile``."""
     import torch
     import torch.nn.functional as F
 
     import zoo
     from zoo.data import IGNORE_INDEX, epoch_batches
 
-    torch.set_num_threads(1)
+    if threads:
+        torch.set_num_threads(threads)
     torch.manual_seed(SEED)
-    model = zoo.create_model(preset, framework="lightning", seed=SEED, **model_fields(config)).train()
+    model = zoo.create_model(preset, framework="lightning", seed=SEED, **model_fields(config))
+    model = model.to(device).train()
+    family.set_grad_checkpointing(model, "lightning", checkpointing)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
-    split, batch = dataset.train, PRESETS[preset]["batch"]
+    if compile:
+        model = torch.compile(model)
+    autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    kind = torch.device(device).type
+    scaler = torch.amp.GradScaler(kind, enabled=precision == "16-mixed")
+    split, batch = dataset.train, batch or PRESETS[preset]["batch"]
     x, y = torch.from_numpy(split.x), torch.from_numpy(split.y)
     times = []
     for epoch in range(epochs):
@@ -220,16 +240,30 @@ def raw_torch(preset, family, config, dataset, epochs: int) -> list[float]:
                 inputs, labels = torch.from_numpy(inputs), torch.from_numpy(labels)
             else:
                 inputs, labels = x[torch.from_numpy(index)], y[torch.from_numpy(index)]
-            logits = model(inputs)
+            inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            with torch.autocast(kind, dtype=autocast, enabled=autocast is not None):
+                logits = model(inputs)
+            logits = logits.float()
             loss = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()  # without a scaler (all but 16-mixed): loss.backward()
+            scaler.step(optimizer)
+            scaler.update()
+        if kind == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
     return times
 
 
-def plain_keras(preset, family, config, dataset, epochs: int) -> list[float]:
+def plain_keras(
+    preset, family, config, dataset, epochs: int, *, batch: int | None = None, precision: str = "32-true",
+    threads: int | None = 1, checkpointing: bool = False, jit_compile: bool = False,
+) -> list[float]:  # fmt: skip
+    """``compile`` + ``fit``, with XLA only if ``jit_compile`` as zoo's recipes (Keras' own
+    default, "auto", turns XLA on wherever there is a GPU). The other keywords are
+    bench/gpu.py's: GPUs get memory growth; a mixed precision is the twin's dtype policy
+    (zoo's: the product layers get ``mixed_bfloat16`` / ``mixed_float16``, docs/precision.md),
+    and under 16-mixed the optimizer is wrapped in ``keras.optimizers.LossScaleOptimizer``."""
     import keras
     import tensorflow as tf
 
@@ -237,13 +271,27 @@ def plain_keras(preset, family, config, dataset, epochs: int) -> list[float]:
     from zoo.data import IGNORE_INDEX
     from zoo.keras.data import keras_layout
 
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    for gpu in tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
     keras.utils.set_random_seed(SEED)
-    model = zoo.create_model(preset, framework="keras", seed=SEED, **model_fields(config))
+    if precision == "32-true":
+        model = zoo.create_model(preset, framework="keras", seed=SEED, **model_fields(config))
+    else:
+        from zoo.initial_weights import initial_tensors
+        from zoo.keras.precision import build_keras
+
+        model = build_keras(family, config, precision, initial_tensors(family, config, SEED))
+    family.set_grad_checkpointing(model, "keras", checkpointing)
+    optimizer = keras.optimizers.AdamW(LR, weight_decay=WEIGHT_DECAY, epsilon=1e-8)
+    if precision == "16-mixed":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     model.compile(
-        optimizer=keras.optimizers.AdamW(LR, weight_decay=WEIGHT_DECAY, epsilon=1e-8),
+        optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=IGNORE_INDEX),
+        jit_compile=jit_compile,
     )
     split = dataset.train
     x, y = keras_layout(split.x, family.input_kind), split.y
@@ -258,7 +306,7 @@ def plain_keras(preset, family, config, dataset, epochs: int) -> list[float]:
         def on_epoch_end(self, epoch, logs=None):
             times.append(time.perf_counter() - self.started)
 
-    batch = PRESETS[preset]["batch"]
+    batch = batch or PRESETS[preset]["batch"]
     model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0, callbacks=[Timer()])
     return times
 
