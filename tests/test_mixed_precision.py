@@ -155,3 +155,33 @@ def test_one_relu_crossing_is_the_float32_gap(bench, stem, monkeypatch):
     assert aligned < FLOAT32_TWINS, summary
     if crossings == 0:
         assert gap < FLOAT32_TWINS, summary
+
+
+SCALED = [("16-mixed", True), ("bf16-mixed", False), ("32-true", False)]
+
+
+@pytest.mark.parametrize(("precision", "scaled"), SCALED)
+def test_keras_scales_the_loss_where_lightning_does(precision, scaled):
+    """Lightning's 16-mixed trains with a GradScaler. Keras' ``compile`` adds its
+    LossScaleOptimizer only to a model whose own policy is mixed_float16, and a zoo twin is
+    built under float32 with only its product layers mixed: zoo adds it (float16 gradients
+    underflowed unscaled before). The optimizer zoo steps and saves stays the inner one."""
+    import keras
+
+    import zoo
+    from zoo import registry
+    from zoo.data import load_dataset
+    from zoo.keras.precision import build_keras
+    from zoo.keras.trainer import compiled_for_training
+    from zoo.schedule import lr_table
+
+    recipe = zoo.load_recipe(ROOT / "recipes" / "cnn-digits.yaml", [f"trainer.precision={precision}"])
+    family = registry.get_family(recipe.model.architecture)
+    dataset = load_dataset(recipe.data, family.input_kind)
+    config = recipe.model.bind(dataset.info)
+    model = build_keras(family, config, precision)
+    rates = lr_table(recipe.schedule, recipe.optimizer.lr, 10, recipe.trainer.max_epochs)
+    compiled, optimizer = compiled_for_training(recipe, family, dataset, model, rates, jit_compile=False)
+    wrapped = isinstance(compiled.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert wrapped == scaled
+    assert (compiled.optimizer.inner_optimizer if wrapped else compiled.optimizer) is optimizer

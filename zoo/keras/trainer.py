@@ -7,6 +7,7 @@ import time
 
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, resolve_accelerator
+from zoo.recipe.capabilities import PRECISIONS
 from zoo.runs import MetricsLog, RunDir
 from zoo.schedule import lr_table, optimizer_steps
 
@@ -165,8 +166,23 @@ def compiled_for_training(
         grad_norm_every=recipe.tracking.log_every_n_steps if recipe.tracking.tensorboard else None,
     )
     model = for_batches(model, dataset)
-    compile_for(model, dataset.task, optimizer, trainer_cfg.compile if jit_compile is None else jit_compile)
+    jit_compile = trainer_cfg.compile if jit_compile is None else jit_compile
+    compile_for(model, dataset.task, loss_scaled(optimizer, trainer_cfg.precision), jit_compile)
     return model, optimizer
+
+
+def loss_scaled(optimizer, precision: str):
+    """``optimizer`` behind Keras' LossScaleOptimizer where the precision needs loss scaling,
+    as Lightning's 16-mixed puts a GradScaler in. Keras' ``compile`` adds one only to a model
+    whose own policy is ``mixed_float16``, and a zoo twin is built under float32 with only
+    its product layers mixed (``zoo.keras.precision``): without this, 16-mixed trained
+    unscaled. The optimizer zoo counts steps with and saves is the inner one
+    (``zoo.keras.callbacks.training_optimizer``)."""
+    import keras
+
+    if not PRECISIONS[precision].loss_scaling:
+        return optimizer
+    return keras.optimizers.LossScaleOptimizer(optimizer)
 
 
 def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):

@@ -41,6 +41,13 @@ class PrecisionMeaning:
     def mixed(self) -> bool:
         return self.parameters != self.products
 
+    @property
+    def loss_scaling(self) -> bool:
+        """float16 products under float32 weights: small gradients underflow in float16
+        unless the loss is scaled (torch's GradScaler, Keras' LossScaleOptimizer). bfloat16
+        has float32's range, and a ``-true`` precision has no float32 weights to scale into."""
+        return self.mixed and self.products == "float16"
+
 
 PRECISIONS: dict[str, PrecisionMeaning] = {
     "32-true": PrecisionMeaning("float32", "float32"),
