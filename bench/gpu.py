@@ -488,11 +488,8 @@ the >= 40 % MFU target assumes.
 `bench/gpu.py --cpu-smoke` runs the same code on the CPU at tiny sizes (tests/test_bench_gpu.py);
 its figures are not GPU figures and are never written here.
 
-Known before measuring: zoo Keras' 16-mixed trains without loss scaling. The twin is built
-under float32 with only its product layers mixed (zoo/keras/precision.py), so Keras' `compile`
-(`auto_scale_loss`, which looks at the model's own policy) does not wrap the optimizer in a
-`LossScaleOptimizer`, and zoo does not either (checked on the CPU, 2026-11-26); the plain-keras
-way here does wrap it."""
+Both Keras ways train 16-mixed behind a `LossScaleOptimizer`: zoo's since 217a26c (before,
+Keras' `compile` left a twin built under float32 unscaled; docs/precision.md)."""
 
 
 # ------------------------------------------------------------------------------ main
