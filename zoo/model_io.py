@@ -106,7 +106,8 @@ def load_keras(checkpoint: Checkpoint):
                 model = None
         tensors = reading.result()
         arrays = keras_arrays(table, tensors, pool)
-    model = model or family.build_keras(config)
+    if model is None:  # no skeleton, or one that would leave something unfilled
+        model = family.build_keras(config)
     tensors_to_keras(model, table, tensors, handed_over=True, arrays=arrays)
     return model
 
