@@ -263,11 +263,11 @@ def _variable_value(array: np.ndarray, dtype: np.dtype, adoptable: set[int]):
     not copied, once: no variable aliases another or keeps alive memory beyond its own."""
     import keras
 
-    root = _root(array)
     if array.dtype != dtype:
         array = np.require(array.astype(dtype), requirements="C")
         ours = True
     else:
+        root = _root(array)
         ours = id(root) in adoptable and 0 <= root.nbytes - array.nbytes <= ALIGNMENT
         adoptable.discard(id(root))
     # DLPack takes numpy's own number types only: ml_dtypes' bfloat16 (kind "V") goes by a copy.
