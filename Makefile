@@ -26,9 +26,12 @@ test: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
-# zoo against hand-written loops, start-up and checkpoint I/O (bench/RESULTS.md); ~20 min
+# Every speed table of bench/RESULTS.md at one commit (bench/all.py): ~2 h on 2 quiet cores
+# at 2 rounds, ~70 min with BENCH_ROUNDS=1. Run it with nothing else on the machine.
+BENCH_ROUNDS ?= 2
+
 bench: $(STAMP)
-	$(BIN)/python bench/speed.py
+	$(BIN)/python bench/all.py --rounds $(BENCH_ROUNDS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench

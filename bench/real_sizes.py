@@ -23,10 +23,10 @@ of what a long epoch sees. zoo's training state, saved at every epoch end, is wr
 zoo's epoch clock stops: not in these figures (bench/RESULTS.md gives its cost).
 
 Writes bench/out/real_sizes.md (and each run as it ends to bench/out/real_sizes.jsonl) and
-its section of bench/RESULTS.md (``--no-write``: not).
+with ``--write-results``, its section of bench/RESULTS.md.
 
     .venv/bin/python bench/real_sizes.py [--presets resnet18,gpt2,...] [--steps 2]
-                                         [--epochs 3] [--rounds 1]
+                                         [--epochs 3] [--rounds 1] [--write-results]
 
 The defaults (two measured epochs of 2 steps in one process per way) took 28 minutes for
 every preset on 2 cores shared with other work (load average 3-4): a process's fixed costs
@@ -341,7 +341,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps per epoch")
     parser.add_argument("--epochs", type=int, default=3, help="per run; the first is warm-up")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md as it is")
+    parser.add_argument("--write-results", action="store_true", help="rewrite this section of RESULTS.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -411,7 +411,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     (out / "real_sizes.md").write_text(text + "\n")
-    if not args.no_write:
+    if args.write_results:
         from results_section import write_section
 
         write_section(HEADING, text)

@@ -17,12 +17,12 @@ of percent for seconds to minutes, so the fastest epoch is the closest to the wa
 cost (timeit's reasoning); a median moved with whichever way ran in a slow minute.
 Validation is off, so an epoch is training only.
 
-Also timed: `zoo list/show/validate` start-up and the common checkpoint's save/load of a
-~100M-parameter model in both frameworks (bench/checkpoint_io.py). Ends with the worst
-ratio.
+Also timed: `zoo list/show/validate` start-up (the common checkpoint's throughput is
+bench/checkpoint_io.py's). Ends with the worst ratio.
 
     .venv/bin/python bench/speed.py [--epochs 6] [--rounds 5] [--batch-size N]
                                     [--families cnn,rnn,...]  (default: every family)
+                                    [--write-results]  (its section of bench/RESULTS.md)
 """
 
 from __future__ import annotations
@@ -58,6 +58,17 @@ def digits_recipes() -> dict[str, Path]:
     return {name: found[name] for name in registry.families() if name in found}
 
 
+HEADING = "## Speed: zoo against hand-written loops (`bench/speed.py`)"
+PREAMBLE = """```bash
+make bench                                               # every table, this one included
+.venv/bin/python bench/speed.py --write-results          # this table alone
+```
+
+The digits recipe of every family (its small preset) at its own batch size, one thread,
+validation off; samples/s of the fastest epoch after the first over interleaved rounds of
+fresh processes. *lightning floor* is zoo's own LightningModule and loader in
+`Trainer(barebones=True)` with no callbacks: what Lightning itself costs.
+"""
 WAYS = ("raw-torch", "zoo-lightning", "lightning-floor", "plain-keras", "zoo-keras")
 
 
@@ -219,6 +230,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batch-size", type=int, help="instead of each recipe's own")
     parser.add_argument("--families", help="comma-separated (default: every registered family)")
+    parser.add_argument("--write-results", action="store_true", help="rewrite this section of RESULTS.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -229,7 +241,7 @@ def main() -> None:
         "| plain keras | zoo keras | ratio | lightning/keras |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    worst = []
+    worst, started = [], time.perf_counter()
     families = args.families.split(",") if args.families else list(digits_recipes())
     # A run of every family takes ~20 minutes: a bar on stderr says how far it is.
     shown = bar(len(families) * args.rounds * len(WAYS), "bench", unit="run")
@@ -256,37 +268,29 @@ def main() -> None:
     shown.close()
     lines.append(
         f"\nsamples/s: the fastest epoch (2-{args.epochs}) of {args.rounds} interleaved rounds; "
-        "1 thread, validation off"
+        f"1 thread, validation off; {(time.perf_counter() - started) / 60:.0f} min, "
+        f"load average {os.getloadavg()[0]:.1f} at the end"
     )
-    lines.append("\n| start-up | seconds |\n|---|---|")
-    lines += [f"| `{k}` | {v:.3f} |" for k, v in startup().items()]
-    lines.append("\n| common checkpoint | size | save GB/s | load GB/s |\n|---|---|---|---|")
-    for framework in ("lightning", "keras"):
-        io = run_checkpoint_io(framework)
-        size = f"{io['bytes'] / 1e6:.0f} MB"
-        lines.append(f"| {framework} | {size} | {io['save_GBps']:.2f} | {io['load_GBps']:.2f} |")
     low = min(worst)
     lines.append(f"\nworst zoo / hand-written ratio: {low[0]:.3f} ({low[1]})")
+    lines.append("\n| start-up (median of 5) | seconds |\n|---|---|")
+    lines += [f"| `{k}` | {v:.3f} |" for k, v in startup().items()]
     text = "\n".join(lines)
     print(text)
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / "speed.md").write_text(text + "\n")
+    if args.write_results:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from results_section import write_section
+
+        write_section(HEADING, PREAMBLE + "\n" + text)
 
 
 def zoo_batch_size(family: str) -> int:
     import yaml
 
     return yaml.safe_load(digits_recipes()[family].read_text())["data"]["batch_size"]
-
-
-def run_checkpoint_io(framework: str) -> dict:
-    """In a fresh process, so one framework's import does not slow the other's."""
-    command = [sys.executable, str(ROOT / "bench" / "checkpoint_io.py"), "--json", "--frameworks", framework]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1800)
-    if done.returncode:
-        raise RuntimeError(f"checkpoint_io {framework} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
