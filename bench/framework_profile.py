@@ -69,10 +69,11 @@ RULES = [
      r"(^|/)(rnn|lstm|gru)(_\d+)*(/|$)|/while|aten::lstm|rnnlayerbackward"),
     ("dropout", r"bernoulli|native_dropout", r"^(?!gradient_tape).*dropout"),
     ("attention softmax", r"softmax|masked_fill", r"attention[^/]*/(selectv2|softmax)|/softmax"),
-    ("conv forward", r"^(conv2d|_fusedconv2d|mkldnn_convolution|_slow_conv2d_forward|thnn_conv2d)$", None),
+    ("conv forward", r"^(_mkl(native)?)?(conv2d|_?fusedconv2d)$|^(mkldnn_convolution|_slow_conv2d_forward)$",
+     None),  # TensorFlow's oneDNN kernels (TF_ENABLE_ONEDNN_OPTS=1) are _MklNative*
     ("conv backward", r"conv2dbackprop|convolution_backward", None),
     ("normalization", r"norm", r"norm"),
-    ("matmul", r"^(mm|addmm|bmm|baddbmm|matmul|_fusedmatmul|batchmatmul\w*|einsum)$", None),
+    ("matmul", r"^(_mkl(native)?)?(mm|addmm|bmm|baddbmm|matmul|_?fusedmatmul|batchmatmul\w*|einsum)$", None),
     ("embedding", r"embedding|resourcegather|unsortedsegmentsum|index_select|index_add", r"embedding"),
     ("data movement", r"^(_?copy_?|_to_copy|to|clone|contiguous|empty\w*|zeros\w*|fill_?|zero_|transpose|"
      r"view|reshape|_reshape_alias|_unsafe_view|permute|t|as_strided_?|cat|concatv2|stack|pack|unpack|"
@@ -438,7 +439,8 @@ def report(results: dict, steps: int) -> str:
     for name, r in results.items():
         t, k = r["lightning"], r["keras"]
         spec = SPECS[name]
-        lines += [f"### {name} ({input_words(spec)}, batch {spec['batch']})", ""]
+        # Bold, not a heading: results_section.write_section's section ends at the next heading.
+        lines += [f"**{name}** ({input_words(spec)}, batch {spec['batch']})", ""]
         tc, kc = t["categories"], k["categories"]
         rows = [
             [c, f"{tc[c]:.1f}", f"{kc[c]:.1f}", ratio(kc[c], tc[c])]
@@ -463,12 +465,14 @@ def report(results: dict, steps: int) -> str:
             ]
         lines += [r["explanation"], ""]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset")
     lines.append(
-        f"{datetime.date.today()}, commit {commit.stdout.strip()}, 1 kernel thread, float32, AdamW; ms per "
-        f"step: categories over {steps} profiled steps (self time; runtime = what no op holds), the "
-        f"unprofiled step the fastest of {steps} after a warm-up; load average {os.getloadavg()[0]:.1f} "
-        "at the end. Kernels alone: the fastest of 3 calls (TF's include ~0.1 ms of eager dispatch), "
-        "sorted by their gap over a step (count x difference); matmul: torch's three largest products."
+        f"{datetime.date.today()}, commit {commit.stdout.strip()}, 1 kernel thread, float32, AdamW, "
+        f"TF_ENABLE_ONEDNN_OPTS {onednn}; ms per step: categories over {steps} profiled steps (self "
+        f"time; runtime = what no op holds), the unprofiled step the fastest of {steps} after a "
+        f"warm-up; load average {os.getloadavg()[0]:.1f} at the end. Kernels alone: the fastest of 3 "
+        "calls (TF's include ~0.1 ms of eager dispatch), sorted by their gap over a step (count x "
+        "difference); matmul: torch's three largest products."
     )
     return "\n".join(lines)
 
