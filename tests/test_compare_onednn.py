@@ -18,7 +18,7 @@ RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
 ZOO = Path(sys.executable).parent / "zoo"
 
 
-# oneDNN on is TensorFlow's default on x86, which test_compare.py runs in-process already.
+# Unset, TensorFlow chooses by CPU (zoo.keras.onednn); test_compare.py runs that in-process.
 @pytest.mark.parametrize("onednn", [pytest.param("1", marks=pytest.mark.slow), "0"])
 def test_the_default_recipe_passes_with_onednn_on_and_off(onednn, tmp_path):
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": onednn, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -38,7 +38,8 @@ def test_the_default_recipe_passes_with_onednn_on_and_off(onednn, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "verdict: PASS (4 of 4 parity sections pass)" in done.stdout
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["verdict"] == "PASS" and report["tensorflow_onednn"] == onednn
+    words = f"{'on' if onednn == '1' else 'off'} (TF_ENABLE_ONEDNN_OPTS={onednn})"
+    assert report["verdict"] == "PASS" and report["tensorflow_onednn"] == words
     training = report["sections"]["training"]
     assert training["steps"] == 100 and all(point["passed"] for point in training["resync"])
-    assert f"oneDNN {onednn}" in done.stdout
+    assert f"oneDNN {words}" in done.stdout

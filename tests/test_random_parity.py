@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +52,7 @@ from zoo import registry
 from zoo.checkpoint import load_tensors
 from zoo.family import ArchitectureConfig, Family
 from zoo.keras.data import keras_layout
+from zoo.keras.onednn import onednn_enabled
 from zoo.nn.errors import input_error
 from zoo.weights import keras_layer, keras_to_tensors, tensor_specs
 
@@ -61,12 +61,13 @@ GRADIENT = 1e-4  # each gradient tensor, relative to its largest magnitude ...
 NOISE = 10.0  # ... or within this many times torch's own float32 error of it (vs float64) ...
 ROUNDING = 1e-6  # ... or within this fraction of the model's largest gradient
 KINK = 1e-6  # a ReLU input this close to 0 (relative to its largest) may change sides in float32
-# TensorFlow's oneDNN convolutions (on by default on x86) round ~4.5x more than torch's (8.6e-7 vs
+# TensorFlow's oneDNN convolutions round ~4.5x more than torch's (8.6e-7 vs
 # 1.9e-7 relative to float64 on a 3x3 conv; docs/float32-relu-crossings.md), so where a model
 # convolves, the Keras twin's own float32 error is up to that much larger than torch's: measured on
 # resnet (7x7 images, train-mode BatchNorm over 7 values per channel) at 10.2x torch's error with
-# oneDNN on and 2.6x with TF_ENABLE_ONEDNN_OPTS=0.
-ONEDNN_CONV = 4.5 if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0" else 1.0
+# oneDNN on and 2.6x with it off. Whether it is on is TensorFlow's choice per CPU when the
+# variable is unset (zoo.keras.onednn): asked of TensorFlow, not guessed from the variable.
+ONEDNN_CONV = 4.5 if onednn_enabled() else 1.0
 
 
 # ------------------------------------------------------------------------ random values

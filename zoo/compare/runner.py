@@ -143,6 +143,8 @@ def default_out(recipe: Recipe) -> Path:
 
 
 def build_report(setup, steps, threads, checkpointing, tolerances, sections, speed) -> dict[str, Any]:
+    from zoo.keras.onednn import onednn_words
+
     recipe, config = setup.recipe, setup.config
     passed = all(s.passed for s in sections.values())
     return {
@@ -168,7 +170,7 @@ def build_report(setup, steps, threads, checkpointing, tolerances, sections, spe
         },
         "device": "cpu",
         "threads": threads,
-        "tensorflow_onednn": onednn(),
+        "tensorflow_onednn": onednn_words(),  # TensorFlow is imported by now
         "gradient_checkpointing": {"requested": setup.gradient_checkpointing, **checkpointing},
         "versions": versions(),
         "reference_precision": reference_precision(setup.precision),
@@ -216,14 +218,6 @@ def notes(setup, threads: dict[str, Any], checkpointing: dict[str, bool]) -> lis
         "compiled as zoo's trainer compiles it, train_on_batch on zoo's tf.data batches"
     )
     return found
-
-
-def onednn() -> str:
-    """TensorFlow's oneDNN setting as this process started it (TF reads it once, at import)."""
-    import os
-
-    value = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
-    return value if value is not None else "default"
 
 
 def versions() -> dict[str, str]:
