@@ -73,6 +73,14 @@ def test_train_starts_both_frameworks_from_the_same_tensors(recipe, tmp_path):
         np.testing.assert_allclose(keras[key], value, rtol=0, atol=atol, err_msg=key)
 
 
+# The default recipe trains its full length here (the README's accuracy table is
+# bench/recipe_metrics.py's); the others train EPOCHS epochs, which is 13 CPU-minutes less
+# (8 % of CI) and still the same claim: equal test accuracy after identical training.
+# ZOO_FULL_LENGTH=1 trains every recipe its full length.
+DEFAULT_RECIPE = "cnn-digits"
+EPOCHS = 4
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", DIGITS, ids=lambda p: p.stem)
 def test_without_dropout_both_frameworks_reach_the_same_test_accuracy(recipe, tmp_path):
@@ -82,6 +90,8 @@ def test_without_dropout_both_frameworks_reach_the_same_test_accuracy(recipe, tm
     max-pool tie and grow from there (chaotic training), so the exact figure depends on the
     thread count: this holds for the CLI's defaults, the numbers the README reports."""
     sets = [*QUIET, f"export.dir={tmp_path}", "trainer.deterministic=true", *_dropout_off(recipe)]
+    if recipe.stem != DEFAULT_RECIPE and os.environ.get("ZOO_FULL_LENGTH") != "1":
+        sets.append(f"trainer.max_epochs={min(EPOCHS, zoo.load_recipe(recipe).trainer.max_epochs)}")
     accuracy = {}
     for framework in ("lightning", "keras"):
         command = [str(Path(sys.executable).with_name("zoo")), "train", str(recipe), "--framework", framework]
