@@ -26,8 +26,8 @@ test: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
-# Every speed table of bench/RESULTS.md at one commit (bench/all.py): ~2 h on 2 quiet cores
-# at 2 rounds, ~70 min with BENCH_ROUNDS=1. Run it with nothing else on the machine.
+# Every speed table of bench/RESULTS.md at one commit (bench/all.py): ~90 min on 2 quiet cores
+# at 2 rounds, 53 min with BENCH_ROUNDS=1. Run it with nothing else on the machine.
 BENCH_ROUNDS ?= 2
 
 bench: $(STAMP)

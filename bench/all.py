@@ -9,9 +9,9 @@ still run; the exit status is 1 if any failed.
     .venv/bin/python bench/all.py [--rounds 2] [--only speed,compile] [--dry-run]
 
 ``--rounds`` goes to every benchmark that takes fastest-of-N rounds (the others repeat
-inside one process). On a quiet 2-core machine, ``--rounds 1`` takes about 70 minutes and
-``--rounds 2`` about two hours, most of it ``real_sizes`` (gpt2 and bert-base steps of
-several seconds, four ways each). Run it with nothing else on the machine: every figure is
+inside one process). On a quiet 2-core machine, ``--rounds 1`` took 53 minutes and
+``--rounds 2`` takes about 90, most of it ``real_sizes`` (gpt2 and bert-base steps of
+several seconds, four ways each) and ``data_parallel``. Run it with nothing else on the machine: every figure is
 a fastest-of, and other work only slows runs down.
 """
 
