@@ -3,22 +3,15 @@ one that fails is named in the header while the others still run and keep their 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from bench_scripts import BENCH, load_bench_script
 
 
 @pytest.fixture
-def bench_all(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_all", BENCH / "all.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench_all():
+    return load_bench_script("all")
 
 
 def test_every_benchmark_exists_and_writes_its_own_section(bench_all):

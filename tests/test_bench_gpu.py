@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bench_scripts import load_bench_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "gpu.py"
@@ -18,14 +18,7 @@ SCRIPT = ROOT / "bench" / "gpu.py"
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "bench"))  # gpu.py imports real_sizes as a bench script does
-    try:
-        spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return module
+    return load_bench_script("gpu")
 
 
 def run_script(tmp_path: Path, *arguments: str, timeout: float) -> tuple[subprocess.CompletedProcess, dict]:
