@@ -11,8 +11,8 @@ still run; the exit status is 1 if any failed.
 ``--rounds`` goes to every benchmark that takes fastest-of-N rounds (the others repeat
 inside one process). On a quiet 2-core machine, ``--rounds 1`` took 53 minutes and
 ``--rounds 2`` takes about 90, most of it ``real_sizes`` (gpt2 and bert-base steps of
-several seconds, four ways each) and ``data_parallel``. Run it with nothing else on the machine: every figure is
-a fastest-of, and other work only slows runs down.
+several seconds, four ways each) and ``data_parallel``. Run it with nothing else on the
+machine: every figure is a fastest-of, and other work only slows runs down.
 """
 
 from __future__ import annotations
