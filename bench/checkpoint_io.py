@@ -166,7 +166,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2, help="repetitions inside each process")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", action="store_true", help="one JSON line per framework (bench/speed.py)")
+    parser.add_argument("--json", action="store_true", help="one JSON line per framework and model")
     parser.add_argument("--write-results", action="store_true", help="rewrite this section of RESULTS.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -243,7 +243,7 @@ def main() -> None:
     ]
     worst, started = [], time.perf_counter()
     families = args.families.split(",") if args.families else list(digits_recipes())
-    # A run of every family takes ~20 minutes: a bar on stderr says how far it is.
+    # A round of every family takes minutes (3.4 at --epochs 4): a bar on stderr says how far it is.
     shown = bar(len(families) * args.rounds * len(WAYS), "bench", unit="run")
     for family in families:
         rounds = []
