@@ -74,8 +74,9 @@ def test_train_starts_both_frameworks_from_the_same_tensors(recipe, tmp_path):
 
 
 # The default recipe trains its full length here (the README's accuracy table is
-# bench/recipe_metrics.py's); the others train EPOCHS epochs, which is 13 CPU-minutes less
-# (8 % of CI) and still the same claim: equal test accuracy after identical training.
+# bench/recipe_metrics.py's); the others train EPOCHS epochs: ~9 of the 13.6 CPU-minutes the
+# full-length trainings took (of an 80 CPU-minute suite), and still the same claim: equal
+# test accuracy after identical training.
 # ZOO_FULL_LENGTH=1 trains every recipe its full length.
 DEFAULT_RECIPE = "cnn-digits"
 EPOCHS = 4
