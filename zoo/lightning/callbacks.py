@@ -12,6 +12,36 @@ from zoo import state
 from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights
 from zoo.tracking import Tracker, step_scalars
 
+# Every hook a Lightning callback can implement (the checkpoint-state methods are not hooks).
+HOOKS = tuple(name for name in vars(L.Callback) if name.startswith(("on_", "setup", "teardown")))
+
+
+class CallbackGroup(L.Callback):
+    """zoo's callbacks as one Lightning callback: each hook calls, in order, the members that
+    implement it.
+
+    Lightning calls every hook of every callback, implemented or not, each inside a profiler
+    context: about 3 us per callback and hook, and a training step has six hooks. zoo's six
+    callbacks cost a small model ~0.1 ms a step that way (2 % of an rnn-small step); as one
+    group, a hook no member implements is one empty call.
+    """
+
+    def __init__(self, *members: L.Callback):
+        self.members = members
+        for hook in HOOKS:
+            inherited = getattr(L.Callback, hook)
+            calls = [getattr(m, hook) for m in members if getattr(type(m), hook) is not inherited]
+            if calls:
+                setattr(self, hook, _in_turn(calls))
+
+
+def _in_turn(calls):
+    def hook(*args, **kwargs):
+        for call in calls:
+            call(*args, **kwargs)
+
+    return hook
+
 
 class EpochMetrics(L.Callback):
     """One CSV row per epoch, in the columns the Keras side writes too; the tracker (TensorBoard,

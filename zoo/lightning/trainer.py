@@ -18,6 +18,7 @@ from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, resolve_accelerator
 from zoo.initial_weights import seeded_torch_model
 from zoo.lightning.callbacks import (
+    CallbackGroup,
     EpochMetrics,
     ResumePosition,
     SaveState,
@@ -183,14 +184,16 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         # tqdm refreshed every few steps: Lightning's default Rich bar costs more per step
         # than a small model's step takes.
         *([TQDMProgressBar(refresh_rate=20)] if trainer_cfg.progress_bar else []),
-        EpochMetrics(
-            MetricsLog(run.metrics, dataset.task, append=resume is not None) if run else None, tracker
+        CallbackGroup(
+            EpochMetrics(
+                MetricsLog(run.metrics, dataset.task, append=resume is not None) if run else None, tracker
+            ),
+            StopOnNonFiniteLoss(),
+            *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
+            ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
+            SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
+            restored := Restored(),
         ),
-        StopOnNonFiniteLoss(),
-        *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
-        ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
-        SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
-        restored := Restored(),
     ]
     trainer = L.Trainer(
         max_epochs=trainer_cfg.max_epochs,
