@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's zoo, whichever one the environment installed
 from results_section import write_section  # noqa: E402  (bench/ is the script's folder)
+
+from zoo.runs.launch import free_ports  # noqa: E402
 
 SECTION = "## Data parallel scaling on CPU (`bench/data_parallel.py`)"
 NO_DROPOUT = ["model.resid_dropout=0", "model.embd_dropout=0", "model.attn_dropout=0"]
@@ -128,16 +129,6 @@ MAIN_MODES = ["lightning 1x1", "lightning ddp", "keras 1x1", "keras mirrored", "
 REFERENCE_MODES = ["lightning 1x2", "keras 1x2"]
 QUICK_MODES = ["lightning 1x1", "lightning ddp", "keras 1x1", "keras mirrored"]
 TIMEOUT_S = 900
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def train(preset: str, mode: str, epochs: int, folder: Path, name: str) -> Path:

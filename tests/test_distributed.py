@@ -17,6 +17,7 @@ from conftest import max_diff
 from safetensors.numpy import load_file
 
 from zoo.runs import read_metrics
+from zoo.runs.launch import free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -71,18 +72,6 @@ def test_two_replicas_match_one_device(recipe, tmp_path, framework, strategy):
     for epoch_alone, epoch_shared in zip(alone, shared, strict=True):
         assert epoch_shared == pytest.approx(epoch_alone, rel=1e-5)
     assert not (tmp_path / "parallel-2").exists(), "the second rank must not create a run folder"
-
-
-def free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def launch_nodes(recipe, tmp_path, name, framework, node_env) -> list[subprocess.CompletedProcess]:

@@ -118,3 +118,19 @@ def check_launch(trainer_cfg) -> None:
             f"the launcher started {world} processes ({shown}), but the recipe's {layout} makes "
             f"{processes}; make them agree"
         )
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on this machine now: a one-machine cluster's
+    ``MASTER_PORT`` or TF_CONFIG addresses (the tests' and benchmarks' launches). All are
+    held open together, so no two are the same; another program may still take one after."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
