@@ -58,9 +58,9 @@ def check_training(
         }
         reference.reset()
         reference.torch_model.zero_grad(set_to_none=True)
-        release_memory()
+        release_memory(reference)
     keras = keras_losses(pair, table, batches)
-    release_memory()
+    release_memory(pair)
     with tempfile.TemporaryDirectory(prefix="zoo-compare-") as scratch:
         watch = Watch(pair, keras, floors, tolerances, set(resync_steps(steps)), Path(scratch))
         torch = lightning_losses(pair, table, steps, watch)
@@ -70,7 +70,7 @@ def check_training(
         final.sort(key=lambda g: (-g.max_abs_diff, g.name))
         pair.reset()
         pair.torch_model.zero_grad(set_to_none=True)  # Lightning leaves the last step's gradients
-        release_memory()
+        release_memory(pair)
         points = [checker.check(s, batches[s - 1], watch.kept[s]) for s in sorted(watch.kept)]
     return _training_section(torch, keras, floors, watch.first, points, final, table, tolerances, checker)
 
