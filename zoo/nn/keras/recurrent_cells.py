@@ -11,7 +11,8 @@ The layer functions return a layer over a whole sequence (``return_sequences``),
 The input product ``x W_ih^T + b_ih`` does not depend on the state, so
 :class:`ProjectedRNN` computes it for every step in one matrix product before the time
 loop, as torch's fused kernels do; a cell's step is then only the recurrent product and
-the gates. Per step, the LSTM language model's input product was half the loop's work.
+the gates. Where the inputs are as wide as the state (the LSTM language models), that
+product was half of each step's matrix work.
 """
 
 from __future__ import annotations
