@@ -12,7 +12,9 @@ the page cache.
 Each round runs one fresh process per framework and model, interleaved; the figure is the
 fastest of all rounds (on a shared machine other work only ever slows a run down). Also
 shown: how long building the twin takes inside a load (torch: on the meta device; Keras:
-initialisers skipped, ``zoo.keras.skeleton``), the part of a load that is not I/O.
+initialisers skipped, ``zoo.keras.skeleton``), the part of a load that is not I/O, and the
+load into a twin already built (``zoo.checkpoint.load_tensors`` of the file's tensors, as a
+fine-tuning start puts them into the model it trains): the same I/O without the build.
 
     .venv/bin/python bench/checkpoint_io.py [--models gpt2,gpt2-medium] [--rounds 3]
         [--frameworks lightning,keras] [--write-results]
@@ -64,12 +66,14 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None) 
     size = sum(array.nbytes for array in tensors.values())
     family, config = registry.get_family(model_name), registry.resolve_config(model_name)
     times: dict[str, list[float]] = {
-        "floor_load": [], "load": [], "floor_save": [], "floor_durable": [], "save": [], "build": []
+        "floor_load": [], "load": [], "into": [], "floor_save": [], "floor_durable": [], "save": [],
+        "build": [],
     }  # fmt: skip
     for index in range(repeats):
         fresh, floor = OUT / f"save-{framework}-{index}.safetensors", OUT / f"floor-{framework}.safetensors"
         times["floor_load"].append(timed(load_file, source)[0])
         times["load"].append(timed(load_checkpoint, source, framework)[0])
+        times["into"].append(timed(load_into, model, source)[0])
         times["floor_save"].append(timed(save_file, tensors, str(floor))[0])
         floor.unlink()
         times["floor_durable"].append(timed(durable_save_file, tensors, floor)[0])
@@ -85,6 +89,13 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None) 
             with torch.device("meta"):
                 times["build"].append(timed(family.build_torch, config)[0])
     return {"framework": framework, "model": model_name, "bytes": size, "times": times}
+
+
+def load_into(model, path: Path) -> None:
+    """A checkpoint's tensors into a twin already built: a load without the build."""
+    from zoo.checkpoint import load_tensors, read_checkpoint
+
+    load_tensors(model, read_checkpoint(path).float32_tensors())
 
 
 def durable_save_file(tensors: dict, path: Path) -> None:
@@ -128,7 +139,7 @@ def fastest(results: list[dict]) -> dict:
     for entry in merged.values():
         best = {kind: min(values) for kind, values in entry["times"].items()}
         entry["best"] = best
-        for kind in ("load", "save", "floor_load", "floor_save", "floor_durable"):
+        for kind in ("load", "into", "save", "floor_load", "floor_save", "floor_durable"):
             entry[f"{kind}_GBps"] = entry["bytes"] / best[kind] / 1e9
     return merged
 
@@ -136,15 +147,15 @@ def fastest(results: list[dict]) -> dict:
 def table(merged: dict, rounds: int, repeats: int) -> str:
     lines = [
         "| model | size | framework | save GB/s | floor save_file | floor save_file + fsync "
-        "| load GB/s | floor load_file | load s | of which build s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| load GB/s | floor load_file | load s | of which build s | into a built twin GB/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (model, framework), e in merged.items():
         lines.append(
             f"| {model} | {e['bytes'] / 1e6:.0f} MB | {framework} | {e['save_GBps']:.2f} "
             f"| {e['floor_save_GBps']:.2f} | {e['floor_durable_GBps']:.2f} "
             f"| {e['load_GBps']:.2f} | {e['floor_load_GBps']:.2f} "
-            f"| {e['best']['load']:.2f} | {e['best']['build']:.2f} |"
+            f"| {e['best']['load']:.2f} | {e['best']['build']:.2f} | {e['into_GBps']:.2f} |"
         )
     lines.append(
         f"\nfastest of {rounds} interleaved rounds x {repeats} repetitions, one fresh process per "
