@@ -229,7 +229,7 @@ def release_memory(twins: Twins) -> None:
     """Hand freed buffers back to the system between checks: the passes of a GPT-2-sized pair
     free gigabytes that glibc's allocator would otherwise keep, and the next check's arrays
     would come on top of them. Not for a small pair: with both frameworks loaded the garbage
-    collection alone takes ~0.25 s, 17 % of an rnn-small comparison over 15 calls."""
+    collection alone took ~0.25 s under cProfile, 17 % of an rnn-small comparison over 15 calls."""
     import ctypes
     import gc
 
