@@ -126,7 +126,7 @@ def test_an_uncovered_skeleton_falls_back_to_the_ordinary_build(tmp_path, monkey
     _same(model_tensors(load_checkpoint(path, framework="keras")), load_file(path))
 
 
-@pytest.mark.parametrize("shape", [(5, 70), (70, 5), (3, 4, 5), (64, 33)])
+@pytest.mark.parametrize("shape", [(5, 70), (70, 5), (3, 4, 5), (64, 33), (40, 1024)])  # 1024: 4 KiB rows
 def test_contiguous_is_an_exact_aligned_copy(shape):
     array = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     for view in (array, array.T, array[::2]):
@@ -148,3 +148,83 @@ def test_read_aligned_reads_what_safetensors_reads(tmp_path):
     got = read_aligned(path)
     _same(got, load_file(path))
     assert all(a.ctypes.data % 64 == 0 for a in got.values() if a.size)
+
+
+@pytest.mark.parametrize("preadv", [True, False], ids=["preadv", "readinto"])
+def test_read_aligned_reads_more_tensors_than_one_call_takes(tmp_path, monkeypatch, preadv):
+    from zoo.checkpoint import write_safetensors
+
+    if not preadv:
+        monkeypatch.delattr("os.preadv", raising=False)
+    monkeypatch.setattr("os.IOV_MAX", 7, raising=False)  # 50 buffers: eight preadv calls
+    tensors = {f"t{i:02d}": np.full((i % 5, 3), i, np.float32) for i in range(50)}
+    path = write_safetensors(tmp_path / "t.safetensors", tensors, {})
+    _same(read_aligned(path), tensors)
+
+
+def test_read_aligned_refuses_a_file_cut_short_after_its_check(tmp_path):
+    from zoo.checkpoint import CheckpointError, write_safetensors
+
+    path = write_safetensors(tmp_path / "t.safetensors", {"a": np.ones((100, 100), np.float32)}, {})
+    data = path.read_bytes()
+    path.write_bytes(data[:-4000])
+    with pytest.raises(CheckpointError, match="cut short; it was truncated after it was checked"):
+        read_aligned(path)
+
+
+def test_spares_recycle_only_tensors_no_variable_keeps():
+    """Ports run with ``Spares`` (as a Keras load runs them) make the values they make
+    without: transposes land in the memory of tensors already used up, never in one that a
+    later port still reads ("a.weight", read again by "tied") or a variable adopts ("b", of
+    the same size), and no two values share memory."""
+    from zoo.weights import Port, Spares, TensorSpec, dense, keras_arrays, port_arrays
+
+    def port(name: str, shape: tuple[int, ...], to_keras) -> Port:
+        return Port((TensorSpec(name, shape, "float32", True),), name, ("v",), to_keras, to_keras)
+
+    table = [
+        dense("a", 4, 8),
+        port("b", (4, 8), lambda b: (b,)),
+        dense("c", 8, 4),
+        dense("d", 8, 4),
+        port("a.weight", (8, 4), lambda w: (w.T,)),
+    ]
+    rng = np.random.default_rng(0)
+    read = {s.name: contiguous(rng.normal(size=s.shape).astype(np.float32)) for p in table for s in p.tensors}
+    expected = keras_arrays(table, read)
+    originals = {name: array.copy() for name, array in read.items()}
+    spares = Spares(table)
+    got = [array for p in table for array in port_arrays(p, read, spares)]
+    for value, want in zip(got, expected, strict=True):  # checked after every port ran
+        assert np.array_equal(value, want)
+    roots = [id(_owner(value)) for value in got]
+    assert len(set(roots)) == len(roots)  # every variable gets memory of its own
+    overwritten = {name for name, array in read.items() if not np.array_equal(array, originals[name])}
+    assert overwritten == {"c.weight", "d.weight"}  # d's kernel into c's memory, the tied one into d's
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def test_a_keras_load_names_every_non_finite_tensor(tmp_path):
+    from zoo.checkpoint import NonFiniteTensors, save_checkpoint
+
+    model = _create("gpt2-micro", {}, "keras")
+    path = save_checkpoint(model, tmp_path / "m.safetensors")
+    tensors = load_file(path)
+    kernel = next(n for n, a in tensors.items() if a.ndim == 2 and "attn" in n)  # transposed for Keras
+    bias = next(n for n, a in tensors.items() if a.ndim == 1)  # adopted as it is
+    tensors[kernel][0, 0], tensors[bias][-1] = np.inf, np.nan
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="np") as handle:
+        metadata = handle.metadata()
+    from safetensors.numpy import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(NonFiniteTensors, match=rf"2 of {len(tensors)} tensors hold NaN") as error:
+        load_checkpoint(path, framework="keras")
+    assert kernel in str(error.value) and bias in str(error.value)

@@ -26,6 +26,7 @@ from zoo.safetensors_io import (
     SAFETENSORS_DTYPES,
     CheckpointError,
     NonFiniteTensors,
+    as_float32,
     check_finite,
     read_aligned,
     refuse_pickles,
@@ -72,10 +73,7 @@ class Checkpoint:
         """Every tensor in float32 (integers as stored), each in 64-byte aligned memory of its
         own, read straight from the file with one copy: arrays a Keras load can hand over to
         TensorFlow as they are."""
-        tensors = read_aligned(self.path)
-        tensors = {
-            k: v.astype(np.float32) if v.dtype.name in LOW_PRECISION else v for k, v in tensors.items()
-        }
+        tensors = as_float32(read_aligned(self.path))
         check_finite(self.path, tensors)
         return tensors
 

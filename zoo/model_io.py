@@ -11,13 +11,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from zoo import registry
-from zoo.safetensors_io import LOW_PRECISION, check_finite
+from zoo.safetensors_io import as_float32, check_finite, finite, read_aligned, refuse_nonfinite
 from zoo.weights import keras_arrays, keras_to_tensors, tensor_specs, tensors_to_keras
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def load_tensors(model: Any, tensors: dict[str, np.ndarray]) -> None:
     config = model.zoo_config
     family = registry.get_family(config.architecture)
     # A bfloat16/float16 export goes back into float32 weights.
-    tensors = {k: v.astype(np.float32) if v.dtype.name in LOW_PRECISION else v for k, v in tensors.items()}
+    tensors = as_float32(tensors)
     if framework_of(model) == "keras":
         table = family.weight_table(config)
         with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-load") as pool:
@@ -89,20 +89,27 @@ def load_keras(checkpoint: Checkpoint):
     ``zoo.keras.skeleton``): seconds of TensorFlow random draws for a 100M-parameter model.
 
     Each tensor is read into aligned memory of its own, which its variable adopts with no
-    copy where the layout is shared, and one cache-blocked transpose where it is not. The
-    file is read in a second thread while this one builds the twin, then the transposes run
-    on the threads side by side: at gpt2 size on two cores, 0.49 s against 0.67 s one
-    after the other (reading and copying release the GIL; the build is Python making Keras
-    layers, and copies beside it would slow it down). Where the build leaves a variable or a
-    random draw that the checkpoint does not overwrite, the twin is built the ordinary way.
+    copy where the layout is shared, and one cache-blocked transpose where it is not (into
+    the memory of a tensor already transposed: ``zoo.weights.Spares``). The file is read,
+    checked finite and transposed on the other threads while this one builds the twin (the
+    read is one system call: the build is Python and holds the GIL, which a read call per
+    tensor would wait for each time). Where the build leaves a variable or a random draw that
+    the checkpoint does not overwrite, the twin is built the ordinary way.
     """
     from zoo.keras import skeleton as keras_skeleton
-    from zoo.weights import keras_arrays, keras_layer
+    from zoo.weights import Spares, keras_layer
 
     family, config = checkpoint.family, checkpoint.config
     table = family.weight_table(config)
     with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-load") as pool:
-        reading = pool.submit(checkpoint.float32_tensors)
+
+        def read() -> tuple[dict[str, np.ndarray], list[str], list[Future]]:
+            tensors = as_float32(read_aligned(checkpoint.path))
+            spares, ported = Spares(table), {s.name for p in table for s in p.tensors}
+            bad = [name for name, tensor in tensors.items() if name not in ported and not finite(tensor)]
+            return tensors, bad, [pool.submit(_keras_port, port, tensors, spares) for port in table]
+
+        reading = pool.submit(read)
         model = None
         if keras_skeleton.available():
             with keras_skeleton.initialisers_skipped() as skipped:
@@ -110,12 +117,26 @@ def load_keras(checkpoint: Checkpoint):
             filled = (keras_layer(keras_layer(model, p.layer), v) for p in table for v in p.variables)
             if not skipped.covered_by(filled):
                 model = None
-        tensors = reading.result()
-        arrays = keras_arrays(table, tensors, pool)
+        tensors, bad, ports = reading.result()
+        arrays = []
+        for port in ports:
+            port_values, port_bad = port.result()
+            arrays += port_values
+            bad += [name for name in port_bad if name not in bad]
+        refuse_nonfinite(checkpoint.path, bad, len(tensors))
     if model is None:  # no skeleton, or one that would leave something unfilled
         model = family.build_keras(config)
     tensors_to_keras(model, table, tensors, handed_over=True, arrays=arrays)
     return model
+
+
+def _keras_port(port, tensors: dict[str, np.ndarray], spares) -> tuple[list[np.ndarray], list[str]]:
+    """A load's work on one port: its tensors' finite check, then its Keras values (checked
+    first: the values may go into memory that held those tensors)."""
+    from zoo.weights import port_arrays
+
+    bad = [s.name for s in port.tensors if not finite(tensors[s.name])]
+    return port_arrays(port, tensors, spares), bad
 
 
 def load_torch(checkpoint: Checkpoint):

@@ -35,16 +35,20 @@ class NonFiniteTensors(RuntimeError):
 
 def check_finite(source: str | Path, tensors: dict[str, Any]) -> None:
     """Refuse ``tensors`` (numpy arrays or torch tensors) where a floating one holds NaN or inf."""
-    bad = [name for name, tensor in tensors.items() if not _finite(tensor)]
+    refuse_nonfinite(source, [name for name, tensor in tensors.items() if not finite(tensor)], len(tensors))
+
+
+def refuse_nonfinite(source: str | Path, bad: list[str], total: int) -> None:
+    """Raise :class:`NonFiniteTensors` naming ``bad``, the non-finite of ``total`` tensors, if any."""
     if bad:
         raise NonFiniteTensors(
-            f"{source}: {len(bad)} of {len(tensors)} tensors hold NaN or infinite values ({some(bad)}); "
+            f"{source}: {len(bad)} of {total} tensors hold NaN or infinite values ({some(bad)}); "
             "the model diverged. Use a checkpoint from before (a run keeps its last finite state "
             "under state/) or train again with a lower optimizer.lr"
         )
 
 
-def _finite(tensor: Any) -> bool:
+def finite(tensor: Any) -> bool:
     """A sum is NaN or infinite when any element is, and needs no temporary: the elementwise
     test runs only where the sum is not finite (NaN, inf, or a finite overflow)."""
     if hasattr(tensor, "is_floating_point"):  # torch: no copy to numpy
@@ -57,6 +61,12 @@ def _finite(tensor: Any) -> bool:
     return bool(np.isfinite(array.sum()) or np.isfinite(array).all())
 
 
+def as_float32(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A bfloat16/float16 export's tensors as float32 (the weights' dtype in both twins);
+    float32 and integer tensors as they are."""
+    return {k: v.astype(np.float32) if v.dtype.name in LOW_PRECISION else v for k, v in tensors.items()}
+
+
 def some(names: list[str], limit: int = 5) -> str:
     """A few names of a long list, and how many more: error messages stay one line."""
     shown = ", ".join(names[:limit])
@@ -67,36 +77,59 @@ def some(names: list[str], limit: int = 5) -> str:
 
 
 def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
-    """A safetensors file's tensors, each read into its own aligned array (``readinto`` from the
-    page cache: one copy, no map left behind). ``read_checkpoint`` has already checked the
-    header; a file cut short since is refused here."""
+    """A safetensors file's tensors, each read into its own aligned array (from the page
+    cache: one copy, no map left behind). ``read_checkpoint`` has already checked the header;
+    a file cut short since is refused here.
+
+    Every tensor is read by one ``preadv`` (a vector of buffers per system call), which
+    holds the GIL only while the arrays are made: a load reads in a second thread while its
+    main thread builds a Keras twin in Python, and a read call per tensor would wait for
+    that thread's GIL (up to the 5 ms switch interval) each time."""
     from zoo.weights import aligned_empty
 
     with open(path, "rb", buffering=0) as handle:
         (length,) = np.frombuffer(handle.read(8), "<u8")
         header = json.loads(handle.read(int(length)))
-        start = 8 + int(length)
-        tensors = {}
-        for name, entry in header.items():
-            if name == "__metadata__":
-                continue
+        entries = sorted(
+            (entry["data_offsets"], name, entry) for name, entry in header.items() if name != "__metadata__"
+        )  # in file order, so that the buffers follow each other
+        tensors, buffers, cursor = {}, [], 0
+        for (begin, end), name, entry in entries:
+            if begin != cursor:  # safetensors lays tensors end to end; this file changed since
+                raise CheckpointError(f"{path}: {name} does not start where the tensor before it ends")
             dtype = SAFETENSORS_DTYPES[entry["dtype"]]
             if dtype == "bfloat16":
                 import ml_dtypes
 
                 dtype = ml_dtypes.bfloat16
-            array = aligned_empty(tuple(entry["shape"]), dtype)
-            begin, end = entry["data_offsets"]
-            handle.seek(start + begin)
-            target = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
-            done = handle.readinto(target) if array.size else 0
-            while done < end - begin:
-                more = handle.readinto(target[done:])
-                if not more:
-                    raise CheckpointError(f"{path}: {name} is cut short; the file is truncated")
-                done += more
-            tensors[name] = array
+            array = tensors[name] = aligned_empty(tuple(entry["shape"]), dtype)
+            if array.size:
+                buffers.append(memoryview(array.reshape(-1).view(np.uint8)))
+            cursor = end
+        _read_into(handle, buffers, 8 + int(length), path)
     return tensors
+
+
+def _read_into(handle, buffers: list[memoryview], offset: int, path: str | Path) -> None:
+    """Fill ``buffers`` from ``offset`` on: ``preadv`` where the system has it (at most
+    ``IOV_MAX`` buffers per call, short reads resumed), one ``readinto`` each otherwise."""
+    preadv = getattr(os, "preadv", None)
+    limit = getattr(os, "IOV_MAX", None) or 1024
+    index = 0
+    while index < len(buffers):
+        if preadv is not None:
+            done = preadv(handle.fileno(), buffers[index : index + limit], offset)
+        else:
+            handle.seek(offset)
+            done = handle.readinto(buffers[index])
+        if not done:
+            raise CheckpointError(f"{path}: the file is cut short; it was truncated after it was checked")
+        offset += done
+        while index < len(buffers) and done >= buffers[index].nbytes:
+            done -= buffers[index].nbytes
+            index += 1
+        if done:
+            buffers[index] = buffers[index][done:]
 
 
 def refuse_pickles(path: Path) -> None:
