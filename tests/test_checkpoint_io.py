@@ -117,6 +117,22 @@ def test_the_skeleton_build_skips_initialisers_and_says_what_is_left():
     import keras
 
     assert keras.random.normal.__name__ == "normal", "Keras is restored on leaving"
+    # No TensorFlow variable is made before its value is known, except where the build
+    # assigned one (the redrawn projections: made from the draw, filled again by a load).
+    unmade = [v for v in skipped.variables.values() if v._value is None]
+    assert set(map(id, unmade)) == set(skipped.variables) - set(skipped.randomised) and unmade
+    value = np.ones(unmade[0].shape, np.float32)
+    keras_skeleton.fill(unmade[0], keras.ops.convert_to_tensor(value))
+    assert np.array_equal(unmade[0].numpy(), value) and unmade[0]._initializer is None
+
+
+def test_a_skeleton_build_that_reads_its_variables_gets_memory_for_them():
+    """rnn's build runs a forward pass: the variables it reads are made then, uninitialised."""
+    family, config = registry.get_family("rnn-tiny"), parity_config("rnn-tiny")
+    with keras_skeleton.initialisers_skipped() as skipped:
+        model = family.build_keras(config)
+    assert skipped.variables and all(v._value is not None for v in skipped.variables.values())
+    assert model.weights and all(w.shape == w.numpy().shape for w in model.weights)
 
 
 def test_an_uncovered_skeleton_falls_back_to_the_ordinary_build(tmp_path, monkeypatch):

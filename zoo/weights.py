@@ -290,6 +290,8 @@ def tensors_to_keras(
     where the caller gives them away (``handed_over``: a checkpoint's freshly read arrays).
     The caller's arrays otherwise, and every dtype change, cost exactly one copy.
     """
+    from zoo.keras.skeleton import fill
+
     arrays = keras_arrays(table, tensors) if arrays is None else arrays
     callers = {id(_root(a)) for a in tensors.values()}
     adoptable = {id(_root(a)) for a in arrays if handed_over or id(_root(a)) not in callers}
@@ -303,7 +305,7 @@ def tensors_to_keras(
                     f"{port.layer}.{variable_name}: Keras variable has shape "
                     f"{tuple(variable.shape)}, the weight table produced {array.shape}"
                 )
-            variable.assign(_variable_value(array, np.dtype(variable.dtype), adoptable))
+            fill(variable, _variable_value(array, np.dtype(variable.dtype), adoptable))
             assigned.append(variable)
     return assigned
 
