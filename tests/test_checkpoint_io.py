@@ -188,6 +188,21 @@ def test_read_aligned_refuses_a_file_cut_short_after_its_check(tmp_path):
         read_aligned(path)
 
 
+def test_read_aligned_refuses_a_gap_between_tensors(tmp_path):
+    import json
+
+    from zoo.checkpoint import CheckpointError
+
+    header = json.dumps({
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [2], "data_offsets": [12, 20]},
+    }).encode()  # fmt: skip
+    path = tmp_path / "gap.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(20))
+    with pytest.raises(CheckpointError, match="b does not start where the tensor before it ends"):
+        read_aligned(path)
+
+
 def test_spares_recycle_only_tensors_no_variable_keeps():
     """Ports run with ``Spares`` (as a Keras load runs them) make the values they make
     without: transposes land in the memory of tensors already used up, never in one that a

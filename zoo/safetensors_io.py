@@ -81,7 +81,7 @@ def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
     cache: one copy, no map left behind). ``read_checkpoint`` has already checked the header;
     a file cut short since is refused here.
 
-    Every tensor is read by one ``preadv`` (a vector of buffers per system call), which
+    The tensors are read by ``preadv``, one system call for up to ``IOV_MAX`` buffers, which
     holds the GIL only while the arrays are made: a load reads in a second thread while its
     main thread builds a Keras twin in Python, and a read call per tensor would wait for
     that thread's GIL (up to the 5 ms switch interval) each time."""
