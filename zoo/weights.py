@@ -215,9 +215,7 @@ def keras_arrays(
     cache-blocked copy where the layout differs, none where it is shared). Pure numpy, no
     model: with a thread ``pool`` the ports' copies run side by side (numpy releases the GIL
     while it copies), which a checkpoint load uses (``zoo.model_io``)."""
-    ports = (
-        pool.map(port_arrays, table, repeat(tensors)) if pool else map(port_arrays, table, repeat(tensors))
-    )
+    ports = (pool.map if pool else map)(port_arrays, table, repeat(tensors))
     return [array for arrays in ports for array in arrays]
 
 
