@@ -10,6 +10,7 @@ are zoo.safetensors_io's (atomic writes, no pickles) and a twin's tensors zoo.mo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -20,12 +21,21 @@ import numpy as np
 
 from zoo import registry
 from zoo.family import ArchitectureConfig, Family
-from zoo.model_io import framework_of, load_keras, load_tensors, load_torch, meta_tensors, model_tensors
+from zoo.model_io import (
+    framework_of,
+    load_keras,
+    load_tensors,
+    load_torch,
+    meta_tensors,
+    model_tensors,
+    tensors_to_save,
+)
 from zoo.safetensors_io import (
     LOW_PRECISION,
     SAFETENSORS_DTYPES,
     CheckpointError,
     NonFiniteTensors,
+    TensorStream,
     as_float32,
     check_finite,
     read_aligned,
@@ -95,18 +105,16 @@ def save_checkpoint(
     ``vocab`` is a language model's characters in id order: without it the token ids
     of the checkpoint mean nothing, so it travels in the metadata.
     """
-    framework = framework_of(model)
-    tensors = model_tensors(model, snapshot=False)  # views where the layout is shared: written at once
     return write_checkpoint(
-        path, model.zoo_config, tensors, framework=framework, recipe=recipe, metrics=metrics,
-        vocab=vocab, dtype=dtype,
+        path, model.zoo_config, tensors_to_save(model), framework=framework_of(model), recipe=recipe,
+        metrics=metrics, vocab=vocab, dtype=dtype,
     )  # fmt: skip
 
 
 def write_checkpoint(
     path: str | Path,
     config: ArchitectureConfig,
-    tensors: dict[str, np.ndarray],
+    tensors: dict[str, np.ndarray] | TensorStream,
     *,
     framework: str,
     recipe: dict[str, Any] | None = None,
@@ -118,7 +126,8 @@ def write_checkpoint(
     """Canonical tensors and the metadata that rebuilds their model, as one checkpoint file.
 
     ``framework`` is the twin that wrote the tensors, or ``"imported"`` with ``source``
-    saying which foreign file and format they came from.
+    saying which foreign file and format they came from. Non-finite tensors are refused
+    (named after ``source``'s file, or ``path``) and the file is left as it was.
     """
     task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     metadata = {
@@ -131,29 +140,32 @@ def write_checkpoint(
         "framework": framework,
         "recipe": json.dumps(recipe or {}),
         "metrics": json.dumps(metrics or {}),
-        "versions": json.dumps(_versions(framework)),
+        "versions": _versions(framework),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "dtype": dtype,
     }
     if source is not None:
         metadata["source"] = json.dumps(source)
-    check_finite(source["file"] if source and "file" in source else path, tensors)
-    return write_safetensors(path, {k: _as_export_dtype(v, dtype) for k, v in tensors.items()}, metadata)
+    checked = source["file"] if source and "file" in source else path
+    return write_safetensors(path, tensors, metadata, finite_source=checked, float_dtype=_export_dtype(dtype))
 
 
-def _as_export_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
-    """Floating tensors in the export dtype (bfloat16 through ml_dtypes); integers as they are."""
-    if not np.issubdtype(array.dtype, np.floating) or dtype == "float32":
-        return array
+def _export_dtype(dtype: str) -> Any:
+    """The dtype floating tensors are written in (bfloat16 through ml_dtypes); None for
+    float32, the weights' own, which are then written as they are."""
+    if dtype == "float32":
+        return None
     if dtype == "bfloat16":
         import ml_dtypes
 
-        return array.astype(ml_dtypes.bfloat16)
-    return array.astype(dtype)
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
 
 
-def _versions(framework: str) -> dict[str, str]:
-    """The libraries that made the file: zoo's own, and the writing backend's (none for an import)."""
+@functools.cache
+def _versions(framework: str) -> str:
+    """The libraries that made the file (zoo's own, and the writing backend's; none for an
+    import), as JSON. Read once per process: the package metadata lookups take 10 ms a save."""
     from importlib.metadata import PackageNotFoundError, version
 
     from zoo.backend import BACKENDS, backend_for
@@ -164,7 +176,7 @@ def _versions(framework: str) -> dict[str, str]:
     for name in names:
         with contextlib.suppress(PackageNotFoundError):
             found[name] = version(name)
-    return found
+    return json.dumps(found)
 
 
 # ------------------------------------------------------------------------------- read

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from zoo import registry
-from zoo.safetensors_io import as_float32, check_finite, finite, read_aligned, refuse_nonfinite
-from zoo.weights import keras_arrays, keras_to_tensors, tensor_specs, tensors_to_keras
+from zoo.safetensors_io import TensorStream, as_float32, check_finite, finite, read_aligned, refuse_nonfinite
+from zoo.weights import keras_arrays, keras_tensor_stream, keras_to_tensors, tensor_specs, tensors_to_keras
 
 if TYPE_CHECKING:
     from zoo.checkpoint import Checkpoint
@@ -36,14 +36,22 @@ def framework_of(model: Any) -> str:
     raise TypeError(f"{type(model).__name__} is neither a torch nn.Module nor a keras.Model of zoo")
 
 
-def model_tensors(model: Any, snapshot: bool = True) -> dict[str, np.ndarray]:
-    """A zoo twin's weights as canonical float32/int64 numpy arrays. With ``snapshot`` each
-    array is a copy of its own; without, views of the weights' memory where the layout and
-    dtype are already canonical (a save writes them at once: a copy would only cost time)."""
+def model_tensors(model: Any) -> dict[str, np.ndarray]:
+    """A zoo twin's weights as canonical float32/int64 numpy arrays, each a copy of its own."""
     if framework_of(model) == "keras":
-        with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-save") as pool:
-            return keras_to_tensors(model, _weight_table(model), snapshot=snapshot, pool=pool)
-    return _torch_arrays(model, snapshot)
+        with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-copy") as pool:
+            return keras_to_tensors(model, _weight_table(model), pool=pool)
+    return _torch_arrays(model, snapshot=True)
+
+
+def tensors_to_save(model: Any) -> dict[str, np.ndarray] | TensorStream:
+    """A zoo twin's weights as canonical tensors for a save to write at once, copied nowhere
+    that the writer need not copy: views of the weights' memory where the layout and dtype
+    are already canonical. A Keras twin's come as a stream, read port by port while the
+    writer writes (``zoo.weights.keras_tensor_stream``)."""
+    if framework_of(model) == "keras":
+        return keras_tensor_stream(model, _weight_table(model))
+    return _torch_arrays(model, snapshot=False)
 
 
 def _weight_table(model: Any):
