@@ -1,23 +1,28 @@
-"""Common-checkpoint throughput at gpt2 size, end to end through zoo's API (issue 18, item 4).
+"""Common-checkpoint throughput at gpt2 size, end to end through zoo's API (issues 18 and 33).
 
 A run exports with ``zoo.checkpoint.save_checkpoint`` and every later use starts with
 ``zoo.checkpoint.load_checkpoint``, which returns a ready model: building the twin is part of
 a load. This times exactly those two calls per framework on gpt2 (124M parameters, 498 MB of
 float32) and gpt2-medium (355M, 1.42 GB), next to safetensors' own ``save_file`` and
-``load_file`` of the same tensors (numpy), the floor: a save writes a fresh file and fsyncs
-it, so it is shown against ``save_file`` alone (the page cache) and ``save_file`` followed by
-an fsync (the disk: what any durable save costs); a load reads the file just written, from
-the page cache.
+``load_file`` of the same tensors (numpy), the floors. Every zoo save is durable, so its floor
+is the durable one: ``save_file`` to a temporary file, an fsync, the rename and an fsync of the
+folder (what any save that survives a crash costs on this disk); ``save_file`` alone (the page
+cache) is shown beside it. A load reads the file just written, from the page cache.
 
-Each round runs one fresh process per framework and model, interleaved; the figure is the
-fastest of all rounds (on a shared machine other work only ever slows a run down). Also
+Each save is reported as a ratio to the durable floor, and each load to ``load_file``: in
+every repetition the two are timed one after the other, each first in every other
+repetition, and the ratio (floor time / zoo time: 1.0 is as fast as the floor) is the median
+over all repetitions, so a machine that slows down between repetitions slows both sides.
+
+Each round runs one fresh process per framework and model, interleaved; the GB/s figures are
+the fastest of all rounds (on a shared machine other work only ever slows a run down). Also
 shown: how long building the twin takes inside a load (torch: on the meta device; Keras:
 initialisers skipped, ``zoo.keras.skeleton``), the part of a load that is not I/O, and the
 load into a twin already built (``zoo.checkpoint.load_tensors`` of the file's tensors, as a
 fine-tuning start puts them into the model it trains): the same I/O without the build.
 
     .venv/bin/python bench/checkpoint_io.py [--models gpt2,gpt2-medium] [--rounds 3]
-        [--frameworks lightning,keras] [--write-results]
+        [--frameworks lightning,keras] [--out FOLDER] [--write-results]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -43,10 +49,11 @@ def timed(function, *args, **kwargs) -> tuple[float, object]:
     return time.perf_counter() - started, result
 
 
-def measure(framework: str, model_name: str, repeats: int, threads: int | None) -> dict:
+def measure(framework: str, model_name: str, repeats: int, threads: int | None, out: Path) -> dict:
     """One process: the model (created once, then loaded from its own checkpoint), ``repeats``
-    interleaved repetitions of floor load, zoo load, floor save, then the durable floor save
-    and zoo's save, each first in every other repetition; times in seconds."""
+    repetitions of the floor load and zoo's load, the load into a built twin, the unsynced
+    floor save, then the durable floor and zoo's save; each pair in the other order in every
+    other repetition. Times in seconds."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from safetensors.numpy import load_file, save_file
 
@@ -56,8 +63,8 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None) 
 
     if threads:
         limit_threads(framework, threads)
-    OUT.mkdir(parents=True, exist_ok=True)
-    source = OUT / f"{model_name}-{framework}.safetensors"
+    out.mkdir(parents=True, exist_ok=True)
+    source = out / f"{model_name}-{framework}.safetensors"
     if source.exists():
         model = load_checkpoint(source, framework)  # untimed: also warms up the first use
     else:
@@ -71,9 +78,11 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None) 
         "build": [],
     }  # fmt: skip
     for index in range(repeats):
-        fresh, floor = OUT / f"save-{framework}-{index}.safetensors", OUT / f"floor-{framework}.safetensors"
-        times["floor_load"].append(timed(load_file, source)[0])
-        times["load"].append(timed(load_checkpoint, source, framework)[0])
+        order = 1 if index % 2 == 0 else -1
+        fresh, floor = out / f"save-{framework}-{index}.safetensors", out / f"floor-{framework}.safetensors"
+        loads = [("floor_load", load_file, (source,)), ("load", load_checkpoint, (source, framework))]
+        for key, load, arguments in loads[::order]:
+            times[key].append(timed(load, *arguments)[0])
         times["into"].append(timed(load_into, model, source)[0])
         times["floor_save"].append(timed(save_file, tensors, str(floor))[0])
         floor.unlink()
@@ -81,7 +90,7 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None) 
             ("floor_durable", durable_save_file, (tensors, floor)),
             ("save", save_checkpoint, (model, fresh)),
         ]  # the first after the unsynced floor pays for its dirty pages: each goes first in turn
-        for key, save, arguments in durable_saves[:: 1 if index % 2 == 0 else -1]:
+        for key, save, arguments in durable_saves[::order]:
             times[key].append(timed(save, *arguments)[0])
         fresh.unlink()
         floor.unlink()
@@ -104,12 +113,20 @@ def load_into(model, path: Path) -> None:
 
 
 def durable_save_file(tensors: dict, path: Path) -> None:
-    """safetensors' ``save_file`` and an fsync: the floor of a save that survives a crash."""
+    """The floor of a save that survives a crash: safetensors' ``save_file`` to a temporary
+    file in the same folder, an fsync, the rename over ``path`` and an fsync of the folder."""
     from safetensors.numpy import save_file
 
-    save_file(tensors, str(path))
-    with open(path, "rb") as handle:
+    temporary = path.with_name(f".{path.name}.tmp")
+    save_file(tensors, str(temporary))
+    with open(temporary, "rb") as handle:
         os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def limit_threads(framework: str, threads: int) -> None:
@@ -124,9 +141,9 @@ def limit_threads(framework: str, threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-def run_one(framework: str, model_name: str, repeats: int, threads: int | None) -> dict:
+def run_one(framework: str, model_name: str, repeats: int, threads: int | None, out: Path) -> dict:
     command = [sys.executable, __file__, "--one", framework, "--models", model_name]
-    command += ["--repeats", str(repeats)]
+    command += ["--repeats", str(repeats), "--out", str(out)]
     command += ["--threads", str(threads)] if threads else []
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1800)
     if done.returncode:
@@ -135,36 +152,45 @@ def run_one(framework: str, model_name: str, repeats: int, threads: int | None) 
 
 
 def fastest(results: list[dict]) -> dict:
-    """Per framework and model: the fastest time of each kind over every round, and GB/s."""
+    """Per framework and model: the fastest time of each kind over every round, its GB/s, and
+    the median ratio of each floor's time to zoo's in the same repetition."""
     merged: dict[tuple[str, str], dict] = {}
     for result in results:
         entry = merged.setdefault((result["model"], result["framework"]), {**result, "times": {}})
         for kind, values in result["times"].items():
             entry["times"].setdefault(kind, []).extend(values)
     for entry in merged.values():
-        best = {kind: min(values) for kind, values in entry["times"].items()}
-        entry["best"] = best
+        times = entry["times"]
+        entry["best"] = {kind: min(values) for kind, values in times.items()}
         for kind in ("load", "into", "save", "floor_load", "floor_save", "floor_durable"):
-            entry[f"{kind}_GBps"] = entry["bytes"] / best[kind] / 1e9
+            entry[f"{kind}_GBps"] = entry["bytes"] / entry["best"][kind] / 1e9
+        for kind, floor in (("save", "floor_durable"), ("load", "floor_load")):
+            entry[f"{kind}_ratio"] = statistics.median(
+                f / t for f, t in zip(times[floor], times[kind], strict=True)
+            )
     return merged
 
 
 def table(merged: dict, rounds: int, repeats: int) -> str:
     lines = [
-        "| model | size | framework | save GB/s | floor save_file | floor save_file + fsync "
-        "| load GB/s | floor load_file | load s | of which build s | into a built twin GB/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | size | framework | save GB/s | durable floor GB/s | save / floor | floor save_file "
+        "(no fsync) | load GB/s | floor load_file | load / floor | load s | of which build s "
+        "| into a built twin GB/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (model, framework), e in merged.items():
         lines.append(
             f"| {model} | {e['bytes'] / 1e6:.0f} MB | {framework} | {e['save_GBps']:.2f} "
-            f"| {e['floor_save_GBps']:.2f} | {e['floor_durable_GBps']:.2f} "
-            f"| {e['load_GBps']:.2f} | {e['floor_load_GBps']:.2f} "
+            f"| {e['floor_durable_GBps']:.2f} | {e['save_ratio']:.2f} | {e['floor_save_GBps']:.2f} "
+            f"| {e['load_GBps']:.2f} | {e['floor_load_GBps']:.2f} | {e['load_ratio']:.2f} "
             f"| {e['best']['load']:.2f} | {e['best']['build']:.2f} | {e['into_GBps']:.2f} |"
         )
     lines.append(
-        f"\nfastest of {rounds} interleaved rounds x {repeats} repetitions, one fresh process per "
-        "round, framework and model; one kernel thread (`--threads 1`)"
+        f"\nGB/s: fastest of {rounds} interleaved rounds x {repeats} repetitions, one fresh process per "
+        "round, framework and model; one kernel thread (`--threads 1`). save / floor and load / floor: "
+        "the floor's time over zoo's in the same repetition (1.00: as fast as the floor; the two swap "
+        "order every repetition), median of all repetitions. Durable floor: `save_file` to a temporary "
+        "file, fsync, rename, fsync of the folder"
     )
     return "\n".join(lines)
 
@@ -182,16 +208,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2, help="repetitions inside each process")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=OUT, help="folder for the files written (several GB)")
     parser.add_argument("--json", action="store_true", help="one JSON line per framework and model")
     parser.add_argument("--write-results", action="store_true", help="rewrite this section of RESULTS.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.models, args.repeats, args.threads)))
+        print(json.dumps(measure(args.one, args.models, args.repeats, args.threads, args.out)))
         return
     models, frameworks = args.models.split(","), args.frameworks.split(",")
     results = [
-        run_one(framework, model, args.repeats, args.threads)
+        run_one(framework, model, args.repeats, args.threads, args.out)
         for _ in range(args.rounds)
         for model in models
         for framework in frameworks
@@ -199,7 +226,7 @@ def main() -> None:
     merged = fastest(results)
     if args.json:
         for entry in merged.values():
-            keys = ("framework", "model", "bytes", "save_GBps", "load_GBps")
+            keys = ("framework", "model", "bytes", "save_GBps", "load_GBps", "save_ratio", "load_ratio")
             print(json.dumps({k: entry[k] for k in keys}))
         return
     text = table(merged, args.rounds, args.repeats)

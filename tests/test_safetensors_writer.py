@@ -251,7 +251,7 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
                 os.kill(os.getpid(), signal.SIGKILL)
             return pwrite(descriptor, data, offset)
         os.pwrite = dying
-        safetensors_io.WRITE_THREADS = 1
+        safetensors_io.IO_THREADS = 1
         write_safetensors({str(target)!r}, {{f"t{{i}}": np.ones(1000, np.float32) for i in range(8)}}, {{}})
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -9,7 +9,6 @@ at hand, so reading or validating a file never starts a framework.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -17,13 +16,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from zoo import registry
-from zoo.safetensors_io import TensorStream, as_float32, check_finite, finite, read_aligned, refuse_nonfinite
+from zoo.safetensors_io import (
+    IO_THREADS,
+    TensorStream,
+    as_float32,
+    check_finite,
+    finite,
+    read_aligned,
+    refuse_nonfinite,
+)
 from zoo.weights import keras_arrays, keras_tensor_stream, keras_to_tensors, tensor_specs, tensors_to_keras
 
 if TYPE_CHECKING:
     from zoo.checkpoint import Checkpoint
-
-IO_THREADS = min(4, os.cpu_count() or 1)  # memory-bound copies: a few threads saturate it
 
 
 def framework_of(model: Any) -> str:

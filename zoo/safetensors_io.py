@@ -162,7 +162,7 @@ def refuse_pickles(path: Path) -> None:
 
 # ------------------------------------------------------------------------------ write
 
-WRITE_THREADS = min(4, os.cpu_count() or 1)  # copies and page-cache writes: a few threads saturate them
+IO_THREADS = min(4, os.cpu_count() or 1)  # memory-bound copies and page-cache writes: a few saturate it
 WRITE_PART = 8 << 20  # bytes per write call, each handed to the disk as soon as it is in the page cache
 # safetensors lays tensors out by its dtype enum, last member first, then by name (its ``prepare``).
 SAFETENSORS_ORDER = (
@@ -285,7 +285,7 @@ def _write_all(
     exactly once, of its shape and dtype, or nothing is kept (a tensor never given would
     leave zeros in the file). A failure cancels the writes not yet started."""
     expected = dict(layout)
-    with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="zoo-write") as pool:
+    with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-write") as pool:
         try:
             writes = []
             for name, array in arrays:
