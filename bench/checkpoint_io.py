@@ -53,7 +53,14 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None, 
     """One process: the model (created once, then loaded from its own checkpoint), ``repeats``
     repetitions of the floor load and zoo's load, the load into a built twin, the unsynced
     floor save, then the durable floor and zoo's save; each pair in the other order in every
-    other repetition. Times in seconds."""
+    other repetition. Times in seconds.
+
+    Each file is deleted as soon as it is timed, so that every save writes into page-cache
+    memory the one before it has just freed. Memory freed longer ago is not the same: on
+    these VMs (virtio-balloon free page reporting) the guest hands it back to the host after
+    about 2 s, and getting it back costs a fault on the host per page: 500 MB written into
+    it took 1.5-11 s, against 0.8 s into memory just freed (2026-11-27, both then fsynced in
+    0.2-0.4 s). A second save while the first file still held its memory paid that."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from safetensors.numpy import load_file, save_file
 
@@ -87,13 +94,12 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None, 
         times["floor_save"].append(timed(save_file, tensors, str(floor))[0])
         floor.unlink()
         durable_saves = [
-            ("floor_durable", durable_save_file, (tensors, floor)),
-            ("save", save_checkpoint, (model, fresh)),
-        ]  # the first after the unsynced floor pays for its dirty pages: each goes first in turn
-        for key, save, arguments in durable_saves[::order]:
+            ("floor_durable", durable_save_file, (tensors, floor), floor),
+            ("save", save_checkpoint, (model, fresh), fresh),
+        ]
+        for key, save, arguments, written in durable_saves[::order]:
             times[key].append(timed(save, *arguments)[0])
-        fresh.unlink()
-        floor.unlink()
+            written.unlink()  # the next one writes into the memory this file had in the page cache
         if framework == "keras":
             with keras_skeleton.initialisers_skipped():
                 times["build"].append(timed(family.build_keras, config)[0])
