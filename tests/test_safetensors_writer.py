@@ -1,11 +1,11 @@
 """zoo's safetensors writer: the bytes safetensors' own ``save_file`` writes, and durable.
 
-Every zoo file (checkpoints, exports, Keras training states) is written by
-``zoo.safetensors_io.write_safetensors``: each tensor at its own offset on a few threads, a
-strided one copied once, each part's writeback started as soon as it is written, then one
-fsync and a rename. Here: the file is byte for byte what ``save_file`` writes for the same
-tensors and metadata (safetensors itself orders the metadata's keys by hash, differently in
-every process, so only that order may differ) and its own loaders read it; a stream of
+Every zoo checkpoint and export is written by ``zoo.safetensors_io.write_safetensors``: each
+tensor made ready on a few threads (a strided one copied once, each checked finite) and
+written at its offset by one, each part's writeback started as soon as it is written, then
+one fsync and a rename. Here: the file is byte for byte what ``save_file`` writes for the
+same tensors and metadata (safetensors itself orders the metadata's keys by hash, differently
+in every process, so only that order may differ) and its own loaders read it; a stream of
 tensors gives the same file; short writes, small parts and a platform without
 ``sync_file_range`` change nothing; and a failure or a kill at any point leaves the
 previous file as it was.
@@ -131,8 +131,8 @@ def test_a_low_precision_export_is_cast_after_its_check(tmp_path):
 
 
 def test_non_finite_tensors_are_all_named_and_nothing_is_replaced(tmp_path, monkeypatch):
-    """The check runs part by part as each is written: a NaN in a later part of a tensor, in a
-    strided one (checked in its copy) and in a low-precision export are all found."""
+    """A NaN late in a tensor written in many parts, an infinity in a strided one (checked in
+    its copy), with and without a low-precision export: all found, all named."""
     monkeypatch.setattr(safetensors_io, "WRITE_PART", 64)
     target = write_safetensors(tmp_path / "m.safetensors", {"w": np.zeros(3, np.float32)}, ONE_KEY)
     before = target.read_bytes()

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,7 @@ def refuse_pickles(path: Path) -> None:
 # ------------------------------------------------------------------------------ write
 
 IO_THREADS = min(4, os.cpu_count() or 1)  # memory-bound copies and page-cache writes: a few saturate it
-WRITE_PART = 8 << 20  # bytes per write call, each handed to the disk as soon as it is in the page cache
+WRITE_PART = 8 << 20  # bytes a write call, each part handed to the disk as soon as it is in the page cache
 # safetensors lays tensors out by its dtype enum, last member first, then by name (its ``prepare``).
 SAFETENSORS_ORDER = (
     "BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64",
@@ -192,18 +192,19 @@ def write_safetensors(
     """Atomically write ``tensors``, laid out byte for byte as safetensors' ``save_file`` lays
     them out: temporary file, fsync, rename, fsync the folder.
 
-    Each tensor is written at its own offset, by a few threads, straight from its memory; a
-    strided one (a Keras kernel in torch's layout) is first copied into memory its thread
-    reuses, so no tensor is copied twice and no copy touches fresh pages. Every part is
-    handed to the disk as soon as it is in the page cache (``sync_file_range``), so the one
-    fsync at the end waits for little more than the last part, where ``save_file`` and an
-    fsync leave the disk idle until everything is written.
+    The tensors are made ready on a few threads (a strided one, such as a Keras kernel in
+    torch's layout, copied once into reused memory; each checked finite) while one thread
+    writes those made before, in order, straight from their memory: a file takes one writer
+    at a time (ext4 locks it for each write call). Every part is handed to the disk as soon
+    as it is in the page cache (``sync_file_range``), so the one fsync at the end waits for
+    little more than the last part, where ``save_file`` and an fsync leave the disk idle
+    until everything is written.
 
     With ``finite_source``, a tensor holding NaN or inf is refused (:class:`NonFiniteTensors`,
     naming ``finite_source``) once all are checked, and nothing is replaced. ``float_dtype``
     is the dtype floating tensors are written in (a low-precision export), after that check.
     """
-    from zoo.weights import contiguous
+    from zoo.weights import aligned_view, contiguous
 
     if not all(isinstance(key, str) and isinstance(value, str) for key, value in metadata.items()):
         raise TypeError(f"safetensors metadata maps str to str, not {metadata!r}")
@@ -217,18 +218,22 @@ def write_safetensors(
 
     prefix, offsets = safetensors_header({n: (s, stored(d)) for n, (s, d) in layout.items()}, metadata)
     arrays = tensors.arrays if stream else ((name, tensors[name]) for name in offsets)  # file order
-    scratch, bad = threading.local(), set()
+    spare, bad = _Spare(), set()
 
-    def write(name: str, array: np.ndarray) -> None:  # on the pool: numpy and pwrite release the GIL
+    def ready(name: str, array: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:  # on the pool
+        memory = None
         if not array.flags.c_contiguous or array.dtype.byteorder == ">":
-            array = contiguous(array, out=_scratch(scratch, array.shape, array.dtype.newbyteorder("<")))
-        if array.dtype == (target := stored(array.dtype)):  # checked part by part as it is written
-            if not _write_at(descriptor, array, offsets[name], check=finite_source is not None):
-                bad.add(name)
-            return
+            dtype = array.dtype.newbyteorder("<")
+            memory = spare.take(array.size * dtype.itemsize)
+            array = contiguous(array, out=aligned_view(memory, array.shape, dtype))
         if finite_source is not None and not finite(array):
             bad.add(name)
-        _write_at(descriptor, array.astype(target), offsets[name])
+        return (array if array.dtype == stored(array.dtype) else array.astype(stored(array.dtype))), memory
+
+    def write(name: str, made: Future) -> None:  # on the writing thread, in order
+        array, memory = made.result()
+        _write_at(descriptor, array, offsets[name])
+        spare.give(memory)
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +243,7 @@ def write_safetensors(
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask decides
         try:
             _write_at(descriptor, np.frombuffer(prefix, np.uint8), 0)
-            _write_all(layout, arrays, write)
+            _write_all(layout, arrays, ready, write)
             if finite_source is not None:
                 refuse_nonfinite(finite_source, [name for name in layout if name in bad], len(layout))
             os.fsync(descriptor)
@@ -279,13 +284,21 @@ def safetensors_header(layout: Layout, metadata: dict[str, str] | None) -> tuple
 
 
 def _write_all(
-    layout: Layout, arrays: Iterable[tuple[str, np.ndarray]], write: Callable[[str, np.ndarray], None]
+    layout: Layout,
+    arrays: Iterable[tuple[str, np.ndarray]],
+    ready: Callable[[str, np.ndarray], Any],
+    write: Callable[[str, Future], None],
 ) -> None:
-    """``write`` each of ``arrays`` on a few threads as they come: every name of ``layout``
-    exactly once, of its shape and dtype, or nothing is kept (a tensor never given would
-    leave zeros in the file). A failure cancels the writes not yet started."""
-    expected = dict(layout)
-    with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-write") as pool:
+    """Make each of ``arrays`` ``ready`` on a few threads as they come and ``write`` them on
+    one, in the same order, at most ``2 * IO_THREADS`` tensors between the two (the memory
+    their copies take). Every name of ``layout`` exactly once, of its shape and dtype, or
+    nothing is kept: a tensor never given would leave zeros in the file. A failure cancels
+    what has not started."""
+    expected, between = dict(layout), threading.BoundedSemaphore(2 * IO_THREADS)
+    with (
+        ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-ready") as pool,
+        ThreadPoolExecutor(1, thread_name_prefix="zoo-write") as writer,
+    ):
         try:
             writes = []
             for name, array in arrays:
@@ -296,46 +309,52 @@ def _write_all(
                 if array.shape != tuple(shape) or array.dtype != dtype:
                     found, laid_out = f"{array.dtype} {list(array.shape)}", f"{np.dtype(dtype)} {list(shape)}"
                     raise ValueError(f"{name}: {found}, laid out as {laid_out}")
-                writes.append(pool.submit(write, name, array))
+                between.acquire()
+                writes.append(writer.submit(write, name, pool.submit(ready, name, array)))
+                writes[-1].add_done_callback(lambda _: between.release())
             if expected:
                 raise ValueError(f"tensors laid out but never given: {some(list(expected))}")
             for done in writes:
                 done.result()
         except BaseException:
             pool.shutdown(cancel_futures=True)
+            writer.shutdown(cancel_futures=True)
             raise
 
 
-def _scratch(local: threading.local, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Aligned memory for one tensor in this thread's own buffer, grown where too small: every
-    copy after the first writes pages that are already mapped (a first write faults)."""
-    from zoo.weights import ALIGNMENT, aligned_view
+class _Spare:
+    """Memory for the copies a write makes, given back once each is written and taken again
+    by the next: a save pays page faults for a few tensors' worth, not for every copy."""
 
-    size = math.prod(shape) * dtype.itemsize + ALIGNMENT
-    if getattr(local, "buffer", None) is None or local.buffer.nbytes < size:
-        local.buffer = np.empty(size, np.uint8)
-    return aligned_view(local.buffer, shape, dtype)
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> np.ndarray:
+        from zoo.weights import ALIGNMENT
+
+        with self._lock:
+            fits = [i for i, memory in enumerate(self._free) if memory.nbytes >= nbytes + ALIGNMENT]
+            if fits:
+                return self._free.pop(min(fits, key=lambda i: self._free[i].nbytes))
+        return np.empty(nbytes + ALIGNMENT, np.uint8)
+
+    def give(self, memory: np.ndarray | None) -> None:
+        if memory is not None:
+            with self._lock:
+                self._free.append(memory)
 
 
-def _write_at(descriptor: int, array: np.ndarray, offset: int, check: bool = False) -> bool:
-    """A C-ordered ``array``'s bytes into the file at ``offset``, ``WRITE_PART`` bytes a call,
-    each part's writeback started at once; with ``check``, whether every part is finite,
-    each tested just before it is written (then copied to the page cache from the CPU's
-    cache, not read from memory twice)."""
+def _write_at(descriptor: int, array: np.ndarray, offset: int) -> None:
+    """A C-ordered ``array``'s bytes into the file at ``offset``, ``WRITE_PART`` bytes a call
+    (short writes resumed), each part's writeback started at once."""
     start_writeback = _writeback_starter()
-    flat, good = array.reshape(-1), True
-    step = max(1, WRITE_PART // flat.itemsize)
-    for start in range(0, flat.size, step):
-        part = flat[start : start + step]
-        good = good and (not check or finite(part))
-        data = memoryview(part.view(np.uint8))
-        at, offset = offset, offset + data.nbytes
-        while data.nbytes:  # a short write is resumed
-            written = os.pwrite(descriptor, data, at)
-            data, at = data[written:], at + written
+    data = memoryview(array.reshape(-1).view(np.uint8))
+    while data.nbytes:
+        written = os.pwrite(descriptor, data[:WRITE_PART], offset)
         if start_writeback is not None:
-            start_writeback(descriptor, offset - part.nbytes, part.nbytes, SYNC_FILE_RANGE_WRITE)
-    return good
+            start_writeback(descriptor, offset, written, SYNC_FILE_RANGE_WRITE)
+        data, offset = data[written:], offset + written
 
 
 SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h>: start writing the range's dirty pages, do not wait
