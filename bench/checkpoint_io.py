@@ -56,11 +56,12 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None, 
     other repetition. Times in seconds.
 
     Each file is deleted as soon as it is timed, so that every save writes into page-cache
-    memory the one before it has just freed. Memory freed longer ago is not the same: on
-    these VMs (virtio-balloon free page reporting) the guest hands it back to the host after
-    about 2 s, and getting it back costs a fault on the host per page: 500 MB written into
-    it took 1.5-11 s, against 0.8 s into memory just freed (2026-11-27, both then fsynced in
-    0.2-0.4 s). A second save while the first file still held its memory paid that."""
+    memory the one before it has just freed. Memory freed longer ago is not the same: these
+    VMs report free pages to their host (virtio-balloon), which takes them back, and each
+    page costs a fault on the host when it is used again. 500 MB written after a 3 s pause
+    took 2.2-4.2 s, into memory a file deleted just before had held 0.29-0.80 s (6 each,
+    alternating, 2026-11-27, load 7; fsync 0.25 s either way). A second save while the
+    first file still held its memory paid that."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from safetensors.numpy import load_file, save_file
 
