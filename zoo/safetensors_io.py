@@ -228,7 +228,8 @@ def write_safetensors(
             array = contiguous(array, out=aligned_view(memory, array.shape, dtype))
         if finite_source is not None and not finite(array):
             bad.add(name)
-        return (array if array.dtype == stored(array.dtype) else array.astype(stored(array.dtype))), memory
+        target = stored(array.dtype)
+        return (array if array.dtype == target else array.astype(target)), memory
 
     def write(name: str, made: Future) -> None:  # on the writing thread, in order
         array, memory = made.result()
