@@ -7,7 +7,7 @@ framework when it is used.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -16,6 +16,7 @@ from typing import Any
 
 from zoo import registry
 from zoo.backend import backend_for, framework_name
+from zoo.limits import parse_json
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
 from zoo.runs import RunDir, record_stop
@@ -165,10 +166,10 @@ def inspect_checkpoint(path) -> dict[str, Any]:
     checkpoint = read_checkpoint(path)
     metadata: dict[str, Any] = {}
     for key, value in checkpoint.metadata.items():
-        try:
-            metadata[key] = json.loads(value) if value[:1] in "{[" else value
-        except json.JSONDecodeError:
-            metadata[key] = value
+        metadata[key] = value  # text, unless it is JSON zoo reads
+        if value[:1] in "{[":
+            with contextlib.suppress(ValueError):
+                metadata[key] = parse_json(value, key, error=ValueError, expect=None)
     tensors = checkpoint.family.weight_table(checkpoint.config)
     table = [(s.name, s.shape, s.dtype) for port in tensors for s in port.tensors]
     return {"metadata": metadata, "tensors": table}

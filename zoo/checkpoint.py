@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import numpy as np
 
 from zoo import registry
 from zoo.family import ArchitectureConfig, Family
+from zoo.limits import parse_json
 from zoo.model_io import framework_of, load_keras, load_tensors, load_torch, meta_tensors, model_tensors
 from zoo.safetensors_io import (
     LOW_PRECISION,
@@ -193,8 +195,11 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
             f"format={FORMAT!r}); zoo needs the architecture and config that zoo writes there"
         )
     version = metadata.get("format_version", "0")
-    if not version.isdigit():
-        raise CheckpointError(f"{path}: format_version {version!r} is not a number; the file is damaged")
+    if not re.fullmatch("[0-9]{1,9}", version):  # str.isdigit() is true of "²", int() fails on it
+        raise CheckpointError(
+            f"{path}: format_version {version!r:.24} is not a number zoo writes (1 to 9 digits 0-9); "
+            "the file is damaged"
+        )
     if int(version) > FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: checkpoint format version {metadata['format_version']} is newer than this "
@@ -214,16 +219,9 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
         config = family.config.model_validate_json(metadata.get("config", "{}"))
     except ValueError as error:
         raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
-    for key in ("task_info", "recipe", "metrics", "versions", "source"):
-        try:
-            value = json.loads(metadata.get(key, "{}"))
-        except json.JSONDecodeError:
-            raise CheckpointError(f"{path}: its {key} metadata is not JSON; the file is damaged") from None
-        if not isinstance(value, dict):  # zoo writes an object in each; readers look names up in it
-            raise CheckpointError(
-                f"{path}: its {key} metadata is JSON {type(value).__name__}, not the object zoo writes; "
-                "the file is damaged"
-            )
+    for key in ("task_info", "recipe", "metrics", "versions", "source"):  # an object each: looked up
+        source = f"{path}: its {key} metadata"
+        parse_json(metadata.get(key, "{}"), source, error=CheckpointError, fix="the file is damaged")
     _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
     return Checkpoint(path, metadata, family, config)
 

@@ -21,6 +21,7 @@ from zoo import registry
 from zoo.checkpoint import CheckpointError, read_checkpoint, write_checkpoint, write_safetensors
 from zoo.family import Family
 from zoo.foreign import ForeignFormat, ForeignLayoutError, Tensors
+from zoo.limits import json_kind, read_json
 from zoo.progress import track
 from zoo.weights import tensor_specs
 
@@ -54,7 +55,7 @@ def read_foreign(src: str | Path) -> tuple[Tensors, dict[str, Any]]:
     if src.is_dir():
         config = src / "config.json"
         if config.is_file():
-            meta = json.loads(config.read_text())
+            meta = read_json(config, error=InterchangeError, fix="it should be transformers' config.json")
         weights = _directory_weights(src)
     elif src.is_file():
         weights = [src]
@@ -71,8 +72,7 @@ def read_foreign(src: str | Path) -> tuple[Tensors, dict[str, Any]]:
 def _directory_weights(src: Path) -> list[Path]:
     index = src / "model.safetensors.index.json"
     if index.is_file():  # sharded, as transformers writes large models
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [src / shard for shard in shards]
+        return [src / shard for shard in _shards(index)]
     for name in WEIGHT_FILES:
         if (src / name).is_file():
             return [src / name]
@@ -81,6 +81,21 @@ def _directory_weights(src: Path) -> list[Path]:
         f"{src}: a directory without weights; expected one of {', '.join(WEIGHT_FILES)} "
         f"(or a sharded model.safetensors.index.json), found: {', '.join(found[:10]) or 'nothing'}"
     )
+
+
+def _shards(index: Path) -> list[str]:
+    """The shard files a sharded model's index names (its ``weight_map``: tensor -> file)."""
+    fix = 'a sharded model\'s index is {"weight_map": {"tensor name": "shard file name", ...}}'
+    weight_map = read_json(index, error=InterchangeError, fix=fix).get("weight_map")
+    if not isinstance(weight_map, dict):
+        found = (
+            "no weight_map" if weight_map is None else f"a weight_map that is a JSON {json_kind(weight_map)}"
+        )
+        raise InterchangeError(f"{index}: has {found}; {fix}")
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise InterchangeError(f"{index}: weight_map maps {tensor!r} to a JSON {json_kind(shard)}; {fix}")
+    return sorted(set(weight_map.values()))
 
 
 def _read_file(path: Path) -> Tensors:
@@ -209,7 +224,9 @@ def _source_tokenizer(src: Path, config):
     if not (src / "tokenizer.json").is_file() and (src / "vocab.txt").is_file():
         settings = src / "tokenizer_config.json"
         if settings.is_file():
-            lowercase = bool(json.loads(settings.read_text()).get("do_lower_case", True))
+            fix = "it should be transformers' tokenizer_config.json, or be removed"
+            found = read_json(settings, error=InterchangeError, fix=fix)
+            lowercase = bool(found.get("do_lower_case", True))
     try:
         tokenizer = load_tokenizer(src, lowercase)
     except (TokenizerError, ValueError) as error:

@@ -12,7 +12,6 @@ the second segment of pairs.
 from __future__ import annotations
 
 import csv
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 
 from zoo.data import DataError, Dataset, Split
 from zoo.data.text import data_tokenizer
+from zoo.limits import parse_json
 
 if TYPE_CHECKING:
     from zoo.tokenizer import Tokenizer
@@ -95,15 +95,8 @@ def _jsonl_rows(path: Path) -> list[tuple[int, dict]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(
-                f"{path}, line {number}: not JSON ({error.msg}); a .jsonl file holds one JSON object a line"
-            ) from None
-        if not isinstance(row, dict):
-            raise DataError(f"{path}, line {number}: a JSON {type(row).__name__}, not an object")
-        rows.append((number, row))
+        fix = "a .jsonl file holds one JSON object a line"
+        rows.append((number, parse_json(line, f"{path}, line {number}", error=DataError, fix=fix)))
     return rows
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.hardware import SetupError
+from zoo.limits import read_json
 from zoo.runs.metrics import MetricsLog
 
 log = logging.getLogger("zoo")
@@ -90,7 +91,8 @@ class RunDir:
         recorded = self.path / RECORDED_RECIPE
         if not recorded.is_file():
             return None
-        before, now = _flat(json.loads(recorded.read_text())), _flat(recipe)
+        fix = "it is the run's record of its starting recipe, damaged: delete it to resume without the check"
+        before, now = _flat(read_json(recorded, error=SetupError, fix=fix)), _flat(recipe)
         return [
             f"{key}: {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
             for key in sorted(before.keys() | now.keys())
@@ -129,10 +131,9 @@ class RunDir:
 
     def read_summary(self) -> dict[str, Any]:
         try:
-            found = json.loads(self.summary.read_text())
+            return read_json(self.summary, error=ValueError)
         except (OSError, ValueError):
             return {}
-        return found if isinstance(found, dict) else {}
 
 
 RECORDED_RECIPE = ".recipe.json"
