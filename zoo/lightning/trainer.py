@@ -15,7 +15,7 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 
 from zoo.data import Dataset, steps_per_epoch
-from zoo.hardware import SetupError, check_trainer, resolve_accelerator
+from zoo.hardware import SetupError, check_trainer, ddp_timeout_s, resolve_accelerator
 from zoo.initial_weights import seeded_torch_model
 from zoo.lightning.callbacks import (
     CallbackGroup,
@@ -40,9 +40,6 @@ warnings.filterwarnings("ignore", ".*`isinstance\\(treespec, LeafSpec\\)` is dep
 # zoo's epoch metrics are reduced over the ranks before they are logged.
 warnings.filterwarnings("ignore", ".*recommended to use `self.log\\(.*sync_dist=True\\)`.*")
 
-# A collective that only some ranks enter would otherwise block for torch's default 30 min.
-DDP_TIMEOUT = timedelta(seconds=float(os.environ.get("ZOO_DDP_TIMEOUT_S", "600")))
-
 
 def quiet() -> None:
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
@@ -54,11 +51,11 @@ def strategy_for(trainer_cfg):
     if strategy == "ddp":
         from lightning.pytorch.strategies import DDPStrategy
 
-        return DDPStrategy(timeout=DDP_TIMEOUT)
+        return DDPStrategy(timeout=timedelta(seconds=ddp_timeout_s()))
     if strategy == "fsdp":
         from lightning.pytorch.strategies import FSDPStrategy
 
-        return FSDPStrategy(timeout=DDP_TIMEOUT)
+        return FSDPStrategy(timeout=timedelta(seconds=ddp_timeout_s()))
     return "auto"
 
 
