@@ -9,15 +9,8 @@ from pathlib import Path
 import click
 
 from zoo.cli.errors import user_errors
-from zoo.cli.output import (
-    FiniteFloatRange,
-    emit_json,
-    for_scripts,
-    framework_option,
-    overrides_option,
-    script_output,
-    table,
-)
+from zoo.cli.numbers import FiniteFloatRange
+from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output, table
 from zoo.limits import MAX_SAMPLE_LENGTH
 from zoo.recipe.schema import SEED_LIMIT
 

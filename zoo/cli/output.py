@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import sys
 import typing
@@ -45,17 +44,6 @@ dir_option = click.option(
     "--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=Path("checkpoints"),
     show_default=True, help="The export directory the runs are in (a recipe's export.dir).",
 )  # fmt: skip
-
-
-class FiniteFloatRange(click.FloatRange):
-    """click's ``FloatRange``, without the ``nan`` and ``inf`` that its bounds let through
-    (``nan`` compares false with every bound): neither is a setting."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
 
 
 def for_scripts(fn):

@@ -11,14 +11,8 @@ from pathlib import Path
 import click
 
 from zoo.cli.errors import user_errors
-from zoo.cli.output import (
-    FiniteFloatRange,
-    emit_json,
-    for_scripts,
-    framework_option,
-    overrides_option,
-    script_output,
-)
+from zoo.cli.numbers import FiniteFloatRange
+from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output
 from zoo.recipe import load_recipe
 
 NO_BAR = ["trainer.progress_bar=false"]
