@@ -257,7 +257,9 @@ def test_the_format_refuses_what_zoo_cannot_represent(reference):
         from_hf(tensors, {**meta, "architectures": ["GPT2ForSequenceClassification"]})
     with pytest.raises(ForeignLayoutError, match=r"n_layer says 3, the tensors 2"):
         from_hf(tensors, {**meta, "n_layer": 3})
-    with pytest.raises(ForeignLayoutError, match=r"how many attention heads their width-64 GPT-2 has"):
+    with pytest.raises(
+        ForeignLayoutError, match=r"how many attention heads their width-64 GPT-2 has.*--num-heads"
+    ):
         from_hf(tensors, {})
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from zoo import registry
 from zoo.backend import backend_for, framework_name
@@ -20,6 +23,7 @@ from zoo.limits import parse_json
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
 from zoo.runs import RunDir, record_stop
+from zoo.safetensors_io import NonFiniteTensors
 from zoo.state import latest_state
 from zoo.tokenizer import saved_tokenizer
 
@@ -156,7 +160,49 @@ def evaluate(
         raise CheckpointError(f"{checkpoint}: does not fit the recipe's data: {error}") from None
     backend = backend_for(framework)
     model = backend.load(found)  # the file read and checked above, not a second time
-    return backend.evaluate(model, dataset, recipe.trainer, recipe.data.eval_batch_size)
+    metrics = backend.evaluate(model, dataset, recipe.trainer, recipe.data.eval_batch_size)
+    refuse_nonfinite_metrics(found, metrics, dataset.test, recipe.trainer.precision)
+    return metrics
+
+
+class NonFiniteMetrics(NonFiniteTensors):
+    """Finite weights whose test loss or metric is not a number: their outputs overflow (or the
+    data is not finite). A failed evaluation (exit 1), not a result to report."""
+
+
+def refuse_nonfinite_metrics(found, metrics: dict[str, float], test, precision: str) -> None:
+    """Raise :class:`NonFiniteMetrics` where a metric is NaN or infinite, saying what overflowed:
+    the test inputs, where they are not finite themselves, else the model's outputs in the
+    precision it ran in, with the weights that are largest (each one finite)."""
+    from zoo.recipe.capabilities import PRECISIONS
+
+    bad = [
+        f"{name.replace('_', ' ', 1)} is {value}"
+        for name, value in metrics.items()
+        if not math.isfinite(value)
+    ]
+    if not bad:
+        return
+    x = test.x if isinstance(test.x, np.ndarray) else np.zeros(0)
+    if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+        cause = f"the test inputs hold NaN or infinite values ({int((~np.isfinite(x)).sum())} of {x.size})"
+    else:
+        peaks = sorted(
+            (
+                (float(np.max(np.abs(v))), k)
+                for k, v in found.tensors().items()
+                if np.issubdtype(v.dtype, np.floating) and v.size
+            ),
+            reverse=True,
+        )[:3]
+        cause = (
+            f"the model's outputs overflow {PRECISIONS[precision].products} although every weight is finite "
+            f"(the largest: {', '.join(f'{k} {peak:.3g}' for peak, k in peaks)})"
+        )
+    raise NonFiniteMetrics(
+        f"{found.path}: the {'; the '.join(bad)}: {cause}. These metrics mean nothing: evaluate a "
+        "checkpoint from before the weights grew so large, or train again with a lower optimizer.lr"
+    )
 
 
 def inspect_checkpoint(path) -> dict[str, Any]:

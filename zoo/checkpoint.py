@@ -31,6 +31,7 @@ from zoo.safetensors_io import (
     as_float32,
     check_finite,
     read_aligned,
+    read_header,
     refuse_pickles,
     some,
     write_safetensors,
@@ -46,6 +47,7 @@ __all__ = [  # what other modules import from here (some of it lives in safetens
 
 FORMAT = "zoo-checkpoint"
 FORMAT_VERSION = 1
+FLOAT_DTYPES = ("float32", *LOW_PRECISION, "float64")  # the dtypes a checkpoint's weights may have
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,7 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
             f"{path}: not a readable safetensors file ({error}); it may be truncated or of "
             "another format. zoo checkpoints are the model.safetensors files that `zoo train` exports."
         ) from None
+    read_header(path)  # a tensor named twice, which safetensors reads as one of the two
     if metadata.get("format") != FORMAT:
         raise CheckpointError(
             f"{path}: a safetensors file, but not a zoo checkpoint (its metadata has no "
@@ -222,8 +225,31 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
     for key in ("task_info", "recipe", "metrics", "versions", "source"):  # an object each: looked up
         source = f"{path}: its {key} metadata"
         parse_json(metadata.get(key, "{}"), source, error=CheckpointError, fix="the file is damaged")
+    _check_task(path, metadata, config)
     _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
     return Checkpoint(path, metadata, family, config)
+
+
+def _check_task(path: Path, metadata: dict[str, str], config: ArchitectureConfig) -> None:
+    """The task and task_info metadata against the config, which is what the model is built
+    from: a file that says one thing and builds another is damaged, and would be shown as one
+    task and evaluated as the other."""
+    task = metadata.get("task")
+    if task is not None and task != config.active_task:
+        raise CheckpointError(
+            f"{path}: its task metadata is {task!r} but its {config.architecture} config builds a "
+            f"{config.active_task!r} model; the file is damaged (its metadata contradicts itself)"
+        )
+    recorded = json.loads(metadata.get("task_info", "{}"))
+    differ = [
+        f"task_info.{key} is {recorded[key]!r}, the config's {key} {value!r}"
+        for key, value in config.task_info().items()
+        if key in recorded and recorded[key] != value
+    ]
+    if differ:
+        raise CheckpointError(
+            f"{path}: its metadata contradicts itself: {'; '.join(differ)}; the file is damaged"
+        )
 
 
 def _describe_slice(piece) -> tuple[tuple[int, ...], str]:
@@ -232,7 +258,12 @@ def _describe_slice(piece) -> tuple[tuple[int, ...], str]:
 
 
 def _check_tensors(path: Path, found: dict[str, tuple], table, float_dtype: str) -> None:
+    """Every tensor the weight table names, at its shape and dtype: a weight in the export
+    dtype the metadata names (a floating one: integer or bool weights are no export of zoo's,
+    and neither twin trains or runs them), a counter in the table's own integer dtype."""
     expected = tensor_specs(table)
+    if float_dtype not in FLOAT_DTYPES:
+        float_dtype = "float32"  # the weights are then named with the dtype they should have
     problems = []
     missing = [n for n in expected if n not in found]
     extra = [n for n in found if n not in expected]

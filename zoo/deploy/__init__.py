@@ -22,6 +22,7 @@ from pathlib import Path
 
 from zoo.deploy.check import Check, ExportError, run_checks, staged
 from zoo.deploy.inputs import InputPort, batch, input_ports, shapes
+from zoo.overwrite import refuse_inputs_as_outputs
 from zoo.progress import track
 
 FORMATS = ("onnx", "savedmodel", "torch-export")
@@ -80,6 +81,7 @@ def export_model(
     ckpt = read_checkpoint(checkpoint)
     framework = _framework(format, framework, ckpt.framework)
     out = Path(out)
+    refuse_inputs_as_outputs([out], [ckpt.path], ExportError)  # a SavedModel replaces its whole folder
     if SUFFIXES[format] and out.suffix != SUFFIXES[format]:
         raise ExportError(f"{out}: a {format} export is one {SUFFIXES[format]} file; name --out so")
     family, config = ckpt.family, ckpt.config
