@@ -59,7 +59,7 @@ class ArchitectureConfig(BaseModel):
         try:
             return self.model_validate({**self.model_dump(), **updates})
         except ValidationError as error:
-            from zoo.data import DataError
+            from zoo.errors import DataError
 
             given = ", ".join(f"{k}={v!r}" for k, v in updates.items())
             problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())

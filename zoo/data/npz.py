@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from zoo.data import DataError, Dataset, Split, image_info, sequence_info
+from zoo.data.dataset import Dataset, Split, image_info, sequence_info
+from zoo.errors import DataError
 
 REQUIRED = ("x_train", "y_train", "x_test", "y_test")
 

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zoo.data import DataError, Dataset, Split
+from zoo.data.dataset import Dataset, Split
 from zoo.data.text import data_tokenizer
+from zoo.errors import DataError
 from zoo.limits import parse_json
 
 if TYPE_CHECKING:
