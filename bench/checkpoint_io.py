@@ -1,7 +1,7 @@
 """Common-checkpoint throughput at gpt2 size, end to end through zoo's API (issue 18, item 4).
 
-A run exports with ``zoo.checkpoint.save_checkpoint`` and every later use starts with
-``zoo.checkpoint.load_checkpoint``, which returns a ready model: building the twin is part of
+A run exports with ``zoo.backend.save_checkpoint`` and every later use starts with
+``zoo.backend.load_checkpoint``, which returns a ready model: building the twin is part of
 a load. This times exactly those two calls per framework on gpt2 (124M parameters, 498 MB of
 float32) and gpt2-medium (355M, 1.42 GB), next to safetensors' own ``save_file`` and
 ``load_file`` of the same tensors (numpy), the floor: a save writes a fresh file and fsyncs
@@ -51,7 +51,8 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None) 
     from safetensors.numpy import load_file, save_file
 
     from zoo import api, registry
-    from zoo.checkpoint import load_checkpoint, model_tensors, save_checkpoint
+    from zoo.backend import load_checkpoint, save_checkpoint
+    from zoo.checkpoint import model_tensors
     from zoo.keras import skeleton as keras_skeleton
 
     if threads:

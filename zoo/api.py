@@ -71,7 +71,7 @@ def train(
 def execute(plan: RunPlan) -> TrainResult:
     """Have the plan's backend train it, then export what the run made: the checkpoint (with
     the tokenizer its ids need beside it) and the run's summary."""
-    from zoo.checkpoint import save_checkpoint
+    from zoo.backend import save_checkpoint
     from zoo.runs import read_metrics
 
     started = time.perf_counter()
@@ -124,13 +124,13 @@ def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
 
 
 def save_checkpoint(model, path, **kwargs) -> Path:
-    from zoo.checkpoint import save_checkpoint as save
+    from zoo.backend import save_checkpoint as save
 
     return save(model, path, **kwargs)
 
 
 def load_checkpoint(path, framework: str = "lightning", architecture: str | None = None):
-    from zoo.checkpoint import load_checkpoint as load
+    from zoo.backend import load_checkpoint as load
 
     return load(path, framework_name(framework), architecture)
 

@@ -74,7 +74,8 @@ def export_model(
     the framework that wrote the checkpoint, ``lightning`` for an imported one). SavedModel is
     the Keras twin's and torch.export the torch twin's; naming the other twin is an error.
     """
-    from zoo.checkpoint import load_checkpoint, read_checkpoint
+    from zoo.backend import load_checkpoint
+    from zoo.checkpoint import read_checkpoint
 
     if format not in FORMATS:
         raise ExportError(f"unknown deployment format {format!r}; choose one of: {', '.join(FORMATS)}")
