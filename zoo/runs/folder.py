@@ -151,10 +151,11 @@ def prepare_resume(run: RunDir, state_file: Path, recipe: dict[str, Any], force:
     the run is this process's alone, the state reads, the recipe is the one the states came
     from (or ``force``), a diverged run is not replayed into its divergence, and
     ``metrics.csv`` keeps no epoch the state has not reached (it is trained again)."""
-    from zoo.state import check_state, step_of
+    from zoo.backend import backend_of_state
+    from zoo.state import step_of
 
     run.claim()
-    check_state(state_file)
+    backend_of_state(state_file).check_state(state_file)
     changes = run.recipe_changes(recipe)
     if changes is None:
         log.warning(f"{run.path} has no record of its starting recipe ({RECORDED_RECIPE}); not compared")
