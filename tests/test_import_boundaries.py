@@ -26,12 +26,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = sorted(p.name for p in (ROOT / "architectures").iterdir() if (p / "__init__.py").is_file())
-# The bottom of zoo/, bottom first (docs/layout.md): what these import is among them, even
-# inside functions. zoo.keras.skeleton is model_io's way of building a Keras twin without
+# The bottom of zoo/, bottom first (lines 1-6 of docs/layout.md): what these import is among
+# them, even inside functions. zoo.keras.skeleton is model_io's way of building a Keras twin without
 # drawing its initial weights; it imports nothing of zoo.
 FOUNDATION = (
-    "zoo.errors", "zoo.limits", "zoo.foreign", "zoo.weights", "zoo.safetensors_io", "zoo.family",
-    "zoo.registry", "zoo.keras.skeleton", "zoo.model_io", "zoo.checkpoint", "zoo.recipe",
+    "zoo.errors", "zoo.limits", "zoo.foreign", "zoo.overwrite", "zoo.progress", "zoo.memory",
+    "zoo.keras.skeleton", "zoo.weights", "zoo.safetensors_io", "zoo.family", "zoo.registry", "zoo.model_io",
+    "zoo.checkpoint", "zoo.recipe",
 )  # fmt: skip
 
 
