@@ -10,6 +10,11 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# One TensorFlow kernel thread, as torch gets one below, set before TensorFlow starts (and passed on
+# to the zoo commands tests run): a kernel's summation order follows its thread count, and a
+# recipe's trainer.num_threads would otherwise fix it for the rest of a pytest worker, so a float
+# result would depend on which test files the worker happened to run first.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 from zoo import registry
 
