@@ -65,19 +65,29 @@ def train(
 
 def execute(plan: RunPlan) -> TrainResult:
     """Have the plan's backend train it, then export what the run made: the checkpoint (with
-    the tokenizer its ids need beside it) and the run's summary."""
-    from zoo.checkpoint import save_checkpoint
-    from zoo.runs import read_metrics
+    the tokenizer its ids need beside it) and the run's summary. A SIGTERM meanwhile stops the
+    run where it can stop cleanly (zoo.runs.signals); any stop is recorded (zoo.runs.record_stop)."""
+    from zoo.runs import signals
 
     started = time.perf_counter()
-    try:
-        model, metrics = backend_for(plan.framework).fit(plan)
-    except (Exception, KeyboardInterrupt) as error:
-        record_stop(plan.run, error)  # says what is kept; a diverged run is marked, never offered a resume
-        raise
+    with signals.stop_on_sigterm():
+        try:
+            return _train_and_export(plan, started)
+        except (Exception, KeyboardInterrupt) as error:
+            record_stop(plan.run, error)  # says what is kept; a diverged run is never offered a resume
+            raise
+
+
+def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
+    from zoo.checkpoint import save_checkpoint
+    from zoo.runs import check_run_folder, read_metrics
+    from zoo.runs.growth import loss_explosion
+
+    model, metrics = backend_for(plan.framework).fit(plan)
     run, recipe, config = plan.run, plan.recipe, plan.config
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         return TrainResult(plan.folder, plan.folder / "model.safetensors", metrics, plan.framework)
+    check_run_folder(run.path)  # a folder deleted under the run is not recreated to hold its checkpoint
     checkpoint = save_checkpoint(
         model,
         run.checkpoint,
@@ -88,13 +98,17 @@ def execute(plan: RunPlan) -> TrainResult:
     )
     if plan.dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
         plan.dataset.tokenizer.save(checkpoint.parent)
+    history = read_metrics(run.metrics)
+    exploded = loss_explosion(metrics.get("train_loss_first_batch"), history)
+    if exploded:
+        log.warning(f"warning: {exploded['message']}")
     run.write_summary({
         "recipe": recipe.name, "framework": plan.framework, "architecture": config.architecture,
         "preset": config.preset, "metrics": metrics,
         "total_seconds": round(time.perf_counter() - started, 3),
-        "checkpoint": str(checkpoint),
+        "checkpoint": str(checkpoint), **({"loss_exploded": exploded} if exploded else {}),
     })  # fmt: skip
-    return TrainResult(run.path, checkpoint, metrics, plan.framework, read_metrics(run.metrics))
+    return TrainResult(run.path, checkpoint, metrics, plan.framework, history)
 
 
 def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
