@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from zoo.data import DataError, Dataset, Split, image_info, sequence_info
+from zoo.family import MAX_CLASSES
 
 REQUIRED = ("x_train", "y_train", "x_test", "y_test")
 
@@ -35,6 +36,12 @@ def load_npz(cfg, input_kind: str) -> Dataset:
             raise DataError(f"{cfg.path}: x_{name} has {len(x)} samples but y_{name} has {len(y)}")
         if not np.issubdtype(y.dtype, np.integer) or (len(y) and y.min() < 0):
             raise DataError(f"{cfg.path}: y_{name} must hold class indices 0..K-1 (got {y.dtype})")
+        if len(y) and y.max() >= MAX_CLASSES:
+            row = int(np.argmax(y))
+            raise DataError(
+                f"{cfg.path}: y_{name}[{row}] is {y[row]}, past {MAX_CLASSES - 1:,}, the largest class id a "
+                "zoo classifier takes; y arrays hold class indices 0..K-1"
+            )
         x = np.ascontiguousarray(x, dtype=np.float32)
         if input_kind == "image":
             if x.ndim == 3:

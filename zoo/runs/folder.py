@@ -26,18 +26,12 @@ class RunDir:
     @classmethod
     def create(cls, root: Path, name: str) -> RunDir:
         """A new folder ``root/name`` (``name-2``, ``-3``... if taken). ``name`` is one path
-        component: a run never lands outside ``export.dir``. Two runs started in the same
-        second each get their own folder: ``mkdir`` is the claim, not an ``exists`` check."""
-        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-            raise SetupError(
-                f"export.run_name {name!r} is not a folder name; give a plain name without '/' "
-                "or '..' (run folders are created inside export.dir)"
-            )
-        if len(os.fsencode(name)) > NAME_MAX - len("-999"):
-            raise SetupError(
-                f"export.run_name is {len(os.fsencode(name))} bytes long; a folder name holds at most "
-                f"{NAME_MAX} bytes on this system (with room for a '-2' suffix): give a shorter name"
-            )
+        component (:func:`run_name_problem`, which the recipe's schema applies too): a run never
+        lands outside ``export.dir``. Two runs started in the same second each get their own
+        folder: ``mkdir`` is the claim, not an ``exists`` check."""
+        problem = run_name_problem(name)
+        if problem:
+            raise SetupError(problem)
         try:
             root.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -133,6 +127,22 @@ class RunDir:
         except (OSError, ValueError):
             return {}
         return found if isinstance(found, dict) else {}
+
+
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a run folder inside ``export.dir``, or None. ``zoo validate`` and
+    ``zoo train`` both ask (the recipe schema's ``export.run_name`` and :meth:`RunDir.create`)."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        return (
+            f"export.run_name {name!r} is not a folder name; give a plain name without '/' or '..' "
+            "(run folders are created inside export.dir)"
+        )
+    if len(os.fsencode(name)) > NAME_MAX - len("-999"):
+        return (
+            f"export.run_name is {len(os.fsencode(name))} bytes long; a folder name holds at most "
+            f"{NAME_MAX} bytes on this system (with room for a '-2' suffix): give a shorter name"
+        )
+    return None
 
 
 RECORDED_RECIPE = ".recipe.json"
