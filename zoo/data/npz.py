@@ -22,6 +22,14 @@ def load_npz(cfg, input_kind: str) -> Dataset:
             f"{cfg.path}: missing arrays {missing}; an npz dataset has x_train, y_train, "
             f"x_test, y_test and optionally x_val, y_val (found {sorted(arrays)})"
         )
+    for name in ("y_train", "y_val", "y_test"):  # indexed as in the file, before a validation split
+        y = arrays.get(name)
+        if y is not None and np.issubdtype(y.dtype, np.integer) and len(y) and y.max() >= MAX_CLASSES:
+            row = int(np.argmax(y))
+            raise DataError(
+                f"{cfg.path}: {name}[{row}] is {y[row]}, past {MAX_CLASSES - 1:,}, the largest class id a "
+                "zoo classifier takes; y arrays hold class indices 0..K-1"
+            )
     if "x_val" not in arrays:
         rng = np.random.default_rng(cfg.split_seed)
         order = rng.permutation(len(arrays["y_train"]))
@@ -36,12 +44,6 @@ def load_npz(cfg, input_kind: str) -> Dataset:
             raise DataError(f"{cfg.path}: x_{name} has {len(x)} samples but y_{name} has {len(y)}")
         if not np.issubdtype(y.dtype, np.integer) or (len(y) and y.min() < 0):
             raise DataError(f"{cfg.path}: y_{name} must hold class indices 0..K-1 (got {y.dtype})")
-        if len(y) and y.max() >= MAX_CLASSES:
-            row = int(np.argmax(y))
-            raise DataError(
-                f"{cfg.path}: y_{name}[{row}] is {y[row]}, past {MAX_CLASSES - 1:,}, the largest class id a "
-                "zoo classifier takes; y arrays hold class indices 0..K-1"
-            )
         x = np.ascontiguousarray(x, dtype=np.float32)
         if input_kind == "image":
             if x.ndim == 3:

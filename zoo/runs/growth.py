@@ -31,7 +31,7 @@ def loss_explosion(first: float | None, rows: list[dict[str, str]]) -> dict | No
     if first is None or last is None or not first > 0:
         return None
     factor = last / first
-    if factor <= GROWTH_LIMIT or last <= LOSS_FLOOR:
+    if not (factor > GROWTH_LIMIT and last > LOSS_FLOOR):  # a NaN is no explosion: it stopped the run
         return None
     message = (
         f"the training loss exploded: {last:.3g} in epoch {epoch} (its mean), {factor:.3g} times the "
