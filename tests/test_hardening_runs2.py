@@ -39,31 +39,34 @@ SETTINGS = [
 ]  # fmt: skip
 BATCHES = 10
 
-# The zoo command line, with the process sending itself ``signal`` at its ``batch``-th training
-# batch end (after zoo's per-batch callback ran): a real signal through the real handlers.
+# The zoo command line, with the process sending itself a signal at the end of its ``count``-th
+# training batch (``train``) or validation batch (``val``), after zoo's per-batch callback ran:
+# a real signal through the real handlers, at a point that never depends on the machine's speed.
 SIGNAL_AT = """
 import os, signal, sys
 
-framework, batch, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+framework, hook, count, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if framework == "lightning":
     from zoo.lightning import callbacks
+    method = {"train": "on_train_batch_end", "val": "on_validation_batch_end"}[hook]
 else:
     from zoo.keras import callbacks
-original = callbacks.StopOnNonFiniteLoss.on_train_batch_end
+    method = {"train": "on_train_batch_end", "val": "on_test_batch_end"}[hook]
+original = getattr(callbacks.StopOnNonFiniteLoss, method)
 seen = []
 
 
-def on_train_batch_end(self, *args, **kwargs):
+def hooked(self, *args, **kwargs):
     original(self, *args, **kwargs)
     seen.append(1)
-    if len(seen) == batch:
+    if len(seen) == count:
         os.kill(os.getpid(), getattr(signal, name))
 
 
-callbacks.StopOnNonFiniteLoss.on_train_batch_end = on_train_batch_end
+setattr(callbacks.StopOnNonFiniteLoss, method, hooked)
 from zoo.cli import main
 
-main(args=sys.argv[4:], prog_name="zoo")
+main(args=sys.argv[5:], prog_name="zoo")
 """
 
 
@@ -72,20 +75,40 @@ def sets(*overrides: str) -> list[str]:
 
 
 def signalled(
-    tmp_path: Path, framework: str, batch: int, name: str
+    tmp_path: Path, framework: str, count: int, name: str, hook: str = "train", *overrides: str
 ) -> tuple[subprocess.CompletedProcess, Path]:
-    """A ``zoo train`` of SETTINGS that receives signal ``name`` at its ``batch``-th batch end."""
+    """A ``zoo train`` of SETTINGS that receives signal ``name`` at its ``count``-th ``hook`` batch end."""
     script = tmp_path / "signal_at.py"
     script.write_text(textwrap.dedent(SIGNAL_AT))
-    run = tmp_path / f"{framework}-{name}-{batch}"
-    args = ["train", str(RECIPE), "--framework", framework,
-            *sets(*SETTINGS, f"export.dir={tmp_path}", f"export.run_name={run.name}")]  # fmt: skip
+    run = tmp_path / f"{framework}-{name}-{hook}-{count}"
+    where = [f"export.dir={tmp_path}", f"export.run_name={run.name}"]
+    args = ["train", str(RECIPE), "--framework", framework, *sets(*SETTINGS, *overrides, *where)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(
-        [sys.executable, str(script), framework, str(batch), name, *args],
+        [sys.executable, str(script), framework, hook, str(count), name, *args],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     return done, run
+
+
+def stopped_on_sigterm(done: subprocess.CompletedProcess, run: Path, step: int) -> None:
+    """Exit 143, the newest state at ``step``, said on stderr and in summary.json, no checkpoint."""
+    assert done.returncode == 143, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    state = latest_state(run)
+    assert state is not None and step_of(state) == step, state
+    expected = (
+        f"the run stopped on SIGTERM; its last training state is kept (state/{state.name}, step {step})"
+    )
+    assert expected in done.stderr and f"zoo resume {run}" in done.stderr, done.stderr[-3000:]
+    assert "training stopped: the run received SIGTERM" in done.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary == {"status": "interrupted", "signal": "SIGTERM", "last_state": str(state), "step": step}
+    assert (
+        read_run(run).status == "interrupted"
+        and next_commands(read_run(run))["resume"] == f"zoo resume {run}"
+    )
+    assert not (run / "model.safetensors").exists()
 
 
 @pytest.fixture(scope="module")
@@ -114,24 +137,9 @@ def rows_without_time(run: Path) -> list[dict[str, str]]:
 @pytest.mark.parametrize("batch", [7, BATCHES], ids=["mid-epoch", "epoch-end"])
 def test_sigterm_saves_the_state_exits_143_and_resume_is_bit_exact(tmp_path, framework, batch, uninterrupted):
     done, run = signalled(tmp_path, framework, batch, "SIGTERM")
-    assert done.returncode == 143, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
     # Mid-epoch it stops after that optimizer step; in an epoch's last step, after the epoch's
-    # validation, metrics row and state. Either way the newest state is where it stopped.
-    state = latest_state(run)
-    assert state is not None and step_of(state) == batch
-    expected = (
-        f"the run stopped on SIGTERM; its last training state is kept (state/{state.name}, step {batch})"
-    )
-    assert expected in done.stderr and f"zoo resume {run}" in done.stderr, done.stderr[-3000:]
-    assert "training stopped: the run received SIGTERM" in done.stderr
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary == {"status": "interrupted", "signal": "SIGTERM", "last_state": str(state), "step": batch}
-    assert (
-        read_run(run).status == "interrupted"
-        and next_commands(read_run(run))["resume"] == f"zoo resume {run}"
-    )
-    assert not (run / "model.safetensors").exists()
+    # validation, metrics row and state.
+    stopped_on_sigterm(done, run, batch)
     assert [row["epoch"] for row in read_metrics(run / "metrics.csv")] == ["1"] * (batch == BATCHES)
 
     code, out = zoo("resume", str(run))
@@ -141,13 +149,25 @@ def test_sigterm_saves_the_state_exits_143_and_resume_is_bit_exact(tmp_path, fra
     assert expected.keys() == resumed.keys()
     assert all(np.array_equal(expected[k], resumed[k]) for k in expected), "resumed weights differ"
     assert rows_without_time(run) == rows_without_time(whole)
-    summary, first = (
-        json.loads((run / "summary.json").read_text()),
-        json.loads((whole / "summary.json").read_text()),
-    )
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and "loss_exploded" not in summary
     # The first batch's loss travelled in the state: the explosion check still has it.
-    assert summary["metrics"]["train_loss_first_batch"] == first["metrics"]["train_loss_first_batch"]
+    first = json.loads((whole / "summary.json").read_text())["metrics"]["train_loss_first_batch"]
+    assert summary["metrics"]["train_loss_first_batch"] == first
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize(
+    "hook, count, overrides, step, rows",
+    [("val", 1, (), BATCHES, 1), ("train", 7, ("trainer.accumulate_grad_batches=2",), 4, 0)],
+    ids=["validating", "accumulating"],
+)
+def test_sigterm_lets_a_validating_epoch_or_an_accumulated_step_end_first(
+    tmp_path, framework, hook, count, overrides, step, rows
+):
+    done, run = signalled(tmp_path, framework, count, "SIGTERM", hook, *overrides)
+    stopped_on_sigterm(done, run, step)
+    assert len(read_metrics(run / "metrics.csv")) == rows
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -276,16 +276,18 @@ class SaveState(L.Callback):
     """Lightning's full training state every N optimizer steps and at every epoch end,
     written to a temporary name and renamed (a kill mid-save keeps the previous state).
 
-    On SIGTERM Lightning ends ``fit`` with its ``SIGTERMException`` at the next batch end (or
-    epoch end), and calls ``on_exception`` first: the state is saved there when that batch ended
-    an optimizer step (mid-accumulation the gradients so far are not part of any state, so the
-    last state kept is the one a resume continues from). See zoo.runs.signals.
+    On SIGTERM Lightning ends ``fit`` with its ``SIGTERMException`` at the next batch end, and
+    calls ``on_exception`` first: the state is saved there. zoo holds Lightning's flag where a
+    stop would lose work or leave an epoch half done, as the Keras side stops: between the
+    batches of one accumulated step (whose gradients no state holds), and in an epoch's last
+    step or its validation (the epoch ends first: its metrics row and state). See zoo.runs.signals.
     """
 
     def __init__(self, run_dir: Path, every_n_steps: int | None, keep: int):
         self.run_dir, self.every_n_steps, self.keep = Path(run_dir), every_n_steps, keep
         self.saved_step = -1
         self.step_ended = False  # whether the last training batch ended an optimizer step
+        self.sigterm_held = False  # a SIGTERM that waits for the optimizer step to end
 
     def save(self, trainer) -> None:
         if trainer.global_step == self.saved_step:
@@ -308,9 +310,21 @@ class SaveState(L.Callback):
         self.step_ended = (batch_idx + 1) % trainer.accumulate_grad_batches == 0 or trainer.is_last_batch
         if self.every_n_steps and self.step_ended and trainer.global_step % self.every_n_steps == 0:
             self.save(trainer)
+        self.hold_sigterm(trainer, release=self.step_ended and not trainer.is_last_batch)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self.hold_sigterm(trainer, release=False)
 
     def on_train_epoch_end(self, trainer, pl_module):
         self.save(trainer)
+        self.hold_sigterm(trainer, release=True)  # Lightning stops after this epoch end
+
+    def hold_sigterm(self, trainer, release: bool) -> None:
+        """Let a SIGTERM stop the loop now (``release``) or hold it until it can stop cleanly.
+        Lightning reads its signal connector's flag after these hooks and has no public way to wait."""
+        connector = trainer._signal_connector
+        if connector.received_sigterm or self.sigterm_held:
+            connector.received_sigterm, self.sigterm_held = release, not release
 
     def on_exception(self, trainer, pl_module, exception):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
