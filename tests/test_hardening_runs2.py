@@ -133,6 +133,7 @@ def rows_without_time(run: Path) -> list[dict[str, str]]:
     ]
 
 
+@pytest.mark.slow  # a training process per framework and case (TensorFlow's import alone is seconds)
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("batch", [7, BATCHES], ids=["mid-epoch", "epoch-end"])
 def test_sigterm_saves_the_state_exits_143_and_resume_is_bit_exact(tmp_path, framework, batch, uninterrupted):
@@ -156,6 +157,7 @@ def test_sigterm_saves_the_state_exits_143_and_resume_is_bit_exact(tmp_path, fra
     assert summary["metrics"]["train_loss_first_batch"] == first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize(
     "hook, count, overrides, step, rows",
@@ -170,6 +172,7 @@ def test_sigterm_lets_a_validating_epoch_or_an_accumulated_step_end_first(
     assert len(read_metrics(run / "metrics.csv")) == rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_ctrl_c_says_what_is_kept_and_how_to_resume(tmp_path, framework):
     done, run = signalled(tmp_path, framework, BATCHES + 5, "SIGINT")

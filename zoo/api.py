@@ -18,7 +18,7 @@ from zoo import registry
 from zoo.backend import backend_for, framework_name
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
-from zoo.runs import RunDir, record_stop
+from zoo.runs import RunDir, record_stop, signals
 from zoo.state import latest_state
 from zoo.tokenizer import saved_tokenizer
 
@@ -58,24 +58,23 @@ def train(
 ) -> TrainResult:
     """Train a recipe in one framework, test it, export the common checkpoint.
 
-    ``resume`` (a run folder and one of its states; see :func:`resume`) continues a run.
+    ``resume`` (a run folder and one of its states; see :func:`resume`) continues a run. A
+    SIGTERM meanwhile stops it where it can stop cleanly, saved (zoo.runs.signals).
     """
-    return execute(plan_run(recipe, framework, overrides, resume=resume))
+    with signals.stop_on_sigterm():
+        return execute(plan_run(recipe, framework, overrides, resume=resume))
 
 
 def execute(plan: RunPlan) -> TrainResult:
     """Have the plan's backend train it, then export what the run made: the checkpoint (with
-    the tokenizer its ids need beside it) and the run's summary. A SIGTERM meanwhile stops the
-    run where it can stop cleanly (zoo.runs.signals); any stop is recorded (zoo.runs.record_stop)."""
-    from zoo.runs import signals
-
+    the tokenizer its ids need beside it) and the run's summary. A run that stops on the way is
+    recorded (zoo.runs.record_stop)."""
     started = time.perf_counter()
-    with signals.stop_on_sigterm():
-        try:
-            return _train_and_export(plan, started)
-        except (Exception, KeyboardInterrupt) as error:
-            record_stop(plan.run, error)  # says what is kept; a diverged run is never offered a resume
-            raise
+    try:
+        return _train_and_export(plan, started)
+    except (Exception, KeyboardInterrupt) as error:
+        record_stop(plan.run, error)  # says what is kept; a diverged run is never offered a resume
+        raise
 
 
 def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
