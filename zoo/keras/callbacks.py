@@ -29,6 +29,7 @@ class EpochMetrics(keras.callbacks.Callback):
         self.started = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
+        check_run_folder(self.metrics_log.path.parent)  # never a headerless metrics.csv in a recreated folder
         logs = logs or {}
         row = {f"train_{k}" if not k.startswith("val_") else k: float(v) for k, v in logs.items()}
         row.pop("train_learning_rate", None)

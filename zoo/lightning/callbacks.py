@@ -108,6 +108,7 @@ class EpochMetrics(L.Callback):
     def on_train_epoch_end(self, trainer, pl_module):
         if self.metrics_log is None or not trainer.is_global_zero:
             return
+        check_run_folder(self.metrics_log.path.parent)  # never a headerless metrics.csv in a recreated folder
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # reduced over ranks already
         row = {k: metrics[k] for k in self.metrics_log.columns if k in metrics}
         row["epoch"] = trainer.current_epoch + 1

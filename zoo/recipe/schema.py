@@ -11,6 +11,7 @@ starts, by ``zoo.hardware``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -60,6 +61,8 @@ from zoo.recipe.optimization import (  # noqa: F401 (part of the schema)
 )
 
 Framework = Annotated[Literal["lightning", "keras"], BeforeValidator(normalize_framework)]
+# The longest file or folder name (bytes) the file system takes; 255 on every common one.
+NAME_MAX = 255
 
 SEED_LIMIT = 2**32  # numpy's and torch's seeds are unsigned 32-bit (torch also takes 64, numpy not)
 # Both frameworks tabulate the whole run up front: one learning rate per optimizer step,
@@ -172,10 +175,24 @@ class InitConfig(Section):
         return self
 
 
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a run folder inside ``export.dir``, or None. ``zoo validate`` and
+    ``zoo train`` both ask (``export.run_name`` below, and zoo.runs.RunDir.create)."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        return (
+            f"export.run_name {name!r} is not a folder name; give a plain name without '/' or '..' "
+            "(run folders are created inside export.dir)"
+        )
+    if len(os.fsencode(name)) > NAME_MAX - len("-999"):
+        return (
+            f"export.run_name is {len(os.fsencode(name))} bytes long; a folder name holds at most "
+            f"{NAME_MAX} bytes on this system (with room for a '-2' suffix): give a shorter name"
+        )
+    return None
+
+
 def _folder_name(name: str | None) -> str | None:
     """A run folder's name is one plain path component, as zoo train will create it."""
-    from zoo.runs.folder import run_name_problem
-
     problem = None if name is None else run_name_problem(name)
     if problem:
         raise ValueError(problem)

@@ -15,8 +15,6 @@ from zoo.hardware import SetupError
 from zoo.runs.metrics import MetricsLog
 
 log = logging.getLogger("zoo")
-# The longest file or folder name (bytes) the file system takes; 255 on every common one.
-NAME_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -26,9 +24,11 @@ class RunDir:
     @classmethod
     def create(cls, root: Path, name: str) -> RunDir:
         """A new folder ``root/name`` (``name-2``, ``-3``... if taken). ``name`` is one path
-        component (:func:`run_name_problem`, which the recipe's schema applies too): a run never
+        component (the recipe schema's rule, zoo.recipe.schema.run_name_problem): a run never
         lands outside ``export.dir``. Two runs started in the same second each get their own
         folder: ``mkdir`` is the claim, not an ``exists`` check."""
+        from zoo.recipe.schema import run_name_problem
+
         problem = run_name_problem(name)
         if problem:
             raise SetupError(problem)
@@ -127,22 +127,6 @@ class RunDir:
         except (OSError, ValueError):
             return {}
         return found if isinstance(found, dict) else {}
-
-
-def run_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a run folder inside ``export.dir``, or None. ``zoo validate`` and
-    ``zoo train`` both ask (the recipe schema's ``export.run_name`` and :meth:`RunDir.create`)."""
-    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
-        return (
-            f"export.run_name {name!r} is not a folder name; give a plain name without '/' or '..' "
-            "(run folders are created inside export.dir)"
-        )
-    if len(os.fsencode(name)) > NAME_MAX - len("-999"):
-        return (
-            f"export.run_name is {len(os.fsencode(name))} bytes long; a folder name holds at most "
-            f"{NAME_MAX} bytes on this system (with room for a '-2' suffix): give a shorter name"
-        )
-    return None
 
 
 RECORDED_RECIPE = ".recipe.json"

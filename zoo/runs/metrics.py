@@ -56,9 +56,6 @@ class MetricsLog:
         os.replace(temporary, path)
 
     def append(self, row: dict[str, Any]) -> None:
-        from zoo.runs.stops import check_run_folder
-
-        check_run_folder(self.path.parent)  # never a headerless file in a folder recreated after rm -rf
         values = [_format(row.get(c)) for c in self.columns]
         with open(self.path, "a", newline="") as handle:
             csv.writer(handle).writerow(values)
