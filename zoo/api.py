@@ -22,7 +22,7 @@ from zoo.backend import backend_for, framework_name
 from zoo.limits import parse_json
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
-from zoo.runs import RunDir, record_stop
+from zoo.runs import RunDir, record_stop, signals
 from zoo.safetensors_io import NonFiniteTensors
 from zoo.state import latest_state
 from zoo.tokenizer import saved_tokenizer
@@ -63,26 +63,35 @@ def train(
 ) -> TrainResult:
     """Train a recipe in one framework, test it, export the common checkpoint.
 
-    ``resume`` (a run folder and one of its states; see :func:`resume`) continues a run.
+    ``resume`` (a run folder and one of its states; see :func:`resume`) continues a run. A
+    SIGTERM meanwhile stops it where it can stop cleanly, saved (zoo.runs.signals).
     """
-    return execute(plan_run(recipe, framework, overrides, resume=resume))
+    with signals.stop_on_sigterm():
+        return execute(plan_run(recipe, framework, overrides, resume=resume))
 
 
 def execute(plan: RunPlan) -> TrainResult:
     """Have the plan's backend train it, then export what the run made: the checkpoint (with
-    the tokenizer its ids need beside it) and the run's summary."""
-    from zoo.backend import save_checkpoint
-    from zoo.runs import read_metrics
-
+    the tokenizer its ids need beside it) and the run's summary. A run that stops on the way is
+    recorded (zoo.runs.record_stop)."""
     started = time.perf_counter()
     try:
-        model, metrics = backend_for(plan.framework).fit(plan)
+        return _train_and_export(plan, started)
     except (Exception, KeyboardInterrupt) as error:
-        record_stop(plan.run, error)  # says what is kept; a diverged run is marked, never offered a resume
+        record_stop(plan.run, error)  # says what is kept; a diverged run is never offered a resume
         raise
+
+
+def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
+    from zoo.backend import save_checkpoint
+    from zoo.runs import check_run_folder, read_metrics
+    from zoo.runs.growth import loss_explosion
+
+    model, metrics = backend_for(plan.framework).fit(plan)
     run, recipe, config = plan.run, plan.recipe, plan.config
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         return TrainResult(plan.folder, plan.folder / "model.safetensors", metrics, plan.framework)
+    check_run_folder(run.path)  # a folder deleted under the run is not recreated to hold its checkpoint
     checkpoint = save_checkpoint(
         model,
         run.checkpoint,
@@ -93,13 +102,17 @@ def execute(plan: RunPlan) -> TrainResult:
     )
     if plan.dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
         plan.dataset.tokenizer.save(checkpoint.parent)
+    history = read_metrics(run.metrics)
+    exploded = loss_explosion(metrics.get("train_loss_first_batch"), history)
+    if exploded:
+        log.warning(f"warning: {exploded['message']}")
     run.write_summary({
         "recipe": recipe.name, "framework": plan.framework, "architecture": config.architecture,
         "preset": config.preset, "metrics": metrics,
         "total_seconds": round(time.perf_counter() - started, 3),
-        "checkpoint": str(checkpoint),
+        "checkpoint": str(checkpoint), **({"loss_exploded": exploded} if exploded else {}),
     })  # fmt: skip
-    return TrainResult(run.path, checkpoint, metrics, plan.framework, read_metrics(run.metrics))
+    return TrainResult(run.path, checkpoint, metrics, plan.framework, history)
 
 
 def resume(run_dir: str | Path, force: bool = False) -> TrainResult:

@@ -24,6 +24,9 @@ Task = Literal[
 Framework = Literal["lightning", "keras"]
 TASKS: tuple[str, ...] = get_args(Task)
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
+# The most classes a classifier head takes, in every family: a label id of 10**12 in a data file
+# would otherwise build a head of 10**12 outputs (terabytes) before anything could say so.
+MAX_CLASSES = 1_000_000
 
 
 class ArchitectureConfig(BaseModel):
