@@ -11,11 +11,12 @@ from __future__ import annotations
 import keras
 from keras import layers, ops
 
-from architectures.gpt2.cache import DecodeCache
 from architectures.gpt2.config import GPT2Config, sequence_length_message
 from zoo.keras.remat import checkpointed_call
+from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.keras import Embedding, LayerNorm, Mlp, SelfAttention, blocked_mask, require
+from zoo.nn.keras.attention import joined_padding, padded_positions
 
 
 class Block(layers.Layer):
@@ -124,12 +125,8 @@ class GPT2(keras.Model):
             ids = require(past + steps <= limit, sequence_length_message(limit), ids)
         elif past + steps > limit:
             raise InputError(sequence_length_message(limit, past + steps))
-        padding = _joined_padding(cache, padding_mask, ids)
-        if padding is None:
-            positions = ops.arange(past, past + steps)[None]
-        else:  # real tokens count from 0 whatever padding comes before them
-            real = ops.cast(ops.logical_not(padding), "int32")
-            positions = ops.maximum(ops.cumsum(real, axis=1) - 1, 0)[:, past:]
+        padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
+        positions = padded_positions(padding, past, steps)
         embedded = self.wte(ids) + ops.cast(self.wpe(positions), self.compute_dtype)
         h = self.drop(embedded, training=training)
         blocked = blocked_mask(steps, padding, causal=True, past=past)
@@ -145,19 +142,6 @@ class GPT2(keras.Model):
                 h = block(h, blocked, training=training)
         h = self.ln_f(h)
         return h, (DecodeCache(tuple(presents), padding, past + int(steps)) if cached else None)
-
-
-def _joined_padding(cache: DecodeCache | None, padding_mask, ids):
-    """The padding of every position read so far and now (N, P + T), or None if none is padding."""
-    before = cache.padding if cache is not None else None
-    if padding_mask is None and before is None:
-        return None
-    now = ops.zeros_like(ids, dtype="bool") if padding_mask is None else ops.cast(padding_mask, "bool")
-    if cache is None:
-        return now
-    if before is None:
-        before = ops.zeros((ops.shape(ids)[0], cache.length), dtype="bool")
-    return ops.concatenate([before, now], axis=1)
 
 
 def _init_like_transformers(model: GPT2) -> None:

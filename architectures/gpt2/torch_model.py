@@ -20,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from architectures.gpt2.cache import DecodeCache
 from architectures.gpt2.config import GPT2Config, sequence_length_message
+from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Embedding, Mlp, SelfAttention, blocked_mask
+from zoo.nn.torch.attention import joined_padding, padded_positions
 from zoo.nn.torch.remat import checkpointed_call
 
 
@@ -135,11 +136,8 @@ class GPT2(nn.Module):
         steps = ids.shape[1]
         if past + steps > self.zoo_config.n_positions:
             raise InputError(sequence_length_message(self.zoo_config.n_positions, past + steps))
-        padding = _joined_padding(cache, padding_mask, ids)
-        if padding is None:
-            positions = torch.arange(past, past + steps, device=ids.device)[None]
-        else:  # real tokens count from 0 whatever padding comes before them
-            positions = (torch.cumsum((~padding).long(), dim=1) - 1).clamp(min=0)[:, past:]
+        padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
+        positions = padded_positions(padding, past, steps, ids.device)
         h = self.drop(self.wte(ids) + self.wpe(positions))
         blocked = blocked_mask(steps, padding, causal=True, device=ids.device, past=past)
         presents = []
@@ -152,26 +150,6 @@ class GPT2(nn.Module):
                 h = checkpointed_call(block, h, blocked) if checkpointing else block(h, blocked)
         h = self.ln_f(h)
         return h, (DecodeCache(tuple(presents), padding, past + steps) if cached else None)
-
-
-def _joined_padding(cache: DecodeCache | None, padding_mask, ids: torch.Tensor) -> torch.Tensor | None:
-    """The padding of every position read so far and now (N, P + T), or None if none is padding."""
-    before = cache.padding if cache is not None else None
-    if padding_mask is None and before is None:
-        return None
-    n, t = ids.shape
-    now = (
-        torch.zeros((n, t), dtype=torch.bool, device=ids.device)
-        if padding_mask is None
-        else torch.as_tensor(padding_mask, device=ids.device).to(torch.bool)
-    )
-    if tuple(now.shape) != (n, t):
-        raise InputError(f"padding_mask must be (N, T) = {(n, t)} like the token ids; got {tuple(now.shape)}")
-    if cache is None:
-        return now
-    if before is None:
-        before = torch.zeros((n, cache.length), dtype=torch.bool, device=ids.device)
-    return torch.cat([before, now], dim=1)
 
 
 def build(cfg: GPT2Config) -> GPT2:
