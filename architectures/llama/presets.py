@@ -93,7 +93,6 @@ PRESETS = (
             "intermediate_size": 8192,
             "num_attention_heads": 32,
             "num_key_value_heads": 8,
-            "head_dim": 64,
             "max_position_embeddings": 131072,
             "rms_norm_eps": 1e-5,
             "rope_theta": 500000.0,

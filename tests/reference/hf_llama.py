@@ -30,6 +30,7 @@ unexpected or mismatched, the class and whether the head is tied, ``config.json`
 ``generate`` of 8 new tokens after each.
 """
 
+import copy
 import json
 import sys
 from pathlib import Path
@@ -226,13 +227,17 @@ def random_cases(out: Path, configs: str) -> None:
 
 
 def greedy(model, prompts: np.ndarray, pad: np.ndarray, new_tokens: int) -> np.ndarray:
+    """``generate(do_sample=False)`` of exactly ``new_tokens`` tokens: no end-of-text stops it or is
+    suppressed (zoo's sampling generates what it is asked for, end-of-text included)."""
+    settings = copy.deepcopy(model.generation_config)
+    settings.eos_token_id = model.config.vocab_size  # no token id: nothing ends the generation
     with torch.no_grad():
         generated = model.generate(
             torch.from_numpy(prompts),
             attention_mask=torch.from_numpy(~pad).long(),
+            generation_config=settings,
             do_sample=False,
             max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
             pad_token_id=0,
         )
     return generated[:, prompts.shape[1] :].numpy()
