@@ -509,3 +509,30 @@ def test_export_loads_in_transformers(reference, imported, case, tmp_path):
     assert {k: read_back.get(k) for k in FAMILY_FIELDS} == {k: original.get(k) for k in FAMILY_FIELDS}
     for framework, sampled in samples.items():
         assert sampled["ids"] == json.loads((out / "generated.json").read_text())[0], framework
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_an_imported_llama_fine_tunes_with_the_shipped_recipe(imported, framework, tmp_path):
+    """The README's tour: ``zoo finetune recipes/llama-finetune-pydocs.yaml --from <import>
+    --set model.architecture=llama`` keeps the imported shapes and tokenizer and trains the weights."""
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat. a dog ran in the fog. " * 60)
+    recipe = Path(__file__).parent.parent / "recipes" / "llama-finetune-pydocs.yaml"
+    sets = [
+        "model.architecture=llama", f"data.path={text}", "data.seq_len=32", "trainer.max_epochs=1",
+        f"export.dir={tmp_path / 'runs'}",
+    ]  # fmt: skip
+    args = ["finetune", str(recipe), "--from", str(imported["llama"]), "--framework", framework, "--json"]
+    result = CliRunner().invoke(main, [*args, *(a for s in sets for a in ("--set", s))])
+    assert result.exit_code == 0, result.output
+    tuned = read_checkpoint(json.loads(result.stdout)["checkpoint"])
+    source = read_checkpoint(imported["llama"])
+    assert tuned.config.model_dump(exclude={"preset"}) == source.config.model_dump(exclude={"preset"})
+    assert (Path(tuned.path).parent / "tokenizer.json").read_text() == (
+        imported["llama"].parent / "tokenizer.json"
+    ).read_text()
+    before, after = source.tensors(), tuned.tensors()
+    assert sorted(before) == sorted(after)
+    assert not np.array_equal(
+        before["layers.0.self_attn.q_proj.weight"], after["layers.0.self_attn.q_proj.weight"]
+    )
