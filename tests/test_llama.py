@@ -536,3 +536,18 @@ def test_an_imported_llama_fine_tunes_with_the_shipped_recipe(imported, framewor
     assert not np.array_equal(
         before["layers.0.self_attn.q_proj.weight"], after["layers.0.self_attn.q_proj.weight"]
     )
+
+
+def test_compare_passes_on_the_recipe_at_bf16_mixed(tmp_path):
+    """``zoo compare`` of llama-micro-pydocs under zoo's one bf16 meaning (docs/precision.md): the
+    twins round the same operations, so each section stays within both frameworks' own rounding
+    (float32 is test_compare_recipes.py's shipped-recipe case)."""
+    from compare_cases import OTHER_STEPS, SECTIONS, TEXT
+
+    from zoo.compare import compare
+
+    recipe = Path(__file__).parent.parent / "recipes" / "llama-micro-pydocs.yaml"
+    overrides = [*TEXT, "trainer.precision=bf16-mixed", f"export.dir={tmp_path}"]
+    result = compare(recipe, steps=OTHER_STEPS, out=tmp_path / "report", overrides=overrides, speed_steps=0)
+    assert result.verdicts == dict.fromkeys(SECTIONS, "PASS"), result.text
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["precision"] == "bf16-mixed"
