@@ -92,6 +92,19 @@ def forward_keras(model, x: np.ndarray, family, training: bool) -> np.ndarray:
     return np.asarray(model(keras_layout(x, family.input_kind), training=training))
 
 
+def eval_output(model, ids: np.ndarray, padding: np.ndarray | None = None) -> np.ndarray:
+    """A token model's eval-mode output (logits or hidden states) for ``ids`` with ``padding``
+    (True at padding), from either twin."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+        with torch.no_grad():
+            mask = None if padding is None else torch.from_numpy(padding)
+            return model(torch.from_numpy(ids), padding_mask=mask).numpy()
+    return np.asarray(model(ids, padding_mask=padding, training=False))
+
+
 def relative_error(got, expected) -> float:
     """max |got - expected| / max |expected|: the norm of the reference-implementation tests."""
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)

@@ -26,6 +26,7 @@ import pytest
 import reference_env
 import safetensors.numpy
 import torch
+from conftest import eval_output as run
 from conftest import relative_error
 
 import zoo
@@ -66,16 +67,6 @@ def models(imported) -> dict[tuple[str, str], object]:
         for name in imported
         for framework in FRAMEWORKS
     }
-
-
-def run(model, ids: np.ndarray, padding: np.ndarray | None) -> np.ndarray:
-    """The model's eval-mode output (logits or hidden states) for ``ids`` with ``padding``."""
-    if isinstance(model, torch.nn.Module):
-        model.eval()
-        with torch.no_grad():
-            mask = None if padding is None else torch.from_numpy(padding)
-            return model(torch.from_numpy(ids), padding_mask=mask).numpy()
-    return np.asarray(model(ids, padding_mask=padding, training=False))
 
 
 # ------------------------------------------------------------------------------ the model

@@ -17,6 +17,7 @@ from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.keras import Embedding, LayerNorm, Mlp, SelfAttention, blocked_mask, require
 from zoo.nn.keras.attention import joined_padding, padded_positions
+from zoo.nn.keras.decoder import CausalDecoder
 
 
 class Block(layers.Layer):
@@ -59,7 +60,7 @@ class Block(layers.Layer):
         return x + self.mlp(self.ln_2(x)), present
 
 
-class GPT2(keras.Model):
+class GPT2(CausalDecoder):
     """(N, T) int token ids -> (N, T, vocab_size) logits, or the final LayerNorm's hidden states
     (N, T, n_embd) for task "features"; ``padding_mask`` and ``decode`` as in the torch twin.
 
@@ -67,7 +68,7 @@ class GPT2(keras.Model):
     recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
     """
 
-    grad_checkpointing: bool = False
+    model_name = "GPT-2"
 
     def __init__(self, cfg: GPT2Config, **kw):
         super().__init__(**kw)
@@ -93,28 +94,9 @@ class GPT2(keras.Model):
             block.build(hidden)
         self.ln_f.build(hidden)
 
-    def call(self, ids, padding_mask=None, token_type_ids=None, training=False):
-        if token_type_ids is not None:
-            raise InputError("GPT-2 has no token types: pass token_type_ids=None")
-        h = self.forward_features(ids, padding_mask, training=training)
-        return h if self.zoo_config.active_task == "features" else self.forward_head(h)
-
-    def forward_features(self, ids, padding_mask=None, training=False):
-        """The final LayerNorm's hidden states (N, T, n_embd): transformers' ``GPT2Model`` output."""
-        return self._run(ids, padding_mask, None, cached=False, training=training)[0]
-
     def forward_head(self, h):
         """Logits through the token embedding (the tied head)."""
         return ops.matmul(h, ops.transpose(ops.cast(self.wte.embeddings, h.dtype)))
-
-    def decode(self, ids, cache: DecodeCache | None = None, padding_mask=None):
-        """As the torch twin's: the last position's logits (N, vocab_size) and the extended cache.
-        Eager only (each call grows the cache)."""
-        h, cache = self._run(ops.convert_to_tensor(ids), padding_mask, cache, cached=True, training=False)
-        return self.forward_head(h[:, -1]), cache
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
 
     def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool, training: bool):
         limit = self.zoo_config.n_positions

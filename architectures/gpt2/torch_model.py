@@ -25,6 +25,7 @@ from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Embedding, Mlp, SelfAttention, blocked_mask
 from zoo.nn.torch.attention import joined_padding, padded_positions
+from zoo.nn.torch.decoder import CausalDecoder
 from zoo.nn.torch.remat import checkpointed_call
 
 
@@ -56,7 +57,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x)), present
 
 
-class GPT2(nn.Module):
+class GPT2(CausalDecoder):
     """(N, T) int64 token ids -> (N, T, vocab_size) logits (task "language_modeling") or the
     final LayerNorm's hidden states (N, T, n_embd) (task "features").
 
@@ -69,7 +70,7 @@ class GPT2(nn.Module):
     With ``grad_checkpointing`` on, training keeps only each block's input for backward.
     """
 
-    grad_checkpointing: bool = False
+    model_name = "GPT-2"
 
     def __init__(self, cfg: GPT2Config):
         super().__init__()
@@ -98,38 +99,9 @@ class GPT2(nn.Module):
                 nn.init.normal_(projection.weight, std=projection_std)
                 nn.init.zeros_(projection.bias)
 
-    def forward(
-        self,
-        ids: torch.Tensor,
-        padding_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        if token_type_ids is not None:
-            raise InputError("GPT-2 has no token types: pass token_type_ids=None")
-        h = self.forward_features(ids, padding_mask)
-        return h if self.zoo_config.active_task == "features" else self.forward_head(h)
-
-    def forward_features(self, ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The final LayerNorm's hidden states (N, T, n_embd): transformers' ``GPT2Model`` output."""
-        h, _ = self._run(ids, padding_mask, None, cached=False)
-        return h
-
     def forward_head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits through the token embedding (the tied head)."""
         return F.linear(h, self.wte.weight)
-
-    @torch.no_grad()
-    def decode(
-        self, ids: torch.Tensor, cache: DecodeCache | None = None, padding_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, DecodeCache]:
-        """Read ``ids`` (N, T) after what ``cache`` holds: the logits (N, vocab_size) of the last
-        position and the cache extended by these T tokens. ``padding_mask`` (N, T) marks padding
-        among these tokens (a left-padded batch of prompts); later calls pass new tokens only."""
-        h, cache = self._run(ids, padding_mask, cache, cached=True)
-        return self.forward_head(h[:, -1]), cache
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
 
     def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool):
         past = cache.length if cache is not None else 0

@@ -29,6 +29,7 @@ from zoo.nn.keras import (
     require,
 )
 from zoo.nn.keras.attention import joined_padding, padded_positions
+from zoo.nn.keras.decoder import CausalDecoder
 from zoo.nn.keras.heads import TiedProduct
 from zoo.nn.keras.rotary import rotary_tables
 
@@ -68,7 +69,7 @@ class DecoderLayer(layers.Layer):
         return ops.add(x, self.mlp(self.post_attention_layernorm(x))), present
 
 
-class Llama(keras.Model):
+class Llama(CausalDecoder):
     """(N, T) int token ids -> (N, T, vocab_size) logits, or the final RMSNorm's hidden states
     (N, T, hidden_size) for task "features"; ``padding_mask`` and ``decode`` as in the torch twin.
 
@@ -76,7 +77,7 @@ class Llama(keras.Model):
     and recomputes the layer there, with the forward pass's dropout masks (``zoo.keras.remat``).
     """
 
-    grad_checkpointing: bool = False
+    model_name = "Llama"
 
     def __init__(self, cfg: LlamaConfig, **kw):
         super().__init__(**kw)
@@ -106,30 +107,11 @@ class Llama(keras.Model):
         if self.lm_head is not None:
             self.lm_head.build(hidden)
 
-    def call(self, ids, padding_mask=None, token_type_ids=None, training=False):
-        if token_type_ids is not None:
-            raise InputError("Llama has no token types: pass token_type_ids=None")
-        h = self.forward_features(ids, padding_mask, training=training)
-        return h if self.zoo_config.active_task == "features" else self.forward_head(h)
-
-    def forward_features(self, ids, padding_mask=None, training=False):
-        """The final RMSNorm's hidden states (N, T, hidden_size): transformers' ``LlamaModel`` output."""
-        return self._run(ids, padding_mask, None, cached=False, training=training)[0]
-
     def forward_head(self, h):
         """Logits through ``lm_head``, or through the token embedding where the head is tied."""
         if self.lm_head is not None:
             return self.lm_head(h)
         return self.tied_head(h, self.embed_tokens.embeddings)
-
-    def decode(self, ids, cache: DecodeCache | None = None, padding_mask=None):
-        """As the torch twin's: the last position's logits (N, vocab_size) and the extended cache.
-        Eager only (each call grows the cache)."""
-        h, cache = self._run(ops.convert_to_tensor(ids), padding_mask, cache, cached=True, training=False)
-        return self.forward_head(h[:, -1]), cache
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
 
     def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool, training: bool):
         context = self.zoo_config.max_position_embeddings

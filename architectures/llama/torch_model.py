@@ -24,6 +24,7 @@ from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Embedding, GatedMlp, GroupedQueryAttention, RMSNorm, blocked_mask
 from zoo.nn.torch.attention import joined_padding, padded_positions
+from zoo.nn.torch.decoder import CausalDecoder
 from zoo.nn.torch.remat import checkpointed_call
 from zoo.nn.torch.rotary import rotary_tables
 
@@ -62,7 +63,7 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x)), present
 
 
-class Llama(nn.Module):
+class Llama(CausalDecoder):
     """(N, T) int64 token ids -> (N, T, vocab_size) logits (task "language_modeling") or the final
     RMSNorm's hidden states (N, T, hidden_size) (task "features").
 
@@ -74,7 +75,7 @@ class Llama(nn.Module):
     layer's input for backward.
     """
 
-    grad_checkpointing: bool = False
+    model_name = "Llama"
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -100,37 +101,9 @@ class Llama(nn.Module):
         if self.embed_tokens.padding_idx is not None:
             self.embed_tokens.weight[self.embed_tokens.padding_idx].zero_()
 
-    def forward(
-        self,
-        ids: torch.Tensor,
-        padding_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        if token_type_ids is not None:
-            raise InputError("Llama has no token types: pass token_type_ids=None")
-        h = self.forward_features(ids, padding_mask)
-        return h if self.zoo_config.active_task == "features" else self.forward_head(h)
-
-    def forward_features(self, ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The final RMSNorm's hidden states (N, T, hidden_size): transformers' ``LlamaModel`` output."""
-        return self._run(ids, padding_mask, None, cached=False)[0]
-
     def forward_head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits through ``lm_head``, or through the token embedding where the head is tied."""
         return self.lm_head(h) if self.lm_head is not None else F.linear(h, self.embed_tokens.weight)
-
-    @torch.no_grad()
-    def decode(
-        self, ids: torch.Tensor, cache: DecodeCache | None = None, padding_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, DecodeCache]:
-        """Read ``ids`` (N, T) after what ``cache`` holds: the logits (N, vocab_size) of the last
-        position and the cache extended by these T tokens. ``padding_mask`` (N, T) marks padding
-        among these tokens (a left-padded batch of prompts); later calls pass new tokens only."""
-        h, cache = self._run(ids, padding_mask, cache, cached=True)
-        return self.forward_head(h[:, -1]), cache
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
 
     def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool):
         past = cache.length if cache is not None else 0
