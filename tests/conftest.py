@@ -105,6 +105,43 @@ def eval_output(model, ids: np.ndarray, padding: np.ndarray | None = None) -> np
     return np.asarray(model(ids, padding_mask=padding, training=False))
 
 
+def perturbed_twins(name: str, **fields):
+    """(config, torch twin, Keras twin) of the preset ``name`` with ``fields``: the torch twin
+    seeded and every parameter moved by N(0, 0.2^2) (nothing left at a trivial init), the Keras
+    twin holding the same tensors."""
+    import torch
+
+    from zoo.checkpoint import load_tensors, model_tensors
+
+    config = registry.resolve_config(name, **fields)
+    family = registry.get_family(name)
+    torch.manual_seed(0)
+    torch_model = family.build_torch(config).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in torch_model.parameters():
+            parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    keras_model = family.build_keras(config)
+    load_tensors(keras_model, model_tensors(torch_model))
+    return config, torch_model, keras_model
+
+
+def cached_logits(model, ids: np.ndarray, padding: np.ndarray, prompt: int):
+    """A decoder twin's logits at positions ``prompt - 1`` .. T - 1 through its key/value cache:
+    the first ``prompt`` tokens (with their ``padding``) in one ``decode`` call, then one token a
+    call. Returns them stacked (N, T - prompt + 1, vocab) and the final cache."""
+    import torch
+
+    as_input = torch.from_numpy if isinstance(model, torch.nn.Module) else np.asarray
+    with torch.no_grad():
+        logits, cache = model.decode(as_input(ids[:, :prompt]), None, as_input(padding[:, :prompt]))
+        steps = [np.asarray(logits)]
+        for t in range(prompt, ids.shape[1]):
+            logits, cache = model.decode(as_input(ids[:, t : t + 1]), cache)
+            steps.append(np.asarray(logits))
+    return np.stack(steps, axis=1), cache
+
+
 def relative_error(got, expected) -> float:
     """max |got - expected| / max |expected|: the norm of the reference-implementation tests."""
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)

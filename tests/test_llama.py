@@ -32,8 +32,8 @@ import reference_env
 import safetensors.numpy
 import torch
 from click.testing import CliRunner
+from conftest import cached_logits, perturbed_twins, relative_error
 from conftest import eval_output as run
-from conftest import relative_error
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -241,16 +241,7 @@ def test_random_configs_are_transformers(random_reference, index, tmp_path):
 
 
 def _random_twins(**overrides):
-    config = registry.resolve_config("llama-micro", vocab_size=97, max_position_embeddings=24, **overrides)
-    torch.manual_seed(0)
-    torch_model = FAMILY.build_torch(config).eval()
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for parameter in torch_model.parameters():
-            parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
-    keras_model = FAMILY.build_keras(config)
-    load_tensors(keras_model, model_tensors(torch_model))
-    return config, torch_model, keras_model
+    return perturbed_twins("llama-micro", vocab_size=97, max_position_embeddings=24, **overrides)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"num_key_value_heads": 1, "tie_word_embeddings": False}])
@@ -263,15 +254,9 @@ def test_the_cache_computes_the_full_forward(overrides):
     padding[1, :4] = True
     full = run(torch_model, ids, padding)
     for model in (torch_model, keras_model):
-        as_input = torch.from_numpy if model is torch_model else np.asarray
-        with torch.no_grad():
-            logits, cache = model.decode(as_input(ids[:, :5]), None, as_input(padding[:, :5]))
-            steps = [np.asarray(logits)]
-            for t in range(5, 12):
-                logits, cache = model.decode(as_input(ids[:, t : t + 1]), cache)
-                steps.append(np.asarray(logits))
+        got, cache = cached_logits(model, ids, padding, prompt=5)
         assert cache.length == 12 and cache.layers[0][0].shape[1] == config.key_value_heads
-        assert relative_error(np.stack(steps, axis=1), full[:, 4:]) <= TWINS
+        assert relative_error(got, full[:, 4:]) <= TWINS
     long = [generate(m, ids[:, :20], 10, Sampling()) for m in (torch_model, keras_model)]
     assert long[0].tolist() == long[1].tolist()
 
