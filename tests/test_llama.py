@@ -527,3 +527,16 @@ def test_compare_passes_on_the_recipe_at_bf16_mixed(tmp_path):
     result = compare(recipe, steps=OTHER_STEPS, out=tmp_path / "report", overrides=overrides, speed_steps=0)
     assert result.verdicts == dict.fromkeys(SECTIONS, "PASS"), result.text
     assert json.loads((tmp_path / "report" / "report.json").read_text())["precision"] == "bf16-mixed"
+
+
+def test_show_prints_the_nested_rope_scaling():
+    """``zoo show`` of a preset with a nested section: the section as JSON, in the table and --json."""
+    shown = CliRunner().invoke(main, ["show", "llama-3.2-1b", "--json"])
+    assert shown.exit_code == 0, shown.output
+    fields = {f["name"]: f["value"] for f in json.loads(shown.stdout)["fields"]}
+    assert fields["rope_scaling"] == {
+        "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }  # fmt: skip
+    table = CliRunner().invoke(main, ["show", "llama-3.2-1b"])
+    assert table.exit_code == 0 and '"factor": 32.0' in table.output
