@@ -4,11 +4,11 @@ A run exports with ``zoo.checkpoint.save_checkpoint`` and every later use starts
 ``zoo.checkpoint.load_checkpoint``, which returns a ready model: building the twin is part of
 a load. This times exactly those two calls per framework on gpt2 (124M parameters, 498 MB of
 float32), gpt2-medium (355M, 1.42 GB) and Qwen2-0.5B's shape (494M, 1.98 GB: 24 layers of
-grouped-query attention with query/key/value biases, a 151,936-token tied embedding), next to safetensors' own ``save_file`` and
-``load_file`` of the same tensors (numpy), the floor: a save writes a fresh file and fsyncs
-it, so it is shown against ``save_file`` alone (the page cache) and ``save_file`` followed by
-an fsync (the disk: what any durable save costs); a load reads the file just written, from
-the page cache.
+grouped-query attention with query/key/value biases, a 151,936-token tied embedding), next to
+safetensors' own ``save_file`` and ``load_file`` of the same tensors (numpy), the floor: a
+save writes a fresh file and fsyncs it, so it is shown against ``save_file`` alone (the page
+cache) and ``save_file`` followed by an fsync (the disk: what any durable save costs); a load
+reads the file just written, from the page cache.
 
 Each round runs one fresh process per framework and model, interleaved; the figure is the
 fastest of all rounds (on a shared machine other work only ever slows a run down). Also
