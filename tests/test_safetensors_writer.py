@@ -263,10 +263,12 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
 
 
-def test_a_keras_save_writes_the_torch_layout_bytes_a_torch_save_writes(tmp_path):
+@pytest.mark.parametrize("preset", ["gpt2-micro", "llama-micro"])
+def test_a_keras_save_writes_the_torch_layout_bytes_a_torch_save_writes(tmp_path, preset):
     """The Keras twin's stream (views of its variables, kernels transposed by the writer)
-    gives exactly the tensor bytes of ``save_file`` on its canonical tensors."""
-    model = zoo.create_model("gpt2-micro", framework="keras")
+    gives exactly the tensor bytes of ``save_file`` on its canonical tensors (llama: grouped
+    key/value projections and a tied head, read from the one embedding variable)."""
+    model = zoo.create_model(preset, framework="keras")
     path = zoo.save_checkpoint(model, tmp_path / "keras.safetensors")
     _, _, ours = _split(path.read_bytes())
     _, _, theirs = _split(_save_file_bytes(tmp_path, model_tensors(model), None))
