@@ -1,7 +1,8 @@
 """``zoo train``, ``zoo finetune``, ``zoo resume``: the commands that run a training loop.
 
-The frameworks' own progress bars show the training (on stderr with ``--json``; off with
-``--quiet``); every one of these ends with the same report: run folder, checkpoint, metrics.
+The training's progress goes to stderr (zoo.progress: the framework's bar on a terminal, one line
+per epoch elsewhere; off with ``--quiet``); every one of these ends with the same report: run
+folder, checkpoint, metrics.
 """
 
 from __future__ import annotations
