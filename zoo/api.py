@@ -251,12 +251,15 @@ def refuse_nonfinite_metrics(found, metrics: dict[str, float], test, precision: 
 
 
 def inspect_checkpoint(path) -> dict[str, Any]:
-    """Metadata (JSON fields decoded) and the tensor table of a checkpoint."""
-    from zoo.checkpoint import read_checkpoint
+    """Metadata (JSON fields decoded) and the tensor table of a checkpoint. The metadata comes in
+    the order it is written (keys zoo does not write after, alphabetically), the same every time."""
+    from zoo.checkpoint import METADATA_ORDER, read_checkpoint
 
     checkpoint = read_checkpoint(path)
+    rank = {key: i for i, key in enumerate(METADATA_ORDER)}
     metadata: dict[str, Any] = {}
-    for key, value in checkpoint.metadata.items():
+    for key in sorted(checkpoint.metadata, key=lambda k: (rank.get(k, len(rank)), k)):
+        value = checkpoint.metadata[key]
         metadata[key] = value  # text, unless it is JSON zoo reads
         if value[:1] in "{[":
             with contextlib.suppress(ValueError):
