@@ -17,7 +17,7 @@ from zoo.recipe import load_recipe
 @click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--steps", default=100, show_default=True, type=click.IntRange(1),
               help="Training steps compared, on the recipe's seeded batch order.")  # fmt: skip
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Report folder (default: compare-<recipe>-<time> in export.dir).")  # fmt: skip
 @click.option("--speed-steps", default=50, show_default=True, type=click.IntRange(0),
               help="Timed training steps per framework; 0 skips speed and memory.")  # fmt: skip
