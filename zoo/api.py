@@ -31,6 +31,7 @@ log = logging.getLogger("zoo")
 
 
 def list_architectures() -> list[registry.Entry]:
+    """Every family and preset installed (shipped and plugins), as ``zoo list`` shows them."""
     return registry.list_architectures()
 
 
@@ -169,12 +170,16 @@ def _finished(run: RunDir, recipe: Recipe) -> TrainResult | None:
 
 
 def save_checkpoint(model, path, **kwargs) -> Path:
+    """Write a twin (a torch module or a Keras model zoo built) as the common checkpoint, which
+    either framework loads; ``kwargs`` as :func:`zoo.backend.save_checkpoint` (metrics, recipe)."""
     from zoo.backend import save_checkpoint as save
 
     return save(model, path, **kwargs)
 
 
 def load_checkpoint(path, framework: str = "lightning", architecture: str | None = None):
+    """A common checkpoint as ``framework``'s twin, whichever framework wrote it; ``architecture``
+    (a family or preset) makes loading refuse a checkpoint of another."""
     from zoo.backend import load_checkpoint as load
 
     return load(path, framework_name(framework), architecture)

@@ -283,6 +283,9 @@ POSITION_FIELDS = ("max_len", "n_positions", "max_position_embeddings")
 
 
 class Recipe(Section):
+    """A whole training run: model, data, optimizer, schedule, trainer, fine-tuning start, export
+    and tracking, validated in full before anything is built (``zoo.load_recipe`` reads one)."""
+
     name: str = Field("run", description="Name of the recipe; names the run folders.")
     description: str = ""
     model: ModelConfig  # type: ignore[valid-type]
@@ -365,9 +368,11 @@ class Recipe(Section):
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """The recipe as plain JSON values, under the names a YAML file uses."""
         return self.model_dump(mode="json", by_alias=True)
 
     def to_yaml(self) -> str:
+        """The recipe as YAML that loads back to the same recipe (what a run folder keeps)."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
