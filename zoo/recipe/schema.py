@@ -202,7 +202,9 @@ def _folder_name(name: str | None) -> str | None:
 class ExportConfig(Section):
     dir: Path = Field(Path("checkpoints"), description="Run folders are created under this folder.")
     run_name: Annotated[str | None, AfterValidator(_folder_name)] = Field(
-        None, description="Name of the run folder; default '<recipe name>-<framework>-<time>'."
+        None,
+        description="Name of the run folder; default "
+        "'<recipe name>[-<model>][-from-<checkpoint>]-<framework>-<time>'.",
     )
     state_every_n_steps: PositiveInt | None = Field(
         None,
