@@ -67,7 +67,7 @@ def test_a_trained_run_is_compared_by_its_checkpoint_with_its_own_recipe(trained
     keras = np.asarray(twins.keras_model(np.transpose(x.numpy(), (0, 2, 3, 1)), training=False))
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-5)
     np.testing.assert_allclose(keras, theirs.numpy(), atol=1e-4)
-    assert np.abs(seed.numpy() - theirs.numpy()).max() > 1e-2  # the fresh init is another model
+    assert np.abs(seed.numpy() - theirs.numpy()).max() > 1e-3  # the fresh init: 100x further off
     assert any("start from init.from" in note for note in result.report["notes"])
 
 
