@@ -218,7 +218,7 @@ def infer_fields(tensors: Mapping[str, np.ndarray], layout: Mapping[str, Any], s
 
 def _check_timm_config(meta: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
     """Check a timm ``config.json`` against the inferred fields; return the fields only it gives
-    (the dropout rates and the layer-scale start)."""
+    (the dropout rates, the layer-scale start and the image size)."""
     architecture = str(meta.get("architecture", ""))
     name = architecture.split(".")[0]  # "convnext_tiny.fb_in22k" -> "convnext_tiny"
     if name not in TIMM_VARIANTS:
@@ -256,7 +256,13 @@ def _check_timm_config(meta: Mapping[str, Any], fields: dict[str, Any]) -> dict[
     ]
     if differ:
         raise ForeignLayoutError(f"config.json describes timm's {architecture} with " + "; ".join(differ))
-    return {TIMM_FIELDS[key]: float(args[key]) for key in ONLY_IN_CONFIG if args.get(key) is not None}
+    extra: dict[str, Any] = {
+        TIMM_FIELDS[k]: float(args[k]) for k in ONLY_IN_CONFIG if args.get(k) is not None
+    }
+    input_size = (meta.get("pretrained_cfg") or {}).get("input_size")
+    if input_size and len(input_size) == 3 and input_size[1] == input_size[2]:
+        extra["image_size"] = int(input_size[1])  # the size it was trained at (the data may say another)
+    return extra
 
 
 def _placed(
