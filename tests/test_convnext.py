@@ -390,3 +390,17 @@ def test_finetune_an_imported_torchvision_convnext_on_the_digits(
         10,
         128,
     )
+
+
+def test_compare_passes_on_the_recipe_at_bf16_mixed(digits_cache, tmp_path, monkeypatch):
+    """``zoo compare`` through both trainers at bf16-mixed: each twin within its own bf16 rounding of
+    the other (32-true is tests/test_compare_recipes.py's case of the shipped recipe)."""
+    from compare_cases import OTHER_STEPS, SECTIONS
+
+    from zoo.compare import compare
+
+    monkeypatch.setenv("ZOO_CACHE", str(digits_cache))
+    overrides = ["trainer.precision=bf16-mixed", "data.workers=0", f"export.dir={tmp_path}"]
+    result = compare(DIGITS32, steps=OTHER_STEPS, overrides=overrides, speed_steps=0, write=False)
+    assert result.verdicts == dict.fromkeys(SECTIONS, "PASS"), result.text
+    assert result.sections["forward"].details["reference"] == "float32"
