@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import reference_env
 import torch
-from conftest import FRAMEWORKS, RECIPE, forward_keras, forward_torch, relative_error
+from conftest import FRAMEWORKS, RECIPE, forward_keras, forward_torch, relative_error, twins
 
 import zoo
 from architectures.convnext.formats import torchvision_names
@@ -75,18 +75,6 @@ def randomised(tensors: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarra
         k: (v + rng.normal(size=v.shape) * max(float(np.abs(v).max()), 0.5)).astype(v.dtype)
         for k, v in tensors.items()
     }
-
-
-def twins(name: str, tensors: dict[str, np.ndarray] | None = None, **fields):
-    """Both twins of a preset or config, holding ``tensors`` (default: the torch twin's seeded init)."""
-    config = registry.resolve_config(name, **fields)
-    torch.manual_seed(0)
-    torch_model = FAMILY.build_torch(config)
-    keras_model = FAMILY.build_keras(config)
-    tensors = model_tensors(torch_model) if tensors is None else tensors
-    load_tensors(torch_model, tensors)
-    load_tensors(keras_model, tensors)
-    return config, torch_model, keras_model
 
 
 # ------------------------------------------------------------------------- against the reference

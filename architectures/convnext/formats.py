@@ -41,7 +41,7 @@ from pydantic import ValidationError
 
 from architectures.convnext.config import STAGES, ConvNeXtConfig
 from architectures.convnext.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.foreign import ForeignLayoutError, Tensors, renamed, timm_variant
 from zoo.weights import tensor_specs
 
 # timm's factories with torchvision's architecture (no conv MLP, no GRN, head after the pool).
@@ -219,13 +219,9 @@ def infer_fields(tensors: Mapping[str, np.ndarray], layout: Mapping[str, Any], s
 def _check_timm_config(meta: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
     """Check a timm ``config.json`` against the inferred fields; return the fields only it gives
     (the dropout rates, the layer-scale start and the image size)."""
-    architecture = str(meta.get("architecture", ""))
-    name = architecture.split(".")[0]  # "convnext_tiny.fb_in22k" -> "convnext_tiny"
-    if name not in TIMM_VARIANTS:
-        raise ForeignLayoutError(
-            f"config.json names the timm architecture {architecture!r}; zoo's convnext reads timm's plain "
-            f"ConvNeXts (torchvision's structure): {', '.join(TIMM_VARIANTS)}"
-        )
+    reads = "zoo's convnext reads timm's plain ConvNeXts (torchvision's structure)"
+    name = timm_variant(meta, TIMM_VARIANTS, reads)
+    architecture = meta["architecture"]
     args = dict(meta.get("model_args") or {})
     refused = {
         key: value
