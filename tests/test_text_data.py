@@ -142,8 +142,8 @@ def test_sentence_pairs_get_token_types_and_jsonl_reads_like_csv(tmp_path):
         ("text,label\nhello,-1\nworld,1\n", ".csv", {}, r"line 2: label '-1' is negative"),
         ("text,label\n  ,1\nworld,1\n", ".csv", {}, r"line 2: 'text' is empty"),
         ("text,label\n", ".csv", {}, r"has no examples"),
-        ('{"text": "a", "label": 1}\n{"text": "b", label: 2}\n', ".jsonl", {}, r"line 2: not JSON"),
-        ('{"text": "a", "label": 1}\n["b", 2]\n', ".jsonl", {}, r"line 2: a JSON list, not an object"),
+        ('{"text": "a", "label": 1}\n{"text": "b", label: 2}\n', ".jsonl", {}, r"line 2 is not JSON"),
+        ('{"text": "a", "label": 1}\n["b", 2]\n', ".jsonl", {}, r"line 2 is a JSON array, not an object"),
         ('{"text": "a", "label": 1}\n{"text": "b"}\n', ".jsonl", {}, r"line 2: no 'label' field"),
         (
             '{"text": "a", "label": 1}\n{"text": "b", "label": "x"}\n',

@@ -5,6 +5,7 @@ not wherever it is read; a run checks the machine when it starts (:func:`check_t
 from __future__ import annotations
 
 import functools
+import math
 import os
 from pathlib import Path
 
@@ -31,11 +32,37 @@ def resolve_accelerator(accelerator: str) -> str:
     return accelerator
 
 
+DDP_TIMEOUT_VARIABLE = "ZOO_DDP_TIMEOUT_S"
+DDP_TIMEOUT_MAX_S = 365 * 86_400  # a year: past ~2.7 million years timedelta itself overflows
+
+
+def ddp_timeout_s() -> float:
+    """Seconds a Lightning ddp/fsdp collective waits for every rank, ``$ZOO_DDP_TIMEOUT_S``
+    (600 unset): a collective that only some ranks enter would otherwise block for torch's
+    default 30 minutes. Read when a run uses it, so a wrong value fails that run with its name,
+    not every command at import."""
+    text = os.environ.get(DDP_TIMEOUT_VARIABLE, "600")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= DDP_TIMEOUT_MAX_S:  # nan, inf, 0 and below, text
+        raise SetupError(
+            f"{DDP_TIMEOUT_VARIABLE}={text!r} is not a number of seconds in (0, {DDP_TIMEOUT_MAX_S}]; "
+            "set it to one (e.g. 600) or unset it for 600"
+        )
+    return seconds
+
+
 def check_trainer(trainer) -> str:
     """At the start of a run: refuse what this machine cannot do for the recipe's trainer
     section (float16 or fsdp where ``auto`` finds no GPU), naming the field, the value and
-    what would work. Returns the accelerator the run uses."""
+    what would work; and a collective timeout a data-parallel Lightning run cannot use.
+    Returns the accelerator the run uses."""
     from zoo.recipe.capabilities import cpu_problems
+
+    if trainer.framework == "lightning" and trainer.resolved_strategy() in ("ddp", "fsdp"):
+        ddp_timeout_s()
 
     accelerator = resolve_accelerator(trainer.accelerator)
     if accelerator == "cpu":

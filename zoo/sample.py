@@ -13,13 +13,17 @@ Text goes through the checkpoint's tokenizer (``zoo.tokenizer.tokenizer_of``: it
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from zoo.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
+from zoo.backend import load_checkpoint
+from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.limits import MAX_SAMPLE_LENGTH
+from zoo.recipe.schema import SEED_LIMIT
 
 UNBOUNDED_WINDOW = 256  # tokens re-read per step by a model of unbounded context (a recurrent net)
 
@@ -44,8 +48,10 @@ class Sampling:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise PromptError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise PromptError(f"temperature must be >= 0 and finite (0 is greedy), got {self.temperature}")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise PromptError(f"seed must lie in 0 .. {SEED_LIMIT - 1}, got {self.seed}")
         if self.top_k is not None and self.top_k < 1:
             raise PromptError(f"top_k must be >= 1 (or unset for the whole vocabulary), got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
@@ -63,11 +69,14 @@ class Sampling:
         return np.array([self._draw(row, rng) for row in logits], dtype=np.int64)
 
     def _draw(self, logits: np.ndarray, rng: np.random.Generator) -> int:
-        scaled = logits / self.temperature
+        # Shifted before the division: a tiny temperature then sends the others to -inf (p = 0)
+        # instead of the largest to inf (inf - inf = nan).
+        with np.errstate(over="ignore"):
+            scaled = (logits - logits.max()) / self.temperature
         if self.top_k is not None and self.top_k < scaled.size:
             kth = np.partition(scaled, -self.top_k)[-self.top_k]
             scaled = np.where(scaled < kth, -np.inf, scaled)
-        probabilities = np.exp(scaled - scaled.max())
+        probabilities = np.exp(scaled)
         probabilities /= probabilities.sum()
         if self.top_p is not None and self.top_p < 1:
             order = np.argsort(-probabilities, kind="stable")
@@ -117,6 +126,7 @@ def sample_tokens(
     """:func:`sample`, with the token ids read and generated."""
     from zoo.tokenizer import TokenizerError, tokenizer_of
 
+    check_length(length)  # before the model is read
     checkpoint = read_checkpoint(path)
     if checkpoint.config.active_task != "language_modeling":
         raise CheckpointError(
@@ -135,6 +145,11 @@ def sample_tokens(
     window = checkpoint.config.context_length() or UNBOUNDED_WINDOW
     generated = generate(model, np.asarray([ids], dtype=np.int64), length, sampling, window)[0].tolist()
     return Sampled(prompt + tokenizer.decode(generated), list(ids), generated)
+
+
+def check_length(length: int) -> None:
+    if not 1 <= length <= MAX_SAMPLE_LENGTH:
+        raise PromptError(f"length must lie in 1 .. {MAX_SAMPLE_LENGTH:,} tokens, got {length:,}")
 
 
 def _start_id(tokenizer) -> int:
@@ -164,6 +179,7 @@ def generate(
     key/value cache; others re-read the last ``window`` tokens each step, and refuse padding.
     ``window`` defaults to the model's ``context_length()``.
     """
+    check_length(length)
     prompts = np.asarray(prompts, dtype=np.int64)
     if prompts.ndim != 2 or prompts.shape[1] == 0:
         raise PromptError(f"prompts must be (N, T) token ids with T >= 1, got shape {prompts.shape}")

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from zoo.hardware import SetupError
+from zoo.limits import read_json
 
 log = logging.getLogger("zoo")
 
@@ -181,7 +182,7 @@ class MlflowRun:
         try:
             client = mlflow.MlflowClient(tracking_uri=uri)
             if record.is_file():  # a resumed run continues its MLflow run
-                run_id = json.loads(record.read_text())["run_id"]
+                run_id = _recorded_run_id(record)
                 client.update_run(run_id, status="RUNNING")
                 return cls(client, run_id)
             name = cfg.experiment or recipe.name
@@ -213,6 +214,14 @@ class MlflowRun:
         now = _milliseconds()
         metrics = [Metric(tag, value, now, step) for tag, value in scalars.items()]
         self.client.log_batch(self.run_id, metrics=metrics)
+
+
+def _recorded_run_id(record: Path) -> str:
+    fix = "it records which MLflow run the folder logs to: delete it to log the rest to a new one"
+    run_id = read_json(record, error=SetupError, fix=fix).get("run_id")
+    if not isinstance(run_id, str):
+        raise SetupError(f"{record} has no run_id text; {fix}")
+    return run_id
 
 
 def _milliseconds() -> int:
@@ -261,7 +270,7 @@ MLFLOW_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "diverged": "F
 
 
 def _last_step(run_dir: Path) -> int:
-    from zoo.runs import read_metrics
+    from zoo.runs.metrics import read_metrics
 
     try:
         rows = read_metrics(run_dir / "metrics.csv")

@@ -9,7 +9,10 @@ from pathlib import Path
 import click
 
 from zoo.cli.errors import user_errors
+from zoo.cli.numbers import FiniteFloatRange
 from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output, table
+from zoo.limits import MAX_SAMPLE_LENGTH
+from zoo.recipe.schema import SEED_LIMIT
 
 
 @click.command()
@@ -71,12 +74,14 @@ def evaluate(
 @click.command()
 @click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--prompt", default="", help="Text to continue.")
-@click.option("--length", default=200, show_default=True, type=click.IntRange(1), help="Tokens to generate.")
-@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(0), help="0 is greedy.")
+@click.option("--length", default=200, show_default=True, type=click.IntRange(1, MAX_SAMPLE_LENGTH),
+              help="Tokens to generate.")  # fmt: skip
+@click.option("--temperature", default=0.0, show_default=True, type=FiniteFloatRange(0), help="0 is greedy.")
 @click.option("--top-k", type=click.IntRange(1), default=None, help="Sample among the k most likely tokens.")
-@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=None,
+@click.option("--top-p", type=FiniteFloatRange(0, 1, min_open=True), default=None,
               help="Sample among the likeliest tokens whose probabilities add up to p.")  # fmt: skip
-@click.option("--seed", default=0, show_default=True, help="Seed of the sampling (temperature > 0).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, SEED_LIMIT - 1),
+              help="Seed of the sampling (temperature > 0).")  # fmt: skip
 @framework_option
 @for_scripts
 @user_errors

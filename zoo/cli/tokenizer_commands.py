@@ -12,6 +12,7 @@ import click
 
 from zoo.cli.errors import user_errors
 from zoo.cli.output import emit_json, for_scripts, script_output
+from zoo.limits import MAX_VOCAB_SIZE
 from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS
 
 
@@ -26,7 +27,8 @@ def tokenizer() -> None:
     "-o", "--output", type=click.Path(path_type=Path), default=Path("tokenizer.json"), show_default=True,
     help="Where to write tokenizer.json (a folder gets tokenizer.json inside it).",
 )  # fmt: skip
-@click.option("--vocab-size", type=click.IntRange(min=2), default=8192, show_default=True)
+@click.option("--vocab-size", type=click.IntRange(2, MAX_VOCAB_SIZE), default=8192, show_default=True,
+              help="Tokens of the trained BPE (its 256 bytes and special tokens included).")  # fmt: skip
 @click.option(
     "--special-tokens", default=",".join(DEFAULT_SPECIAL_TOKENS),
     show_default=True, help="Comma-separated special tokens, given the first ids in this order.",
@@ -42,13 +44,21 @@ def train(
     """Train a byte-level BPE (GPT-2's scheme) on FILES: UTF-8 text files or folders of .txt
     files; none: Python's own documentation (pydoc_data.topics, offline). --quiet prints the
     tokenizer.json path."""
+    from zoo.data import DataError
+    from zoo.overwrite import refuse_inputs_as_outputs
     from zoo.tokenizer import TOKENIZER_FILE, train_bpe, write_atomically
 
     with script_output(quiet, as_json):
+        target = output / TOKENIZER_FILE if output.is_dir() else output
+        refuse_inputs_as_outputs([target], text_files(files), DataError, option="-o")
         texts = list(read_texts(files))
+        if not any(text.strip() for text in texts):  # a BPE of bytes alone, learnt from nothing
+            raise DataError(
+                f"{', '.join(map(str, files))}: no text to learn from (empty, or only whitespace); "
+                "give UTF-8 text files with the text the tokenizer is for"
+            )
         specials = [t.strip() for t in special_tokens.split(",") if t.strip()]
         trained = train_bpe(texts, vocab_size, specials, min_frequency)
-        target = output / TOKENIZER_FILE if output.is_dir() else output
         write_atomically(target, trained.to_json())
     characters = sum(len(t) for t in texts)
     if as_json:
@@ -91,15 +101,23 @@ def encode(tokenizer_path: Path, text: str, as_json: bool, quiet: bool) -> None:
 
 def read_texts(files: tuple[Path, ...]) -> Iterator[str]:
     """The text of each file, of each .txt file under each folder; the embedded docs if none."""
-    from zoo.data import DataError
     from zoo.data.text import embedded_corpus, read_file
 
     if not files:
         yield embedded_corpus()
         return
+    for file in text_files(files):
+        yield read_file(file)
+
+
+def text_files(files: tuple[Path, ...]) -> list[Path]:
+    """Each file, and each .txt file under each folder."""
+    from zoo.data import DataError
+
+    found = []
     for path in files:
-        found = sorted(p for p in path.rglob("*.txt") if p.is_file()) if path.is_dir() else [path]
-        if not found:
+        inside = sorted(p for p in path.rglob("*.txt") if p.is_file()) if path.is_dir() else [path]
+        if not inside:
             raise DataError(f"{path}: a folder without .txt files")
-        for file in found:
-            yield read_file(file)
+        found += inside
+    return found

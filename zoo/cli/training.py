@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from zoo.cli.errors import user_errors
+from zoo.cli.numbers import FiniteFloatRange
 from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output
 from zoo.recipe import load_recipe
 
@@ -36,7 +37,7 @@ def train(
               help="A common checkpoint from either framework.")  # fmt: skip
 @click.option("--freeze-backbone", is_flag=True, help="Train only the head.")
 @click.option("--reset-head", is_flag=True, help="Re-initialise the head even where its shape still fits.")
-@click.option("--head-lr", type=click.FloatRange(min=0, min_open=True), help="The head's own learning rate.")
+@click.option("--head-lr", type=FiniteFloatRange(min=0, min_open=True), help="The head's own learning rate.")
 @framework_option
 @overrides_option
 @for_scripts

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zoo.data import DataError, Dataset, Split
+from zoo.data.dataset import Dataset, Split
+from zoo.errors import DataError
 
 if TYPE_CHECKING:
     from zoo.tokenizer import Tokenizer
@@ -46,8 +47,14 @@ def read_text(cfg) -> str:
         files = sorted(p for p in cfg.path.rglob("*.txt") if p.is_file())
         if not files:
             raise DataError(f"data.path {str(cfg.path)!r}: a folder without .txt files")
-        return DOCUMENT_SEPARATOR.join(read_file(p) for p in files)
-    return read_file(cfg.path)
+        text = DOCUMENT_SEPARATOR.join(read_file(p) for p in files)
+    else:
+        text = read_file(cfg.path)
+    if not text.strip():
+        raise DataError(
+            f"data.path {str(cfg.path)!r}: no text (empty, or only whitespace); give UTF-8 text to train on"
+        )
+    return text
 
 
 def data_tokenizer(cfg, training_texts: list[str], given: Tokenizer | None, extend: bool) -> Tokenizer:
@@ -121,6 +128,11 @@ def load_text(cfg, tokenizer: Tokenizer | None = None, extend: bool = False) -> 
         )
     else:
         train, val, test = (windows(p, cfg.seq_len) if len(p) else None for p in parts)
+    if test is None:  # text whose test share is under one token (the training share is larger)
+        raise DataError(
+            f"data.path {str(cfg.path)!r}: {len(ids)} tokens leave none for testing at data.test_fraction "
+            f"{cfg.test_fraction}; give more text or raise data.test_fraction"
+        )
     val = val or Split(train.x[:0], train.y[:0], masking=test.masking)
     vocab = tokenizer.vocab if isinstance(tokenizer, CharTokenizer) else None
     info = {"task": cfg.task, "vocab_size": tokenizer.vocab_size}

@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from zoo.limits import MAX_VOCAB_SIZE
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
@@ -98,7 +100,7 @@ class Tokenized(DataBase):
         "with GPT-2's vocab.json + merges.txt (or any of these). Fine-tuning uses the checkpoint's.",
     )
     bpe_vocab_size: int = Field(
-        2048, ge=262, le=1_000_000, description="Tokens of the BPE that tokenizer: 'bpe' trains."
+        2048, ge=262, le=MAX_VOCAB_SIZE, description="Tokens of the BPE that tokenizer: 'bpe' trains."
     )
     lowercase: bool | None = Field(
         None, description="Lower-case text before a WordPiece vocab.txt (default true, as uncased BERT)."

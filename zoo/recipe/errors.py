@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from zoo import registry
+from zoo.limits import MAX_SHOWN_PROBLEMS
 from zoo.recipe.schema import Recipe
 
 
@@ -18,9 +19,11 @@ class RecipeError(ValueError):
 
     def __init__(self, source: str, problems: list[str]):
         self.source = source
-        self.problems = problems
-        lines = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
+        self.problems = problems  # every one; the message shows the first MAX_SHOWN_PROBLEMS
+        lines = [f"  {p}" for p in problems[:MAX_SHOWN_PROBLEMS]]
+        if len(problems) > MAX_SHOWN_PROBLEMS:
+            lines.append(f"  ... and {len(problems) - MAX_SHOWN_PROBLEMS:,} more")
+        super().__init__(f"{source}: {len(problems):,} problem(s)\n" + "\n".join(lines))
 
 
 _UNIONS = ("model", "data", "optimizer", "schedule")

@@ -10,8 +10,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from zoo.limits import MAX_RECIPE_BYTES
 from zoo.recipe.errors import RecipeError, describe
-from zoo.recipe.overrides import apply_override, read_yaml
+from zoo.recipe.overrides import RefusedYAML, apply_override, read_yaml
 from zoo.recipe.schema import Recipe
 
 
@@ -26,12 +27,17 @@ def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[
             raise RecipeError(
                 source, ["no such file; recipes live in recipes/ (e.g. recipes/cnn-digits.yaml)"]
             )
+        size = path.stat().st_size
+        if size > MAX_RECIPE_BYTES:
+            raise RecipeError(source, [f"{size:,} bytes; a recipe is at most {MAX_RECIPE_BYTES:,} bytes"])
         try:
             raw = read_yaml(path.read_text(encoding="utf-8")) or {}
         except UnicodeDecodeError as error:
             raise RecipeError(
                 source, [f"not UTF-8 text (byte {error.start}: {error.reason}); save the recipe as UTF-8"]
             ) from None
+        except RefusedYAML as error:
+            raise RecipeError(source, [str(error)]) from None
         except yaml.YAMLError as error:
             raise RecipeError(source, [f"not valid YAML: {error}"]) from None
         if not isinstance(raw, dict):

@@ -3,11 +3,11 @@ scheduler's launcher variables (torchrun, SLURM, TF_CONFIG) agree with the recip
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 
 from zoo.hardware import SetupError
+from zoo.limits import json_kind, parse_json
 
 log = logging.getLogger("zoo")
 
@@ -20,9 +20,23 @@ def is_primary_process() -> bool:
         if env.get(name, "0") != "0":
             return False
     if "TF_CONFIG" in env:
-        task = json.loads(env["TF_CONFIG"]).get("task", {})
+        task = tf_config(env["TF_CONFIG"]).get("task", {})
         return task.get("index", 0) == 0 and task.get("type", "worker") in ("worker", "chief")
     return True
+
+
+def tf_config(text: str) -> dict:
+    """``$TF_CONFIG``, the object TensorFlow reads (``cluster`` of lists, ``task`` an object)."""
+    fix = (
+        'TensorFlow reads {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}'
+    )
+    found = parse_json(text, f"TF_CONFIG {text[:80]!r}", error=SetupError, fix=fix)
+    cluster, task = found.get("cluster", {}), found.get("task", {})
+    if not isinstance(cluster, dict) or not all(isinstance(v, list) for v in cluster.values()):
+        raise SetupError(f"TF_CONFIG's cluster is not an object of lists of addresses; {fix}")
+    if not isinstance(task, dict):
+        raise SetupError(f"TF_CONFIG's task is a JSON {json_kind(task)}, not an object; {fix}")
+    return found
 
 
 RANK_VARIABLES = (
@@ -48,14 +62,9 @@ def _launch_world(env: dict[str, str]) -> tuple[int, int]:
     ranks = [env[v] for v in RANK_VARIABLES if v in env]
     worlds = [env[v] for v in ("WORLD_SIZE", "SLURM_STEP_NUM_TASKS") if v in env]
     if "TF_CONFIG" in env:
-        try:
-            tf_config = json.loads(env["TF_CONFIG"])
-            ranks.append(str(tf_config.get("task", {}).get("index", 0)))
-            worlds.append(str(sum(len(v) for v in tf_config.get("cluster", {}).values())))
-        except (ValueError, AttributeError, TypeError):
-            raise SetupError(
-                f"TF_CONFIG is not the JSON TensorFlow reads: {env['TF_CONFIG'][:80]!r}"
-            ) from None
+        found = tf_config(env["TF_CONFIG"])
+        ranks.append(str(found.get("task", {}).get("index", 0)))
+        worlds.append(str(sum(len(v) for v in found.get("cluster", {}).values())))
     numbers = [int(v) if v.strip().isdigit() else -1 for v in (*ranks, *worlds)]
     if min(numbers, default=0) < 0:
         raise SetupError(

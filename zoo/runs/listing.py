@@ -5,13 +5,13 @@ further."""
 from __future__ import annotations
 
 import csv
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zoo.hardware import SetupError
+from zoo.limits import read_json
 from zoo.runs.folder import HELD_LOCKS, RECORDED_RECIPE
 from zoo.runs.metrics import read_metrics
 
@@ -65,10 +65,12 @@ def read_run(path: Path) -> RunInfo:
     read is named in ``problems`` and the run is listed as damaged."""
     import yaml
 
+    from zoo.recipe.overrides import read_yaml
+
     problems: list[str] = []
     recipe: dict[str, Any] = {}
     try:
-        found = yaml.safe_load((path / "recipe.yaml").read_text())
+        found = read_yaml((path / "recipe.yaml").read_text())
         if isinstance(found, dict):
             recipe = found
         else:
@@ -80,11 +82,11 @@ def read_run(path: Path) -> RunInfo:
     summary: dict[str, Any] = {}
     if (path / "summary.json").exists():
         try:
-            summary = json.loads((path / "summary.json").read_text())
-            if not isinstance(summary, dict):
-                summary, problems = {}, [*problems, "summary.json is not an object"]
-        except (OSError, ValueError):
-            problems.append("summary.json is not JSON")
+            summary = read_json(path / "summary.json", error=ValueError)
+        except ValueError as error:  # named as the folder's file: the run's path heads the listing
+            problems.append(str(error).replace(str(path / "summary.json"), "summary.json"))
+        except OSError:
+            problems.append("summary.json does not read")
     rows: list[dict[str, str]] = []
     if (path / "metrics.csv").exists():
         try:

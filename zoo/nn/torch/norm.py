@@ -1,5 +1,5 @@
 """Normalisation layers: BatchNorm that refuses a training batch with one value per channel in the
-Keras twin's words, and LayerNorm over the channels of a channels-first map."""
+Keras twin's words, LayerNorm over the channels of a channels-first map, and transformers' RMSNorm."""
 
 from __future__ import annotations
 
@@ -34,3 +34,23 @@ class LayerNorm2d(nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
         return x.permute(0, 3, 1, 2)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation with a learned scale, transformers' ``LlamaRMSNorm``
+    (T5's LayerNorm): ``weight * (x / sqrt(mean(x^2) + eps))``, the normalisation in float32 at
+    least (float64 stays float64), cast back to the input's dtype before the scale. Not
+    ``nn.RMSNorm``: transformers scales after the cast, which a bfloat16 model rounds differently."""
+
+    def __init__(self, features: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(features))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}"
