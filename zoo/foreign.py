@@ -114,6 +114,30 @@ def renamed(
     return {target: tensors[source] for source, target in names.items()}
 
 
+def check_shapes(
+    placed: Mapping[str, np.ndarray],
+    shapes: Mapping[str, tuple[int, ...]],
+    what: str,
+    *,
+    theirs: Callable[[str], str] = lambda key: key,
+    their_shape: Callable[[str, tuple[int, ...]], tuple[int, ...]] = lambda name, shape: shape,
+) -> None:
+    """Refuses renamed weights whose shapes are not the config's, naming up to five by the
+    source's names (``theirs``) and the shape the source would have had (``their_shape``)."""
+    wrong = [
+        f"{theirs(k)} {tuple(np.shape(v))} (expected {their_shape(theirs(k), shapes[k])})"
+        for k, v in placed.items()
+        if tuple(np.shape(v)) != tuple(shapes[k])
+    ]
+    if wrong:
+        raise ForeignLayoutError(
+            f"these {what} have other shapes than that config's: "
+            + "; ".join(wrong[:5])
+            + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""),
+            unplaced=[w.split(" ")[0] for w in wrong],
+        )
+
+
 def head_count(said: int | None, where: str, given: int | None, width: int, model: str, config: str) -> int:
     """The attention head count of imported weights, which no tensor shape shows: the one their
     ``config.json`` says (``said``, at ``where``) or the one the user gives (``given``: ``zoo

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from architectures.resnet.config import STAGES, ResNetConfig
 from architectures.resnet.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, renamed, timm_variant
+from zoo.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
 from zoo.weights import tensor_specs
 
 # timm's ResNets with torchvision's architecture (plain 7x7 stem, 1x1 conv shortcuts): (block, layers).
@@ -189,18 +189,9 @@ def _placed(tensors: Tensors, fields: dict[str, Any], source: str) -> tuple[dict
     placed = {
         k: np.reshape(v, ()) if specs[k].shape == () and np.shape(v) == (1,) else v for k, v in placed.items()
     }
-    wrong = [
-        f"{k} {tuple(np.shape(v))} (expected {spec.shape})"
-        for k, v in placed.items()
-        if tuple(np.shape(v)) != (spec := specs[k]).shape
-    ]
-    if wrong:
-        raise ForeignLayoutError(
-            f"these {source} ResNet weights ({_describe(fields)}) have other shapes than that config's: "
-            + "; ".join(wrong[:5])
-            + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""),
-            unplaced=[w.split(" ")[0] for w in wrong],
-        )
+    check_shapes(
+        placed, {k: spec.shape for k, spec in specs.items()}, f"{source} ResNet weights ({_describe(fields)})"
+    )
     return fields, {k: np.asarray(v).astype(specs[k].dtype, copy=False) for k, v in placed.items()}
 
 
