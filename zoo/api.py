@@ -99,6 +99,7 @@ def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
         metrics=metrics,
         vocab=plan.dataset.vocab,
         dtype=recipe.export.dtype,
+        preprocessing=plan.preprocessing,
     )
     if plan.dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
         plan.dataset.tokenizer.save(checkpoint.parent)
