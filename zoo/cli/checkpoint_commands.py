@@ -107,7 +107,7 @@ def sample(
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint")
 @click.argument("inputs", nargs=-1)
 @click.option("--text", "texts", multiple=True, help="A text to predict on, besides INPUTS; repeatable.")
 @framework_option
@@ -124,7 +124,7 @@ def sample(
 @for_scripts
 @user_errors
 def predict(
-    checkpoint: Path, inputs: tuple[str, ...], texts: tuple[str, ...], framework: str | None, top_k: int,
+    checkpoint: str, inputs: tuple[str, ...], texts: tuple[str, ...], framework: str | None, top_k: int,
     batch_size: int, length: int, temperature: float, seed: int, as_json: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """Labels and scores (or generated text) of a checkpoint for your own inputs, with the
