@@ -63,7 +63,7 @@ TIMM_ARGS = frozenset({"num_classes", "in_chans", "layers", "drop_rate", "global
 STEM_KERNELS = {7: "imagenet", 3: "small"}
 # The eval transform of torchvision's ImageNet ResNet weights (``ResNet*_Weights.IMAGENET1K_V1
 # .transforms()``: ImageClassification(crop_size=224, resize_size=256), bilinear, ImageNet's mean
-# and std; tests/test_predict_preprocessing.py checks it against torchvision's own). The V2 weights
+# and std; tests/test_image_folder.py checks it against torchvision's own). The V2 weights
 # resize to 232 instead: no state dict says which, so set data.resize when fine-tuning those.
 TORCHVISION_EVAL = ImagePreprocessing(
     size=224, resize=256, interpolation="bilinear", channels="rgb", mean=IMAGENET_MEAN, std=IMAGENET_STD
