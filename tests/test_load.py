@@ -141,3 +141,16 @@ def test_an_hf_export_writes_id2label_and_a_transformers_folder_loads_back(tmp_p
 def test_labels_that_do_not_fit_the_model_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match="names 2 labels but the model has 3 classes"):
         _saved(tmp_path, "convnet-tiny", Preprocessing(source="test", labels=("a", "b")), num_classes=3)
+
+
+def test_a_family_whose_aliases_do_not_fit_is_reported():
+    from dataclasses import replace
+
+    vit = registry.get_family("vit")
+    bad = replace(vit, aliases={"vit-tiny": "vit-tiny", "vit_huge_patch14_224": "vit-huge"})
+    problems = registry.check_family(bad)
+    assert any("'vit-tiny' is not another name" in p for p in problems)
+    assert any(
+        "'vit_huge_patch14_224' -> 'vit-huge', which is neither the family nor one of its" in p
+        for p in problems
+    )
