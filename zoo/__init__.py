@@ -25,6 +25,7 @@ _API = {
     "load": "zoo.loading",
     "predict": "zoo.inference",
     "Prediction": "zoo.inference",
+    "Predicted": "zoo.inference",
     "import_checkpoint": "zoo.interchange",
     "export_checkpoint": "zoo.interchange",
     "Comparison": "zoo.compare",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,11 +108,21 @@ class Model:
 
 @dataclass(frozen=True)
 class Predicted:
-    """A run of :func:`predict`: the checkpoint file read, its task and the predictions."""
+    """A run of :func:`predict`: the checkpoint file read, its task and the predictions, which
+    it iterates and indexes as the list it holds."""
 
     checkpoint: Path
     task: str
     predictions: list[Prediction]
+
+    def __iter__(self) -> Iterator[Prediction]:
+        return iter(self.predictions)
+
+    def __len__(self) -> int:
+        return len(self.predictions)
+
+    def __getitem__(self, index: int) -> Prediction:
+        return self.predictions[index]
 
 
 def predict(
@@ -126,31 +136,12 @@ def predict(
     length: int = 50,
     temperature: float = 0.0,
     seed: int = 0,
-) -> list[Prediction]:
+) -> Predicted:
     """Predictions of a checkpoint (or anything :func:`zoo.load` reads from a path: a run
     folder, a transformers / timm folder imported on the fly) for ``inputs`` (image files,
     folders, globs, .txt / .jsonl / .npy files, or a numpy array in the model's layout) and
     ``texts`` given directly, in input order. ``top_k`` labels (or mask fills) are returned
     per input; a language model generates ``length`` tokens (greedy at ``temperature`` 0)."""
-    return run(
-        checkpoint, inputs, texts=texts, framework=framework, top_k=top_k, batch_size=batch_size,
-        length=length, temperature=temperature, seed=seed,
-    ).predictions  # fmt: skip
-
-
-def run(
-    checkpoint: str | Path,
-    inputs: str | Path | np.ndarray | Iterable[str | Path] = (),
-    *,
-    texts: Sequence[str] = (),
-    framework: str = "lightning",
-    top_k: int = 5,
-    batch_size: int = 32,
-    length: int = 50,
-    temperature: float = 0.0,
-    seed: int = 0,
-) -> Predicted:
-    """:func:`predict`, with the checkpoint file it read and its task (``zoo predict --json``)."""
     from zoo.backend import backend_for, framework_name
     from zoo.data.preprocessing import of_checkpoint
     from zoo.loading import locate

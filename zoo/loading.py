@@ -54,8 +54,9 @@ def load(path_or_name: str | Path, framework: str = "lightning", *, seed: int | 
     transformers / timm / torchvision directory or file (imported on the fly), or a family,
     preset or alias name (fresh weights; ``config`` fields override the preset's). See the
     module's docstring for the order and the import cache."""
-    from zoo.api import create_model, load_checkpoint
+    from zoo.backend import backend_for, framework_name, load_checkpoint
 
+    framework = framework_name(framework)
     found = locate(path_or_name)
     if found.checkpoint is not None:
         if config or seed is not None:
@@ -64,7 +65,9 @@ def load(path_or_name: str | Path, framework: str = "lightning", *, seed: int | 
                 "seed and config fields are for a family or preset name"
             )
         return load_checkpoint(found.checkpoint, framework)
-    return create_model(found.name, framework, seed, **config)
+    # zoo.create_model's build (zoo.api sits above this module: it asks describe_directory)
+    family, resolved = registry.get_family(found.name), registry.resolve_config(found.name, **config)
+    return backend_for(framework).build(family, resolved, seed)
 
 
 def locate(path_or_name: str | Path) -> Located:

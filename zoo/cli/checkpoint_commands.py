@@ -135,11 +135,11 @@ def predict(
     (quoted), .txt files (one text a line), .jsonl files (one object a line, at the model's text
     column) or .npy arrays in the model's layout. --quiet prints one line per input: its name and
     top label (a language model: the text)."""
-    from zoo.inference import run
+    from zoo import inference
 
     framework = framework or "lightning"
     with script_output(quiet, as_json):
-        done = run(
+        done = inference.predict(
             checkpoint, inputs, texts=texts, framework=framework, top_k=top_k, batch_size=batch_size,
             length=length, temperature=temperature, seed=seed,
         )  # fmt: skip
