@@ -175,3 +175,61 @@ def test_a_newer_or_damaged_record_is_refused_by_name():
             '"channels": "grayscale"}}',
             "the record",
         )
+
+
+VOCAB = "\n abcdefghij"
+
+
+def _text_model(tmp_path, name: str, labels=None, **fields):
+    """A character model of ``name`` with random, non-trivial weights, saved with VOCAB."""
+    import torch
+
+    from zoo import registry
+
+    config = registry.resolve_config(name, vocab_size=len(VOCAB), **fields)
+    torch.manual_seed(0)
+    model = registry.get_family(config.architecture).build_torch(config)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
+    recorded = Preprocessing(source="test", labels=labels) if labels else None
+    return zoo.save_checkpoint(model, tmp_path / f"{name}.safetensors", vocab=VOCAB, preprocessing=recorded)
+
+
+def test_a_language_model_continues_a_batch_as_zoo_sample_continues_each_text(tmp_path):
+    from zoo.sample import sample
+
+    checkpoint = _text_model(tmp_path, "gpt2-micro", n_positions=16)
+    (tmp_path / "prompts.txt").write_text("abc\n\nj ih\nfaded bag\n")
+    prompts = ["abc", "j ih", "faded bag"]
+    for framework in FRAMEWORKS:
+        found = zoo.predict(checkpoint, tmp_path / "prompts.txt", framework=framework, length=12)
+        assert [p.input for p in found] == [f"{tmp_path / 'prompts.txt'}:{n}" for n in (1, 3, 4)]
+        alone = [sample(checkpoint, prompt, 12, framework=framework) for prompt in prompts]
+        assert [p.text for p in found] == alone  # left padding changes nothing the model sees
+
+
+def test_a_text_classifier_reads_lines_jsonl_and_texts_alike_in_both_frameworks(tmp_path):
+    labels = ("ham", "spam", "eggs")
+    checkpoint = _text_model(tmp_path, "bert-micro", labels, task="classification", num_classes=3)
+    texts = ["a bad cafe", "hi", "jigged ice face"]
+    (tmp_path / "lines.txt").write_text("\n".join(texts) + "\n")
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts))
+    )
+    scores = {}
+    for framework in FRAMEWORKS:
+        for inputs, given in (("lines.txt", ()), ("rows.jsonl", ()), ((), texts)):
+            found = zoo.predict(checkpoint, [tmp_path / i for i in ([inputs] if inputs else [])], texts=given,
+                                framework=framework, top_k=3, batch_size=2)  # fmt: skip
+            assert all(sorted(x["label"] for x in p.labels) == sorted(labels) for p in found)
+            by_id = [sorted(p.labels, key=lambda x: x["id"]) for p in found]
+            scores[framework, inputs] = np.array([[x["score"] for x in row] for row in by_id])
+    expected = scores["lightning", "lines.txt"]
+    assert not np.allclose(expected, 1 / 3, atol=1e-3), "random weights that say nothing test nothing"
+    for value in scores.values():
+        np.testing.assert_allclose(value, expected, atol=1e-5)
+    (tmp_path / "bad.jsonl").write_text('{"body": "abc"}\n')
+    with pytest.raises(PredictError, match=r"bad.jsonl, line 1: no text at 'text' .* it has 'body'"):
+        zoo.predict(checkpoint, tmp_path / "bad.jsonl")
