@@ -9,7 +9,7 @@ import logging
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import FRAMEWORKS, RECIPE, tiny
+from conftest import FRAMEWORKS, RECIPE, char_checkpoint, tiny
 from PIL import Image
 
 import zoo
@@ -181,20 +181,8 @@ VOCAB = "\n abcdefghij"
 
 
 def _text_model(tmp_path, name: str, labels=None, **fields):
-    """A character model of ``name`` with random, non-trivial weights, saved with VOCAB."""
-    import torch
-
-    from zoo import registry
-
-    config = registry.resolve_config(name, vocab_size=len(VOCAB), **fields)
-    torch.manual_seed(0)
-    model = registry.get_family(config.architecture).build_torch(config)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
     recorded = Preprocessing(source="test", labels=labels) if labels else None
-    return zoo.save_checkpoint(model, tmp_path / f"{name}.safetensors", vocab=VOCAB, preprocessing=recorded)
+    return char_checkpoint(tmp_path, name, VOCAB, recorded, **fields)
 
 
 def test_a_language_model_continues_a_batch_as_zoo_sample_continues_each_text(tmp_path):
