@@ -71,7 +71,7 @@ def plan_run(
     check_launch(recipe.trainer)  # a scheduler's RANK/WORLD_SIZE/SLURM_*/TF_CONFIG against the recipe
     family = registry.get_family(recipe.model.architecture)
     if recipe.init.from_ is not None:
-        recipe, dataset, config, init, labels = _fine_tune_start(recipe, family)
+        recipe, dataset, config, init, labels = fine_tune_start(recipe, family)
         log.info(init.describe())
     else:
         (dataset, config, init), labels = _fresh_start(recipe, family), ()
@@ -91,12 +91,13 @@ def _fresh_start(recipe: Recipe, family: Family) -> tuple[Dataset, ArchitectureC
     return dataset, recipe.model.bind(dataset.info), None
 
 
-def _fine_tune_start(
+def fine_tune_start(
     recipe: Recipe, family: Family
 ) -> tuple[Recipe, Dataset, ArchitectureConfig, InitPlan, tuple[str, ...]]:
-    """The data as the checkpoint's model reads it (its tokenizer's ids, not the recipe's; its
-    image preprocessing where the recipe leaves it open), the checkpoint's config bound to that
-    data, and the checkpoint's label names where its head carries over as it is."""
+    """The recipe with the checkpoint's image preprocessing where it leaves it open, the data as
+    the checkpoint's model reads it (its tokenizer's ids, not the recipe's), the checkpoint's
+    config bound to that data, and the checkpoint's label names where its head carries over as
+    it is (``zoo compare`` of a fine-tune starts here too)."""
     from zoo import finetune
     from zoo.data import load_dataset
     from zoo.data.preprocessing import fine_tune_data, of_checkpoint
