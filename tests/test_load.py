@@ -69,6 +69,7 @@ def test_preset_names_and_other_libraries_names_build_fresh_models():
     assert locate("vit_tiny_patch16_224").name == "vit-tiny"
     assert locate("resnet50.tv_in1k").name == "resnet50"  # timm's tag is left out
     assert locate("tv_resnet50").name == "resnet50"
+    assert locate("convnext_tiny.fb_in1k").name == "convnext-tiny"
     assert locate("openai-community/gpt2").name == "gpt2"
     assert locate("HuggingFaceTB/SmolLM-135M").name == "smollm-135m"
     assert locate("convnet-tiny").name == "convnet-tiny"
