@@ -128,6 +128,25 @@ def eval_output(model, ids: np.ndarray, padding: np.ndarray | None = None) -> np
     return np.asarray(model(ids, padding_mask=padding, training=False))
 
 
+def char_checkpoint(folder: Path, name: str, vocab: str, preprocessing=None, **fields) -> Path:
+    """A character model of the preset ``name`` with random weights (all of them non-trivial),
+    saved with ``vocab`` (and ``preprocessing``, a zoo.preprocessing record) as FOLDER/NAME.safetensors."""
+    import torch
+
+    import zoo
+
+    config = registry.resolve_config(name, vocab_size=len(vocab), **fields)
+    torch.manual_seed(0)
+    model = registry.get_family(config.architecture).build_torch(config)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
+    return zoo.save_checkpoint(
+        model, folder / f"{name}.safetensors", vocab=vocab, preprocessing=preprocessing
+    )
+
+
 def perturbed_twins(name: str, **fields):
     """(config, torch twin, Keras twin) of the preset ``name`` with ``fields``: the torch twin
     seeded and every parameter moved by N(0, 0.2^2) (nothing left at a trivial init), the Keras

@@ -164,12 +164,20 @@ def test_normalisation_is_torchvision_arithmetic(tmp_path):
 
 
 def test_pixels_match_torchvision():
-    """Eval (Resize + CenterCrop) and training crops (resized_crop + hflip) against torchvision's
-    own output on RGB, RGBA, palette, grayscale and JPEG files: the same float32 values."""
+    """Eval (Resize + CenterCrop, bilinear and bicubic) and training crops (resized_crop + hflip)
+    against torchvision's own output on RGB, RGBA, palette, grayscale and JPEG files: the same
+    float32 values. The eval transform a torchvision import records is that of torchvision's
+    ImageNet ResNet weights."""
     import reference_env
+
+    from architectures.resnet.formats import TORCHVISION_EVAL
 
     out = reference_env.fixtures("torchvision_image_transforms.py")
     spec = json.loads((out / "cases.json").read_text())
+    weights = spec["resnet_eval"]
+    assert weights["size"] == [TORCHVISION_EVAL.size] and weights["resize"] == [TORCHVISION_EVAL.resize]
+    assert weights["interpolation"] == TORCHVISION_EVAL.interpolation
+    assert tuple(weights["mean"]) == TORCHVISION_EVAL.mean and tuple(weights["std"]) == TORCHVISION_EVAL.std
     for case in spec["cases"]:
         gray = case["mode"] == "L"
         pixels = px.Pixels(
@@ -178,6 +186,7 @@ def test_pixels_match_torchvision():
             mode=case["mode"],
             mean=tuple(spec["gray_mean" if gray else "mean"]),
             std=tuple(spec["gray_std" if gray else "std"]),
+            interpolation=case.get("interpolation", "bilinear"),
         )
         image = px.open_image(out / "images" / case["file"], case["mode"])
         if "box" in case:

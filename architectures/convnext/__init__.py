@@ -2,7 +2,7 @@
 reads and writes torchvision and timm weights."""
 
 from architectures.convnext.config import ConvNeXtConfig
-from architectures.convnext.presets import PRESETS
+from architectures.convnext.presets import ALIASES, PRESETS
 from architectures.convnext.weights import table
 from zoo.family import Family, InputSpec
 from zoo.foreign import ForeignFormat
@@ -19,6 +19,7 @@ FAMILY = Family(
     keras_model="architectures.convnext.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
     presets=PRESETS,
+    aliases=ALIASES,
     formats=(
         ForeignFormat(
             "torchvision",

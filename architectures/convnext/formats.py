@@ -41,7 +41,7 @@ from pydantic import ValidationError
 
 from architectures.convnext.config import STAGES, ConvNeXtConfig
 from architectures.convnext.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, renamed, timm_variant
+from zoo.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
 from zoo.weights import tensor_specs
 
 # timm's factories with torchvision's architecture (no conv MLP, no GRN, head after the pool).
@@ -283,19 +283,13 @@ def _placed(
         else v
         for k, v in placed.items()
     }
-    wrong = [
-        f"{names[k]} {tuple(np.shape(v))} (expected {_foreign_shape(names[k], spec.shape)})"
-        for k, v in placed.items()
-        if tuple(np.shape(v)) != (spec := specs[k]).shape
-    ]
-    if wrong:
-        raise ForeignLayoutError(
-            f"these {source} ConvNeXt weights (depths {config.depths}, dims {config.dims}) have other shapes "
-            "than that config's: "
-            + "; ".join(wrong[:5])
-            + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""),
-            unplaced=[w.split(" ")[0] for w in wrong],
-        )
+    check_shapes(
+        placed,
+        {k: spec.shape for k, spec in specs.items()},
+        f"{source} ConvNeXt weights (depths {config.depths}, dims {config.dims})",
+        theirs=names.__getitem__,
+        their_shape=_foreign_shape,
+    )
     return fields, {k: np.asarray(placed[k], dtype=specs[k].dtype) for k in specs}
 
 

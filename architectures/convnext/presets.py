@@ -30,3 +30,11 @@ PRESETS = (
         {"depths": [3, 3, 27, 3], "dims": [128, 256, 512, 1024]},
     ),
 )
+
+# torchvision's and timm's names of these shapes (timm's ``convnext_tiny.fb_in1k`` resolves by its
+# name before the tag); ``zoo.load`` builds them with fresh weights, nothing is downloaded.
+ALIASES = {
+    "convnext_tiny": "convnext-tiny",
+    "convnext_small": "convnext-small",
+    "convnext_base": "convnext-base",
+}

@@ -100,6 +100,7 @@ def pixels_for(cfg) -> Pixels:
         mean=tuple(cfg.mean),
         std=tuple(cfg.std),
         augmentation=augmentation,
+        interpolation=cfg.interpolation,
     )
 
 
