@@ -81,6 +81,24 @@ def small_input(config) -> dict:
     return {"image_size": SMALL_IMAGE}
 
 
+def twins(name: str, tensors: dict[str, np.ndarray] | None = None, **fields):
+    """(config, torch twin, Keras twin) of a preset or family with ``fields``, both holding
+    ``tensors`` (default: the torch twin's init after ``torch.manual_seed(0)``)."""
+    import torch
+
+    from zoo.checkpoint import load_tensors, model_tensors
+
+    config = registry.resolve_config(name, **fields)
+    family = registry.get_family(name)
+    torch.manual_seed(0)
+    torch_model = family.build_torch(config)
+    keras_model = family.build_keras(config)
+    tensors = model_tensors(torch_model) if tensors is None else tensors
+    load_tensors(torch_model, tensors)
+    load_tensors(keras_model, tensors)
+    return config, torch_model, keras_model
+
+
 def forward_torch(model, x: np.ndarray, training: bool) -> np.ndarray:
     """A torch twin's output for a canonical-layout input, in train or eval mode."""
     import torch
@@ -108,6 +126,25 @@ def eval_output(model, ids: np.ndarray, padding: np.ndarray | None = None) -> np
             mask = None if padding is None else torch.from_numpy(padding)
             return model(torch.from_numpy(ids), padding_mask=mask).numpy()
     return np.asarray(model(ids, padding_mask=padding, training=False))
+
+
+def char_checkpoint(folder: Path, name: str, vocab: str, preprocessing=None, **fields) -> Path:
+    """A character model of the preset ``name`` with random weights (all of them non-trivial),
+    saved with ``vocab`` (and ``preprocessing``, a zoo.preprocessing record) as FOLDER/NAME.safetensors."""
+    import torch
+
+    import zoo
+
+    config = registry.resolve_config(name, vocab_size=len(vocab), **fields)
+    torch.manual_seed(0)
+    model = registry.get_family(config.architecture).build_torch(config)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
+    return zoo.save_checkpoint(
+        model, folder / f"{name}.safetensors", vocab=vocab, preprocessing=preprocessing
+    )
 
 
 def perturbed_twins(name: str, **fields):

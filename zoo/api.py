@@ -99,6 +99,7 @@ def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
         metrics=metrics,
         vocab=plan.dataset.vocab,
         dtype=recipe.export.dtype,
+        preprocessing=plan.preprocessing,
     )
     if plan.dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
         plan.dataset.tokenizer.save(checkpoint.parent)
@@ -143,8 +144,16 @@ def save_checkpoint(model, path, **kwargs) -> Path:
 
 
 def load_checkpoint(path, framework: str = "lightning", architecture: str | None = None):
+    """The twin of ``framework`` holding a checkpoint file's weights (``architecture``, a family
+    or preset name, is what the file must hold). A folder is refused, saying what it holds and
+    what to call instead: :func:`zoo.load` takes run folders and foreign folders."""
     from zoo.backend import load_checkpoint as load
 
+    if Path(path).is_dir():
+        from zoo.checkpoint import CheckpointError
+        from zoo.loading import describe_directory
+
+        raise CheckpointError(f"{path}: a folder, not a checkpoint file: {describe_directory(Path(path))}")
     return load(path, framework_name(framework), architecture)
 
 

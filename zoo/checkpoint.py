@@ -24,6 +24,7 @@ from zoo import registry
 from zoo.family import ArchitectureConfig, Family
 from zoo.limits import parse_json
 from zoo.model_io import framework_of, load_keras, load_tensors, load_torch, meta_tensors, model_tensors
+from zoo.preprocessing import NewerPreprocessing, Preprocessing, PreprocessingError, parse_preprocessing
 from zoo.safetensors_io import (
     LOW_PRECISION,
     SAFETENSORS_DTYPES,
@@ -66,6 +67,20 @@ class Checkpoint:
         text = self.metadata.get(key)
         return default if text is None else json.loads(text)
 
+    @property
+    def preprocessing(self) -> Preprocessing | None:
+        """What its inputs went through (zoo.preprocessing), or None where it records none
+        (checkpoints written before the record existed, a model saved by hand). One of a newer
+        version than this zoo reads is refused here, not when the file is opened: its weights
+        load all the same."""
+        text = self.metadata.get("preprocessing")
+        if text is None:
+            return None
+        try:
+            return parse_preprocessing(text, f"{self.path}: its preprocessing metadata")
+        except PreprocessingError as error:
+            raise CheckpointError(str(error)) from None
+
     def tensors(self) -> dict[str, np.ndarray]:
         """Every tensor, as stored (float32 or the export dtype), checked finite."""
         from safetensors.numpy import load_file
@@ -97,14 +112,17 @@ def write_checkpoint(
     vocab: str | None = None,
     dtype: str = "float32",
     source: dict[str, str] | None = None,
+    preprocessing: Preprocessing | None = None,
     packages: tuple[str, ...] = (),
 ) -> Path:
     """Canonical tensors and the metadata that rebuilds their model, as one checkpoint file.
 
     ``framework`` is the twin that wrote the tensors, or ``"imported"`` with ``source``
-    saying which foreign file and format they came from. ``packages`` are the writing
-    framework's libraries (its backend's, :func:`zoo.backend.save_checkpoint` passes them),
-    whose versions the file records beside zoo's own.
+    saying which foreign file and format they came from. ``preprocessing`` is what the
+    model's inputs went through (zoo.preprocessing), recorded for whoever uses it.
+    ``packages`` are the writing framework's libraries (its backend's,
+    :func:`zoo.backend.save_checkpoint` passes them), whose versions the file records beside
+    zoo's own.
     """
     task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     metadata = {
@@ -123,6 +141,9 @@ def write_checkpoint(
     }
     if source is not None:
         metadata["source"] = json.dumps(source)
+    if preprocessing is not None:
+        _check_labels(path, preprocessing, config)
+        metadata["preprocessing"] = preprocessing.to_json()
     check_finite(source["file"] if source and "file" in source else path, tensors)
     return write_safetensors(path, {k: _as_export_dtype(v, dtype) for k, v in tensors.items()}, metadata)
 
@@ -200,10 +221,18 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
         config = family.config.model_validate_json(metadata.get("config", "{}"))
     except ValueError as error:
         raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
-    for key in ("task_info", "recipe", "metrics", "versions", "source"):  # an object each: looked up
+    for key in (
+        "task_info",
+        "recipe",
+        "metrics",
+        "versions",
+        "source",
+        "preprocessing",
+    ):  # objects, looked up
         source = f"{path}: its {key} metadata"
         parse_json(metadata.get(key, "{}"), source, error=CheckpointError, fix="the file is damaged")
     _check_task(path, metadata, config)
+    _check_preprocessing(path, metadata, config)
     _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
     return Checkpoint(path, metadata, family, config)
 
@@ -227,6 +256,33 @@ def _check_task(path: Path, metadata: dict[str, str], config: ArchitectureConfig
     if differ:
         raise CheckpointError(
             f"{path}: its metadata contradicts itself: {'; '.join(differ)}; the file is damaged"
+        )
+
+
+def _check_preprocessing(path: Path, metadata: dict[str, str], config: ArchitectureConfig) -> None:
+    """The preprocessing record, where there is one of a version this zoo reads: valid, and
+    naming as many labels as the model has classes. A newer one is left for its users to refuse
+    (:attr:`Checkpoint.preprocessing`): the weights load all the same."""
+    text = metadata.get("preprocessing")
+    if text is None:
+        return
+    try:
+        preprocessing = parse_preprocessing(text, f"{path}: its preprocessing metadata")
+    except NewerPreprocessing:
+        return
+    except PreprocessingError as error:
+        raise CheckpointError(f"{error}; the file is damaged") from None
+    _check_labels(path, preprocessing, config)
+
+
+def _check_labels(path: Path | str, preprocessing: Preprocessing, config: ArchitectureConfig) -> None:
+    classes = getattr(config, "num_classes", None) if config.active_task.endswith("classification") else None
+    labels = preprocessing.labels
+    if labels is not None and len(labels) != classes:
+        has = f"{classes} classes" if classes is not None else f"no classes (task {config.active_task})"
+        raise CheckpointError(
+            f"{path}: its preprocessing names {len(labels)} labels but the model has {has}; the labels "
+            "belong to another model"
         )
 
 

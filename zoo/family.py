@@ -166,6 +166,9 @@ class Family:
     # follows the data over to new data instead of re-initialising them when fine-tuning (a
     # ViT's position embedding at another image size). It returns only the tensors it carried.
     adapt_tensors: str | None = None
+    # Other libraries' names of the family's models (timm's "vit_tiny_patch16_224", transformers'
+    # "bert-base-uncased") -> the family or preset of the same shape: ``zoo.load`` takes them.
+    aliases: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def input_kind(self) -> InputKind:

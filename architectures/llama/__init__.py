@@ -2,7 +2,7 @@
 same decoder), exactly, in both frameworks."""
 
 from architectures.llama.config import LlamaConfig
-from architectures.llama.presets import PRESETS
+from architectures.llama.presets import ALIASES, PRESETS
 from architectures.llama.weights import table
 from zoo.family import Family, InputSpec
 from zoo.foreign import ForeignFormat
@@ -20,6 +20,7 @@ FAMILY = Family(
     keras_model="architectures.llama.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
     presets=PRESETS,
+    aliases=ALIASES,
     formats=(
         ForeignFormat(
             "hf",

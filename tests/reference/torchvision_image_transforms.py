@@ -4,8 +4,11 @@
 
 Writes OUT/images/*.png|jpg (RGB, RGBA, palette, grayscale, JPEG; odd sizes, both
 orientations), OUT/cases.json (what was applied to which file) and OUT/<case>.npy (the
-float32 CHW tensor torchvision produced). Eval: Resize + CenterCrop + ToTensor + Normalize;
-training: F.resized_crop at explicit boxes (+ F.hflip), ToTensor, Normalize.
+float32 CHW tensor torchvision produced). Eval: Resize (bilinear, and bicubic as timm's models
+are read) + CenterCrop + ToTensor + Normalize; training: F.resized_crop at explicit boxes
+(+ F.hflip), ToTensor, Normalize. cases.json also holds the eval transform of torchvision's
+ImageNet ResNet weights (``ResNet18_Weights.IMAGENET1K_V1.transforms()``: no download), which a
+torchvision import records.
 """
 
 import json
@@ -16,6 +19,7 @@ import numpy as np
 import shim  # noqa: F401  (before torchvision)
 from PIL import Image
 from torchvision import transforms
+from torchvision.models import ResNet18_Weights
 from torchvision.transforms import functional as F
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -48,11 +52,15 @@ def main(out: Path) -> None:
         for mode, mean, std in (("RGB", MEAN, STD), ("L", GRAY_MEAN, GRAY_STD)):
             image = Image.open(out / "images" / name).convert(mode)  # zoo's loader: decode, convert
             normalize = transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean, std)])
-            for resize, size in ((32, 28), (24, 24), (45, 17)):
-                tensor = transforms.Compose([transforms.Resize(resize), transforms.CenterCrop(size)])(image)
-                key = f"eval-{name}-{mode}-{resize}-{size}"
+            for resize, size, how in ((32, 28, "bilinear"), (24, 24, "bilinear"), (45, 17, "bilinear"),
+                                      (32, 28, "bicubic")):  # fmt: skip
+                mode_of = transforms.InterpolationMode(how)
+                resized = transforms.Resize(resize, interpolation=mode_of)
+                tensor = transforms.Compose([resized, transforms.CenterCrop(size)])(image)
+                key = f"eval-{name}-{mode}-{resize}-{size}-{how}"
                 np.save(out / f"{key}.npy", normalize(tensor).numpy())
-                cases.append({"key": key, "file": name, "mode": mode, "resize": resize, "size": size})
+                cases.append({"key": key, "file": name, "mode": mode, "resize": resize, "size": size,
+                              "interpolation": how})  # fmt: skip
             width, height = image.size
             for top, left, h, w, flip in (
                 (0, 0, height, width, False),
@@ -65,8 +73,14 @@ def main(out: Path) -> None:
                 np.save(out / f"{key}.npy", normalize(tensor).numpy())
                 cases.append({"key": key, "file": name, "mode": mode, "box": [top, left, h, w], "flip": flip,
                               "size": 20})  # fmt: skip
+    weights = ResNet18_Weights.IMAGENET1K_V1.transforms()
+    resnet_eval = {
+        "size": list(weights.crop_size), "resize": list(weights.resize_size),
+        "interpolation": weights.interpolation.value, "mean": list(weights.mean), "std": list(weights.std),
+    }  # fmt: skip
     (out / "cases.json").write_text(json.dumps({"mean": MEAN, "std": STD, "gray_mean": GRAY_MEAN,
-                                                "gray_std": GRAY_STD, "cases": cases}))  # fmt: skip
+                                                "gray_std": GRAY_STD, "cases": cases,
+                                                "resnet_eval": resnet_eval}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def prepare(recipe: Recipe) -> Setup:
     if recipe.init.from_ is not None:
         from zoo.plan import fine_tune_start
 
-        dataset, config, init = fine_tune_start(recipe, family)
+        recipe, dataset, config, init, _ = fine_tune_start(recipe, family)
     else:
         dataset = load_dataset(recipe.data, family.input_kind)
         config = recipe.model.bind(dataset.info)

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from zoo.limits import MAX_VOCAB_SIZE
+from zoo.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Interpolation
 
 
 class Section(BaseModel):
@@ -209,10 +210,6 @@ class TextClassificationData(Tokenized):
         return self
 
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
 def _switch(value: Any) -> Any:
     """``augment: true`` is every default augmentation; ``false`` is none."""
     if value is True:
@@ -280,6 +277,11 @@ class ImageFolderData(DataBase):
         None,
         description="Eval transform: the shorter side is resized to this, then the centre "
         "image_size square is cropped (torchvision's Resize + CenterCrop); None: image_size.",
+    )
+    interpolation: Interpolation = Field(
+        "bilinear",
+        description="How images are resized (torchvision's InterpolationMode: PIL's filter of that name); "
+        "timm's models are trained with bicubic.",
     )
     channels: Literal["rgb", "grayscale"] = Field("rgb", description="Colour images, or one channel.")
     mean: tuple[float, ...] = Field(
