@@ -227,10 +227,11 @@ def load_stream(cfg, input_kind: str, tokenizer: Tokenizer | None = None) -> Dat
     for name in ("train", "test"):
         if not len(splits[name]):
             raise DataError(f"data: the {name} split has no examples; {EMPTY[name]}")
+    tokenizer = getattr(examples, "tokenizer", None)
     return Dataset(
         splits["train"], splits["val"], splits["test"], cfg.task, dataset_info(cfg, examples, found),
-        vocab=getattr(examples.tokenizer, "vocab", None), classes=classes_of(cfg, found, shards["path"]),
-        tokenizer=getattr(examples, "tokenizer", None),
+        vocab=getattr(tokenizer, "vocab", None), classes=classes_of(cfg, found, shards["path"]),
+        tokenizer=tokenizer,
     )  # fmt: skip
 
 
@@ -320,17 +321,18 @@ def sample_texts(cfg, shards: list[Shard]) -> list[str]:
     columns = [c for c in (cfg.text_column, cfg.text_pair_column) if c is not None]
     texts, total = [], 0
     for shard in shards:
-        for row, stored in raw_rows(shard, columns):
-            try:
-                record = parse(shard, row, stored)
-            except DataError:
-                continue  # the index pass names it
-            for column in columns:
-                if isinstance(record.get(column), str):
-                    texts.append(record[column])
-                    total += len(record[column])
-            if total >= BPE_SAMPLE:
-                return texts
+        try:
+            for row, stored in raw_rows(shard, columns):
+                try:
+                    record = parse(shard, row, stored)
+                except DataError:
+                    continue  # a bad record: the index pass names it
+                texts += [record[c] for c in columns if isinstance(record.get(c), str)]
+                total += sum(len(record[c]) for c in columns if isinstance(record.get(c), str))
+                if total >= BPE_SAMPLE:
+                    return texts
+        except DataError:
+            continue  # a file that cannot be read: likewise
     return texts
 
 

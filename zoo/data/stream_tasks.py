@@ -32,6 +32,17 @@ if TYPE_CHECKING:
 BLOCK_SEPARATOR = "\n\n"  # between documents, for a tokenizer without an end-of-text token
 
 
+def has_columns(shard: Shard, row: int, record: dict, columns: tuple[str, ...]) -> dict:
+    missing = [c for c in columns if c not in record]
+    if missing:
+        raise BadRecord(
+            shard,
+            row,
+            f"no {', '.join(map(repr, missing))} field; it has {', '.join(map(repr, record)) or 'none'}",
+        )
+    return record
+
+
 class Unit:
     """One record on its way through an epoch: where it is stored, its size in the epoch's
     offsets (1, or its tokens), and where it starts; its tokens once a reader needed them."""
@@ -117,6 +128,7 @@ class ImageExamples:
     def size(self, shard: Shard, row: int, record: dict) -> int:
         from zoo.data.image_folder import problem
 
+        has_columns(shard, row, record, self.columns)
         self.labels.check(shard, row, record[self.label_column])
         source = image_source(shard, row, record[self.image_column])
         trouble = problem(source, self.decode_check)
@@ -184,6 +196,7 @@ class TextExamples:
         return "text"
 
     def size(self, shard: Shard, row: int, record: dict) -> int:
+        has_columns(shard, row, record, self.columns)
         for column in (self.text_column, self.pair_column):
             if column is not None:
                 checked_text(shard, row, record, column)
@@ -250,7 +263,7 @@ class TokenExamples:
         return "char" if self.tokenizer is None else f"tokens:{self.tokenizer.fingerprint()}"
 
     def size(self, shard: Shard, row: int, record: dict) -> int:
-        text = record[self.text_column]
+        text = has_columns(shard, row, record, self.columns)[self.text_column]
         if not isinstance(text, str):
             raise BadRecord(shard, row, f"{self.text_column!r} is {text!r}, not text")
         if self.tokenizer is None:
