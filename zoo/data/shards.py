@@ -6,8 +6,9 @@ order, and yields every row as it is stored (a JSONL line still unparsed, so tha
 will not use a row never parses it); :func:`parse` makes a row a record (a dict of columns).
 A row that cannot be a record is a :class:`BadRecord` that names the file and the row.
 
-Parquet and Arrow are read with pyarrow, a batch of rows at a time (Arrow files are memory
-mapped); text formats line by line. Nothing holds more than one batch of a shard.
+Parquet and Arrow are read with pyarrow, a batch of rows at a time; text formats line by line.
+Nothing holds more than one batch of a shard. Files are read, not memory mapped: mapped pages
+would count in the process's resident memory as it reads on, however little it keeps.
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ def parquet_file(shard: Shard):
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(shard.path, memory_map=True)
+        return pq.ParquetFile(shard.path)
     except (pa.ArrowException, OSError) as error:
         raise BadShard(f"{shard.path}: not a readable Parquet file ({error}); is it cut short?") from None
 
@@ -277,8 +278,7 @@ def _batch_rows(batch, start: int, first: int) -> Iterator[tuple[int, dict]]:
 
 
 class _arrow_reader:
-    """An Arrow file, memory mapped: the stream format ``save_to_disk`` writes, or the file
-    format."""
+    """An Arrow file: the stream format ``save_to_disk`` writes, or the file format."""
 
     def __init__(self, shard: Shard):
         self.shard = shard
@@ -287,7 +287,7 @@ class _arrow_reader:
         import pyarrow as pa
 
         try:
-            self.source = pa.memory_map(self.shard.path)
+            self.source = pa.OSFile(self.shard.path)
         except (pa.ArrowException, OSError) as error:
             raise BadShard(f"{self.shard.path}: cannot be read ({error})") from None
         for opener in (pa.ipc.open_stream, pa.ipc.open_file):

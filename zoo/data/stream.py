@@ -53,9 +53,7 @@ class Part:
     @property
     def size(self) -> int:
         """Offsets the part fills in an epoch (its records, or their tokens)."""
-        if self.index.sizes is None:
-            return self.stop - self.start
-        return int(np.asarray(self.index.sizes[self.start : self.stop]).sum())
+        return self.index.total(self.start, self.stop)
 
 
 class Cursor:
@@ -131,8 +129,9 @@ class Stream:
         columns = self.examples.columns
 
         def read(part: Part) -> Iterator[Unit]:
-            for record, row, stored in records(part.index, columns, part.start, part.stop):
-                yield Unit(part.index.shard, row, stored, part.index.size_of(record))
+            found = records(part.index, columns, part.start, part.stop)
+            for (_, row, stored), size in zip(found, part.index.sizes(part.start, part.stop), strict=True):
+                yield Unit(part.index.shard, row, stored, size)
 
         shards = [functools.partial(read, part) for part in self.parts]
         return epoch_stream(shards, seed, epoch, self.buffer, self.shuffle)

@@ -5,14 +5,15 @@ shard, and a language model's epoch (blocks of tokens) needs the token count of 
 one pass over the files finds them, parsing and checking every row. A row that is not a usable
 record stops the pass with its file and row named (``data.on_bad_record: error``), or is left
 out of every epoch and counted (``skip``). The counts are written to ``$ZOO_CACHE/streams``
-(default ``~/.cache/zoo``) as they come, a file a shard, and memory-mapped afterwards: the pass
-holds one record at a time, and the next run over the same files (same sizes and modification
-times) and settings reads the index instead of the corpus.
+(default ``~/.cache/zoo``) as they come, a file a shard, and read back a chunk at a time: the
+pass and the readers hold a few chunks, never a corpus' worth, and the next run over the same
+files (same sizes and modification times) and settings reads the index instead of the corpus.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -57,10 +58,27 @@ class ShardIndex:
     shard: Shard
     records: int  # usable records
     bad: np.ndarray  # rows (as raw_rows numbers them) left out, ascending
-    sizes: np.ndarray | None  # each record's size, memory-mapped; None: every record is one example
+    sizes_file: Path | None  # each record's size, int64; None: every record is one example
 
-    def size_of(self, record: int) -> int:
-        return 1 if self.sizes is None else int(self.sizes[record])
+    def sizes(self, start: int, stop: int) -> Iterator[int]:
+        """The sizes of records ``start`` .. ``stop - 1``, read a chunk at a time."""
+        if self.sizes_file is None:
+            yield from itertools.repeat(1, max(0, stop - start))
+            return
+        with open(self.sizes_file, "rb") as handle:
+            handle.seek(start * 8)
+            while start < stop:
+                chunk = np.fromfile(handle, dtype=np.int64, count=min(stop - start, FLUSH))
+                if not len(chunk):
+                    raise DataError(f"{self.sizes_file}: cut short; delete it to index the files again")
+                yield from chunk.tolist()
+                start += len(chunk)
+
+    def total(self, start: int, stop: int) -> int:
+        """Offsets records ``start`` .. ``stop - 1`` fill in an epoch (records, or tokens)."""
+        if self.sizes_file is None:
+            return max(0, stop - start)
+        return sum(self.sizes(start, stop))
 
 
 @dataclass(frozen=True)
@@ -106,7 +124,7 @@ def _build(folder: Path, shards: Sequence[Shard], survey: Survey, on_bad: str, s
         entries, problems = [], []
         for i, shard in enumerate(shards):
             entries.append(_index_shard(i, shard, survey, on_bad, temporary, sized, problems))
-        record = {"shards": entries, "found": survey.found(), "problems": problems}
+        record = {"shards": entries, "found": survey.found(), "problems": problems, "sized": sized}
         write_atomically(temporary / "index.json", json.dumps(record))
         try:
             os.replace(temporary, folder)
@@ -160,10 +178,7 @@ def _load(folder: Path, shards: Sequence[Shard], record: dict) -> CorpusIndex:
             skipped += 1
             indexed.append(ShardIndex(shard, 0, np.zeros(0, np.int64), None))
             continue
-        sizes_file = folder / f"sizes-{i}.bin"
-        sizes = None
-        if sizes_file.stat().st_size:
-            sizes = np.memmap(sizes_file, dtype=np.int64, mode="r")
+        sizes = folder / f"sizes-{i}.bin" if record.get("sized") else None
         bad = np.load(folder / f"bad-{i}.npy")
         skipped += len(bad)
         indexed.append(ShardIndex(shard, entry["records"], bad, sizes))
