@@ -66,7 +66,7 @@ class Labels:
     """The labels the index pass saw; at the end, integers or sorted names."""
 
     column: str
-    integers: set[int] = field(default_factory=set)
+    largest: int = -1  # integer labels: only the largest matters (the class count)
     names: set[str] = field(default_factory=set)
     first: dict[str, str] = field(default_factory=dict)  # kind -> where it was first seen
 
@@ -81,19 +81,19 @@ class Labels:
             number = int(value)
             if number < 0:
                 raise BadRecord(shard, row, f"label {value!r} is negative; class ids start at 0")
-            self.integers.add(number)
+            self.largest = max(self.largest, number)
             self.first.setdefault("integer", f"{shard.where(row)} ({value!r})")
         else:
             self.names.add(value.strip())
             self.first.setdefault("name", f"{shard.where(row)} ({value!r})")
 
     def found(self) -> dict[str, Any]:
-        if self.integers and self.names:
+        if self.largest >= 0 and self.names:
             raise DataError(
                 f"labels mix numbers ({self.first['integer']}) and class names ({self.first['name']}); "
                 "use one kind"
             )
-        return {"names": sorted(self.names), "largest": max(self.integers, default=-1)}
+        return {"names": sorted(self.names), "largest": self.largest}
 
 
 def label_lookup(found: dict[str, Any]) -> dict[str, int] | None:

@@ -162,6 +162,20 @@ class ResumableLoader(DataLoader):
         self.sampler.set_epoch(state["epoch"])
 
 
+def release_run_locks(worker: int) -> None:
+    """A forked worker shares the run folder's lock with the training process (an ``flock``
+    belongs to the open file, which fork shares): were it to keep its copy, the lock would
+    outlive a training process killed with SIGKILL until its workers noticed (seconds), and
+    ``zoo resume`` would be refused meanwhile. The worker needs no lock: it lets go of it."""
+    import os
+
+    from zoo.runs.folder import HELD_LOCKS
+
+    for fd in HELD_LOCKS.values():
+        os.close(fd)
+    HELD_LOCKS.clear()
+
+
 def loader(
     split: Split, batch_size: int, seed: int = 0, shuffle: bool = False, pin_memory: bool = False
 ) -> DataLoader:
@@ -177,6 +191,7 @@ def loader(
             num_workers=workers,
             pin_memory=pin_memory,
             persistent_workers=workers > 0,
+            worker_init_fn=release_run_locks,
         )
     if split.masking is not None:
         sampler = BatchOrder(len(split), batch_size, seed, shuffle, keyed=True)

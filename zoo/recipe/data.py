@@ -467,7 +467,9 @@ class StreamData(Tokenized, ImageInput):
             "image_column": language,
             **{name: self.image_column is None for name in IMAGE_FIELDS},
         }
-        wrong = [name for name, bad in misplaced.items() if bad and name in self.model_fields_set]
+        # A value of its own (a written-out recipe carries every field, at its default where unused).
+        fields = type(self).model_fields
+        wrong = [n for n, bad in misplaced.items() if bad and getattr(self, n) != fields[n].default]
         if wrong:
             kind = "images (data.image_column)" if wrong[0] in IMAGE_FIELDS else "another data.task"
             raise ValueError(f"data.{wrong[0]} does not apply to data.task {self.task!r}; it is for {kind}")
