@@ -125,6 +125,10 @@ def test_a_batch_read_alone_is_the_batch_read_in_turn(tmp_path):
         assert np.array_equal(alone.batch(positions, 5, 2)[-1], batches[b])
     # A share of a batch (a data-parallel process's) is that part of the batch.
     assert np.array_equal(alone.batch(np.arange(80, 96), 5, 2)[-1], batches[2][16:])
+    # Indexed as an array is (code written for in-memory splits): the first epoch's order.
+    first = labels_of(in_turn, 32)
+    assert alone.take([40, 3, 41, 3])[-1].tolist() == [first[40], first[3], first[41], first[3]]
+    assert np.array_equal(alone[5:7], alone.batch(np.arange(5, 7))[0])
 
 
 def test_validation_and_test_are_each_files_last_records_in_stored_order(tmp_path):

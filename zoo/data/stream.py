@@ -157,6 +157,36 @@ class Stream:
             cursor.busy = False
         return self.examples.decode(units, positions, seed, epoch, channels_last)
 
+    def __getitem__(self, key) -> np.ndarray:
+        """Any numpy index: the inputs at those positions of the first epoch's order, not
+        augmented (what code written for an in-memory ``split.x[index]`` reads)."""
+        return self.take(key)[0]
+
+    def take(self, key) -> tuple[np.ndarray | None, ...]:
+        """Every array of the examples at any numpy index of positions, in the index's order:
+        read a run of consecutive positions at a time."""
+        positions = np.arange(self.length)[key]
+        if positions.ndim == 0:
+            return tuple(None if a is None else a[0] for a in self.take(positions[None]))
+        if not len(positions):
+            return self.empty()
+        order = np.argsort(positions, kind="stable")
+        ordered = positions[order]
+        runs = np.split(ordered, np.flatnonzero(np.diff(ordered) != 1) + 1)
+        parts = [self.batch(run) for run in runs]
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        joined = [
+            None if a is None else np.concatenate([p[i] for p in parts]) for i, a in enumerate(parts[0])
+        ]
+        return tuple(None if a is None else a[inverse] for a in joined)
+
+    def empty(self) -> tuple[np.ndarray | None, ...]:
+        arrays = [np.empty((0, *shape), dtype) for _, dtype, shape in self.examples.outputs(False)]
+        if self.text_inputs and not self.pairs:  # no token types: (ids, mask, None, labels)
+            arrays.insert(2, None)
+        return tuple(arrays)
+
     def _cursor(self, key: tuple[int, int], start: int) -> Cursor:
         """The idle cursor of this epoch furthest on that has not passed ``start``, else a new one."""
         with self._lock:
@@ -175,9 +205,22 @@ class Stream:
 
 
 @dataclass(frozen=True)
+class StreamLabels:
+    """A streamed split's ``y``: indexing it reads the labels of those positions."""
+
+    stream: Stream
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    def __getitem__(self, key) -> np.ndarray:
+        return self.stream.take(key)[-1]
+
+
+@dataclass(frozen=True)
 class StreamSplit(Split):
-    """A split whose examples are streamed: ``x`` is the :class:`Stream`, no array holds them
-    (``y`` is None: the labels come with each batch)."""
+    """A split whose examples are streamed: ``x`` is the :class:`Stream`, no array holds them;
+    ``y`` reads their labels."""
 
     def __len__(self) -> int:
         return len(self.x)
@@ -222,7 +265,7 @@ def load_stream(cfg, input_kind: str, tokenizer: Tokenizer | None = None) -> Dat
         stream = Stream(
             parts[name], own, length, cfg.shuffle_buffer, name == "train" and cfg.shuffle, workers
         )
-        splits[name] = StreamSplit(stream, None)
+        splits[name] = StreamSplit(stream, StreamLabels(stream))
     for name in ("train", "test"):
         if not len(splits[name]):
             raise DataError(f"data: the {name} split has no examples; {EMPTY[name]}")
