@@ -312,3 +312,18 @@ def test_recipe_mistakes_are_named():
 def test_text_for_an_image_model_is_refused():
     with pytest.raises(DataError, match="gives token ids, but the model reads images"):
         load_dataset(StreamData(path=str(SAVED), task="classification"), "image")
+
+
+def test_the_index_is_read_again_only_when_a_file_changes(tmp_path, monkeypatch):
+    from zoo.data import stream_index
+
+    write_corpus(tmp_path / "c", [40, 40])
+    passes, original = [], stream_index._index_shard
+    monkeypatch.setattr(stream_index, "_index_shard", lambda *a: passes.append(a[1].path) or original(*a))
+    first = load_dataset(labelled(tmp_path / "c"), "tokens")
+    again = load_dataset(labelled(tmp_path / "c"), "tokens")
+    assert len(passes) == 2 and len(again.train) == len(first.train)
+    with open(tmp_path / "c" / "part-001.jsonl", "a") as shard:
+        shard.write(json.dumps({"text": text_of(80), "label": 80}) + "\n")
+    grown = load_dataset(labelled(tmp_path / "c"), "tokens")
+    assert len(passes) == 4 and len(grown.train) + len(grown.val) + len(grown.test) == 81
