@@ -106,11 +106,24 @@ def label_ids(labels: list[Any], lookup: dict[str, int] | None) -> np.ndarray:
     return np.asarray([lookup[v.strip()] for v in labels], dtype=np.int64)
 
 
+class Labelled:
+    """A classification task: one record is one example, its label checked by :class:`Labels`."""
+
+    labels: Labels | None  # the index pass's
+    lookup: dict[str, int] | None  # label names -> ids, once the index pass is done
+
+    def found(self) -> dict[str, Any]:
+        return self.labels.found()
+
+    def span(self, positions: np.ndarray) -> tuple[int, int]:
+        return int(positions[0]), int(positions[-1]) + 1
+
+
 # ------------------------------------------------------------------------------ images
 
 
 @dataclass
-class ImageExamples:
+class ImageExamples(Labelled):
     image_column: str
     label_column: str
     pixels: Pixels
@@ -135,12 +148,6 @@ class ImageExamples:
         if trouble is not None:
             raise BadRecord(shard, row, f"not a readable image ({trouble})")
         return 1
-
-    def found(self) -> dict[str, Any]:
-        return self.labels.found()
-
-    def span(self, positions: np.ndarray) -> tuple[int, int]:
-        return int(positions[0]), int(positions[-1]) + 1
 
     def outputs(self, channels_last: bool) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
         """(name, dtype, shape of one example) of each array :meth:`decode` returns."""
@@ -179,7 +186,7 @@ class ImageExamples:
 
 
 @dataclass
-class TextExamples:
+class TextExamples(Labelled):
     text_column: str
     pair_column: str | None
     label_column: str
@@ -202,12 +209,6 @@ class TextExamples:
                 checked_text(shard, row, record, column)
         self.labels.check(shard, row, record[self.label_column])
         return 1
-
-    def found(self) -> dict[str, Any]:
-        return self.labels.found()
-
-    def span(self, positions: np.ndarray) -> tuple[int, int]:
-        return int(positions[0]), int(positions[-1]) + 1
 
     def outputs(self, channels_last: bool) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
         """The arrays :meth:`decode` returns that are not None, by the twins' argument names."""
