@@ -327,3 +327,20 @@ def test_the_index_is_read_again_only_when_a_file_changes(tmp_path, monkeypatch)
         shard.write(json.dumps({"text": text_of(80), "label": 80}) + "\n")
     grown = load_dataset(labelled(tmp_path / "c"), "tokens")
     assert len(passes) == 4 and len(grown.train) + len(grown.val) + len(grown.test) == 81
+
+
+def test_text_files_are_a_record_a_line_their_newlines_kept(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    lines = [text_of(n) + "\n" for n in range(120)]
+    (folder / "a.txt").write_text("".join(lines[:70]))
+    (folder / "b.txt").write_text("".join(lines[70:]))
+    cfg = StreamData(path=str(folder), tokenizer="char", seq_len=32, shuffle=False, val_fraction=0)
+    data = load_dataset(cfg, "tokens")
+    stream = data.train.x
+    kept = lines[: 70 - int(70 * 0.05)] + lines[70 : 120 - int(50 * 0.05)]
+    text = "".join(kept)  # no separator: each line's own newline ends it
+    assert len(stream) == (len(text) - 1) // 32
+    x, y = stream.batch(np.arange(len(stream)))
+    assert data.tokenizer.decode(x.reshape(-1)) == text[: len(stream) * 32]
+    assert np.array_equal(y[:, -1], data.tokenizer.encode_array(text[32 : len(stream) * 32 + 1 : 32]))
