@@ -34,12 +34,24 @@ from zoo.data.stream_index import ShardIndex, corpus_index, records
 from zoo.data.stream_order import epoch_stream
 from zoo.data.stream_tasks import ImageExamples, Labels, TextExamples, TokenExamples, Unit, label_lookup
 from zoo.data.text import data_tokenizer, mlm_masking
+from zoo.nn.errors import GRAPH_END, GRAPH_MARK
 from zoo.tokenizer import CharTokenizer
 
 if TYPE_CHECKING:
     from zoo.tokenizer import Tokenizer
 
 CURSORS_PER_EPOCH = 8  # readers of one epoch a process keeps (tf.data's parallel calls; one per worker)
+
+
+class UnreadableBatch(RuntimeError):
+    """A batch that cannot be read (an image that opens but does not decode, a file changed
+    since it was indexed), raised where it is read: a DataLoader worker, a tf.data call. Both
+    frameworks re-raise it inside their own error, a traceback included; its message travels
+    between zoo's input markers (:mod:`zoo.nn.errors`), so the ``zoo`` command finds it there
+    and prints that line alone (exit 2)."""
+
+    def __init__(self, message: str):
+        super().__init__(message if GRAPH_MARK in message else f"{GRAPH_MARK}{message}{GRAPH_END}")
 
 
 @dataclass(frozen=True)
@@ -153,9 +165,11 @@ class Stream:
         cursor = self._cursor(key, start)
         try:
             units = cursor.span(start, stop)
+            return self.examples.decode(units, positions, seed, epoch, channels_last)
+        except DataError as error:
+            raise UnreadableBatch(str(error)) from None
         finally:
             cursor.busy = False
-        return self.examples.decode(units, positions, seed, epoch, channels_last)
 
     def __getitem__(self, key) -> np.ndarray:
         """Any numpy index: the inputs at those positions of the first epoch's order, not
