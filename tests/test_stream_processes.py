@@ -146,3 +146,33 @@ def test_resident_memory_does_not_grow_with_the_corpus(tmp_path):
         peaks.append(json.loads((tmp_path / f"peak-{scale}.json").read_text())["peak_rss"])
     assert sizes[1] > 30e6 + sizes[0]
     assert peaks[1] - peaks[0] < 0.2 * (sizes[1] - sizes[0]), (peaks, sizes)
+
+
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+def test_an_image_that_opens_but_cannot_be_decoded_stops_training_in_one_line(tmp_path, framework):
+    """Its header passes the index pass's check; its pixels are cut short. A DataLoader worker or
+    a tf.data call meets it: the run stops, exit 2, the file and row named, no traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from zoo.data.digits import write_digits_folder
+
+    folder = write_digits_folder(tmp_path / "digits", size=8, per_class=3)
+    files = sorted(folder.rglob("*.png"))
+    rows = [{"image": {"bytes": f.read_bytes(), "path": None}, "label": int(f.parent.name)} for f in files]
+    rows[4]["image"]["bytes"] = rows[4]["image"]["bytes"][:60]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "images.parquet")
+    recipe = tmp_path / "images.yaml"
+    recipe.write_text(
+        "model: {architecture: convnet-tiny}\n"
+        f"data: {{name: stream, path: {tmp_path / 'images.parquet'}, task: classification,\n"
+        "       image_column: image, image_size: 8, batch_size: 8, workers: 2, val_fraction: 0,\n"
+        "       test_fraction: 0.2}\n"
+        "trainer: {max_epochs: 1, progress_bar: false}\n"
+    )
+    done = subprocess.run(train(tmp_path, recipe, framework, "broken"), env=environment(tmp_path),
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "images.parquet, row 4: cannot be decoded as an image" in last
