@@ -1,13 +1,14 @@
 """Common-checkpoint throughput at gpt2 size, end to end through zoo's API (issue 18, item 4).
 
-A run exports with ``zoo.checkpoint.save_checkpoint`` and every later use starts with
-``zoo.checkpoint.load_checkpoint``, which returns a ready model: building the twin is part of
+A run exports with ``zoo.backend.save_checkpoint`` and every later use starts with
+``zoo.backend.load_checkpoint``, which returns a ready model: building the twin is part of
 a load. This times exactly those two calls per framework on gpt2 (124M parameters, 498 MB of
-float32) and gpt2-medium (355M, 1.42 GB), next to safetensors' own ``save_file`` and
-``load_file`` of the same tensors (numpy), the floor: a save writes a fresh file and fsyncs
-it, so it is shown against ``save_file`` alone (the page cache) and ``save_file`` followed by
-an fsync (the disk: what any durable save costs); a load reads the file just written, from
-the page cache.
+float32), gpt2-medium (355M, 1.42 GB) and Qwen2-0.5B's shape (494M, 1.98 GB: 24 layers of
+grouped-query attention with query/key/value biases, a 151,936-token tied embedding), next to
+safetensors' own ``save_file`` and ``load_file`` of the same tensors (numpy), the floor: a
+save writes a fresh file and fsyncs it, so it is shown against ``save_file`` alone (the page
+cache) and ``save_file`` followed by an fsync (the disk: what any durable save costs); a load
+reads the file just written, from the page cache.
 
 Each round runs one fresh process per framework and model, interleaved; the figure is the
 fastest of all rounds (on a shared machine other work only ever slows a run down). Also
@@ -16,7 +17,7 @@ initialisers skipped, ``zoo.keras.skeleton``), the part of a load that is not I/
 load into a twin already built (``zoo.checkpoint.load_tensors`` of the file's tensors, as a
 fine-tuning start puts them into the model it trains): the same I/O without the build.
 
-    .venv/bin/python bench/checkpoint_io.py [--models gpt2,gpt2-medium] [--rounds 3]
+    .venv/bin/python bench/checkpoint_io.py [--models gpt2,gpt2-medium,qwen2-0.5b] [--rounds 3]
         [--frameworks lightning,keras] [--write-results]
 """
 
@@ -51,7 +52,8 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None) 
     from safetensors.numpy import load_file, save_file
 
     from zoo import api, registry
-    from zoo.checkpoint import load_checkpoint, model_tensors, save_checkpoint
+    from zoo.backend import load_checkpoint, save_checkpoint
+    from zoo.checkpoint import model_tensors
     from zoo.keras import skeleton as keras_skeleton
 
     if threads:
@@ -177,7 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--models", default="gpt2,gpt2-medium")
+    parser.add_argument("--models", default="gpt2,gpt2-medium,qwen2-0.5b")
     parser.add_argument("--frameworks", default="lightning,keras")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2, help="repetitions inside each process")

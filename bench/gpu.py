@@ -184,21 +184,25 @@ def flops_per_sample(preset: str, config, example) -> dict:
 
 
 def peak_memory(way: str, gpu: bool) -> tuple[int | None, str]:
-    """The process's peak memory for a way's framework, and where the figure comes from."""
-    if way in ("raw-torch", "zoo-lightning") and gpu:
+    """The process's peak memory for a way's framework, and where the figure comes from.
+
+    On the CPU every way reports the process's peak resident set: TensorFlow's CPU allocator
+    keeps statistics only in some builds and leaves oneDNN's small-allocation pool out, so it
+    can read 0 for a whole training run (seen on a busy CI machine), and one measure for all
+    four ways keeps the CPU smoke rows comparable."""
+    if gpu and way in ("raw-torch", "zoo-lightning"):
         import torch
 
         return torch.cuda.max_memory_allocated(), "torch.cuda.max_memory_allocated"
-    if way in ("plain-keras", "zoo-keras"):
+    if gpu and way in ("plain-keras", "zoo-keras"):
         import tensorflow as tf
 
-        device = "GPU:0" if gpu else "CPU:0"
-        try:
-            return tf.config.experimental.get_memory_info(device)["peak"], f"tf get_memory_info({device!r})"
-        except (ValueError, RuntimeError):
-            pass
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    return rss, "ru_maxrss (process peak resident set)"
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"], "tf get_memory_info('GPU:0')"
+    return peak_rss(), "ru_maxrss (process peak resident set)"
+
+
+def peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def measure(
@@ -310,7 +314,7 @@ def probe_torch(family, config, x, y, batch, precision, checkpointing, compile, 
     if gpu:
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return peak_rss()
 
 
 def probe_keras(family, config, x, y, batch, precision, checkpointing, compile, gpu) -> int:

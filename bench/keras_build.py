@@ -2,7 +2,7 @@
 
 Two figures per preset: an ordinary build (``Family.build_keras``, every initial weight
 drawn) and a build with every initialiser skipped (``zoo.keras.skeleton``, as
-``zoo.checkpoint.load_checkpoint`` builds before it fills the variables from a file). Each is
+``zoo.backend.load_checkpoint`` builds before it fills the variables from a file). Each is
 the fastest of ``--repeats`` builds in one process after one untimed warm-up build (imports,
 TensorFlow's first-op costs). Run it from a checkout to time that checkout's families::
 

@@ -7,10 +7,12 @@ at each mixed precision in both frameworks. Printed per recipe:
 - torch: bf16 vs its own float32 (relative L2 over all gradients, and the worst tensor);
 - keras: the same for the Keras twin;
 - twins: the Keras bf16 gradients against the torch bf16 gradients;
-- and, first, the two twins' float32 gradients against each other: float32 rounding in
-  another order, below 1e-5, except where a ReLU input lies within that rounding of 0 and
-  the twins put it on opposite sides of the kink (docs/float32-relu-crossings.md: ResNet-18
-  on the digit images, 4.4e-3 from a single element of one batch).
+- and, first, the two twins' float64 and float32 gradients against each other. In float64
+  the twins compute the same function to ~1e-12 whatever the kernels; in float32 they differ
+  by rounding in another order, below 1e-5, except where a ReLU input lies within that
+  rounding of 0 and the twins put it on opposite sides of the kink
+  (docs/float32-relu-crossings.md: ResNet-18 on the digit images, 4.4e-3 from a single element
+  of one batch; how many elements cross depends on the CPU's kernels and thread count).
 
 If the two frameworks round the same operations, the first two agree and the third is of
 their size. Run: ``python bench/mixed_precision.py [--precision bf16-mixed] [--batch 32]``.
@@ -19,6 +21,7 @@ their size. Run: ``python bench/mixed_precision.py [--precision bf16-mixed] [--b
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from pathlib import Path
@@ -41,6 +44,8 @@ def torch_gradients(model, x, y, precision: str) -> dict[str, np.ndarray]:
     import torch
     import torch.nn.functional as F
 
+    if precision == "64-true":  # a float64 copy: the caller's model stays float32
+        model, x = copy.deepcopy(model).double(), x.astype(np.float64) if x.dtype.kind == "f" else x
     model.zero_grad()
     context = (
         torch.autocast("cpu", dtype=torch.bfloat16)
@@ -49,7 +54,8 @@ def torch_gradients(model, x, y, precision: str) -> dict[str, np.ndarray]:
     )
     with context:
         logits = model(torch.from_numpy(x))
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), torch.from_numpy(y).reshape(-1))
+    logits = logits.double() if precision == "64-true" else logits.float()
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.from_numpy(y).reshape(-1))
     loss.backward()
     return {n: p.grad.double().numpy() for n, p in model.named_parameters()}
 
@@ -70,7 +76,8 @@ def keras_model_gradients(model, family, config, x, y) -> dict[str, np.ndarray]:
 
     xk = tf.constant(keras_layout(x, family.input_kind))
     with tf.GradientTape() as tape:
-        logits = tf.cast(model(xk, training=True), "float32")
+        logits = model(xk, training=True)
+        logits = tf.cast(logits, "float64" if logits.dtype == tf.float64 else "float32")
         logits = tf.reshape(logits, (-1, logits.shape[-1]))
         labels = tf.reshape(tf.constant(y), (-1,))
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
@@ -136,9 +143,12 @@ def measure(path: Path, precision: str, batch: int) -> dict[str, tuple[float, st
     torch_model = seeded_torch_model(s.family, s.config, s.seed).train()
     t32 = torch_gradients(torch_model, s.x, s.y, "32-true")
     tlow = torch_gradients(torch_model, s.x, s.y, precision)
+    t64 = torch_gradients(torch_model, s.x, s.y, "64-true")
     k32 = keras_gradients(s.family, s.config, s.tensors, s.x, s.y, "32-true")
     klow = keras_gradients(s.family, s.config, s.tensors, s.x, s.y, precision)
+    k64 = keras_gradients(s.family, s.config, s.tensors, s.x, s.y, "64-true")
     return {
+        "float64 twins": distance(k64, t64),
         "float32 twins": distance(k32, t32),
         f"torch {precision} vs its float32": distance(tlow, t32),
         f"keras {precision} vs its float32": distance(klow, k32),
@@ -153,8 +163,9 @@ def main() -> None:
     parser.add_argument("recipes", nargs="*", type=Path)
     args = parser.parse_args()
     paths = args.recipes or sorted((ROOT / "recipes").glob("*.yaml"))
-    print("| recipe | float32 twins | torch bf16 / f32 | keras bf16 / f32 | keras / torch bf16 |")
-    print("|---|---|---|---|---|")
+    columns = ["float64 twins", "float32 twins", "torch bf16 / f32", "keras bf16 / f32", "keras / torch bf16"]
+    print(f"| recipe | {' | '.join(columns)} |")
+    print("|---" * (len(columns) + 1) + "|")
     for path in paths:
         rows = measure(path, args.precision, args.batch)
         cells = [f"{d:.2e} (worst {w} {wd:.2e})" for d, w, wd in rows.values()]

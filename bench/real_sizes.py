@@ -57,12 +57,14 @@ HEADING = "## Overhead at real sizes (`bench/real_sizes.py`)"
 
 # The issue's sizes. Images: classes of the data set the input size comes from (CIFAR-10 at
 # 32x32, ImageNet at 224). Language models: their tokenizers' vocabularies (GPT-2's BPE,
-# BERT's WordPiece, Penn Treebank's 10,000 words with Zaremba et al.'s 35 steps x 20).
+# SmolLM's 49,152-token BPE, BERT's WordPiece, Penn Treebank's 10,000 words with Zaremba et
+# al.'s 35 steps x 20).
 PRESETS: dict[str, dict] = {
     "resnet18": {"kind": "image", "size": 32, "batch": 64, "classes": 10},
     "resnet50": {"kind": "image", "size": 224, "batch": 8, "classes": 1000},
     "vit-tiny": {"kind": "image", "size": 224, "batch": 16, "classes": 1000},
     "gpt2": {"kind": "language_modeling", "seq": 256, "batch": 4, "vocab": 50257},
+    "smollm-135m": {"kind": "language_modeling", "seq": 256, "batch": 4, "vocab": 49152},
     "bert-base": {"kind": "masked_language_modeling", "seq": 128, "batch": 8, "vocab": 30522},
     "lstm-medium-lm": {"kind": "language_modeling", "seq": 35, "batch": 20, "vocab": 10000},
 }

@@ -1,9 +1,9 @@
 """Configs drawn from a family's own pydantic config class, for the random-config parity test.
 
-Nothing here names a family: integer, float, literal and boolean fields become Hypothesis
-strategies from their types and bounds (small values, so a drawn model runs in milliseconds),
-and :func:`edge_cases` adds sizes 1 and 7 for every task a family supports. A new family is
-drawn from as soon as it is registered.
+Nothing here names a family: integer, float, literal and boolean fields (and nested pydantic
+sections of them) become Hypothesis strategies from their types and bounds (small values, so a
+drawn model runs in milliseconds), and :func:`edge_cases` adds sizes 1 and 7 for every task a
+family supports. A new family is drawn from as soon as it is registered.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Literal
 import annotated_types as at
 from hypothesis import assume
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from zoo import registry
@@ -124,6 +124,13 @@ def _strategy(
         lo = max(0.0 if low is None else float(low), 1e-5)  # a float32 epsilon must not round to 0
         hi = lo + 1.0 if high is None else min(float(high), lo + 1.0)
         return st.floats(lo, hi, exclude_min=low_open and lo == low, exclude_max=high_open and hi == high)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a nested section
+        return st.fixed_dictionaries(
+            {
+                key: _strategy(key, info.annotation, list(info.metadata), info.default, small, pool)
+                for key, info in annotation.model_fields.items()
+            }
+        )
     if origin is list:
         (item,) = typing.get_args(annotation)
         shortest = max([1, *(n.min_length for n in metadata if isinstance(n, at.MinLen))])

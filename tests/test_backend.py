@@ -16,8 +16,8 @@ from safetensors.numpy import load_file
 import zoo
 import zoo.data
 from zoo import registry
-from zoo.backend import BACKENDS, Backend, backend_for
-from zoo.checkpoint import read_checkpoint, save_checkpoint
+from zoo.backend import BACKENDS, Backend, backend_for, save_checkpoint
+from zoo.checkpoint import read_checkpoint
 from zoo.hardware import SetupError, gpu_count
 from zoo.model_io import model_tensors
 from zoo.plan import RunPlan, plan_run

@@ -19,7 +19,8 @@ from safetensors.numpy import load_file, save_file
 
 import zoo
 from zoo import registry
-from zoo.checkpoint import load_checkpoint, model_tensors, read_aligned
+from zoo.backend import load_checkpoint
+from zoo.checkpoint import model_tensors, read_aligned
 from zoo.keras import skeleton as keras_skeleton
 from zoo.weights import contiguous, keras_layer, tensors_to_keras
 
@@ -236,7 +237,8 @@ def test_spares_recycle_only_tensors_no_variable_keeps():
 
 
 def test_a_keras_load_names_every_non_finite_tensor(tmp_path):
-    from zoo.checkpoint import NonFiniteTensors, save_checkpoint
+    from zoo.backend import save_checkpoint
+    from zoo.checkpoint import NonFiniteTensors
 
     model = _create("gpt2-micro", {}, "keras")
     path = save_checkpoint(model, tmp_path / "m.safetensors")

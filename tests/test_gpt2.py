@@ -26,7 +26,8 @@ import pytest
 import reference_env
 import safetensors.numpy
 import torch
-from conftest import relative_error
+from conftest import cached_logits, perturbed_twins, relative_error
+from conftest import eval_output as run
 
 import zoo
 from architectures.gpt2.formats import from_hf
@@ -66,16 +67,6 @@ def models(imported) -> dict[tuple[str, str], object]:
         for name in imported
         for framework in FRAMEWORKS
     }
-
-
-def run(model, ids: np.ndarray, padding: np.ndarray | None) -> np.ndarray:
-    """The model's eval-mode output (logits or hidden states) for ``ids`` with ``padding``."""
-    if isinstance(model, torch.nn.Module):
-        model.eval()
-        with torch.no_grad():
-            mask = None if padding is None else torch.from_numpy(padding)
-            return model(torch.from_numpy(ids), padding_mask=mask).numpy()
-    return np.asarray(model(ids, padding_mask=padding, training=False))
 
 
 # ------------------------------------------------------------------------------ the model
@@ -135,19 +126,8 @@ def test_padding_changes_nothing(reference):
 
 
 def _random_twins(**overrides):
-    config = registry.resolve_config(
-        "gpt2-micro", vocab_size=97, n_positions=24, resid_dropout=0.0, embd_dropout=0.0, attn_dropout=0.0,
-        **overrides,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    torch_model = FAMILY.build_torch(config).eval()
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for parameter in torch_model.parameters():
-            parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
-    keras_model = FAMILY.build_keras(config)
-    load_tensors(keras_model, model_tensors(torch_model))
-    return config, torch_model, keras_model
+    dropout_off = {"resid_dropout": 0.0, "embd_dropout": 0.0, "attn_dropout": 0.0}
+    return perturbed_twins("gpt2-micro", vocab_size=97, n_positions=24, **dropout_off, **overrides)
 
 
 def test_the_cache_computes_the_full_forward():
@@ -159,15 +139,8 @@ def test_the_cache_computes_the_full_forward():
     padding[1, :4] = True
     full = run(torch_model, ids, padding)
     for model in (torch_model, keras_model):
-        as_input = torch.from_numpy if model is torch_model else np.asarray
-        with torch.no_grad():
-            logits, cache = model.decode(as_input(ids[:, :5]), None, as_input(padding[:, :5]))
-            steps = [np.asarray(logits)]
-            for t in range(5, 12):
-                logits, cache = model.decode(as_input(ids[:, t : t + 1]), cache)
-                steps.append(np.asarray(logits))
+        got, cache = cached_logits(model, ids, padding, prompt=5)
         assert cache.length == 12
-        got = np.stack(steps, axis=1)
         assert relative_error(got, full[:, 4:]) <= TWINS
     long = [generate(m, ids[:, :20], 10, Sampling()) for m in (torch_model, keras_model)]
     assert long[0].tolist() == long[1].tolist()
@@ -257,7 +230,9 @@ def test_the_format_refuses_what_zoo_cannot_represent(reference):
         from_hf(tensors, {**meta, "architectures": ["GPT2ForSequenceClassification"]})
     with pytest.raises(ForeignLayoutError, match=r"n_layer says 3, the tensors 2"):
         from_hf(tensors, {**meta, "n_layer": 3})
-    with pytest.raises(ForeignLayoutError, match=r"how many attention heads their width-64 GPT-2 has"):
+    with pytest.raises(
+        ForeignLayoutError, match=r"how many attention heads their width-64 GPT-2 has.*--num-heads"
+    ):
         from_hf(tensors, {})
 
 

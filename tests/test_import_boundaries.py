@@ -1,17 +1,39 @@
 """The layout's promise, read from the source: ``zoo/`` imports no family, and a family imports
 only ``zoo`` and itself, so shared pieces (the recurrent net, its ports) live in ``zoo.nn``
-instead of one family borrowing another's. Parsed, not imported: no framework is loaded.
+instead of one family borrowing another's. Inside ``zoo/`` imports run one way: no module
+reaches itself again through its imports, and the foundation (the checkpoint format, the
+family contract, the registry, the recipe schema) imports nothing above it, so a change to the
+data package or a backend cannot break checkpoint loading. Parsed, not imported: no framework
+is loaded.
+
+Every import counts, at module level and inside functions (an import deferred to a call still
+runs, and still says which module depends on which); only those under ``if TYPE_CHECKING:`` are
+left out, since they never run. An edge goes to the module an import names: ``from zoo import
+x`` is ``zoo.x`` where that is a module, relative imports resolve in their package, and a
+package's ``__init__`` running on the way to its submodule is no edge (every package that
+re-exports its submodules would otherwise be a cycle).
 """
 
 from __future__ import annotations
 
 import ast
+from collections import deque
+from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = sorted(p.name for p in (ROOT / "architectures").iterdir() if (p / "__init__.py").is_file())
+# The bottom of zoo/, bottom first (lines 1-6 of docs/layout.md): what these import is among
+# them, even inside functions. zoo.keras.skeleton is model_io's way of building a Keras twin without
+# drawing its initial weights; it imports nothing of zoo.
+FOUNDATION = (
+    "zoo.errors", "zoo.limits", "zoo.foreign", "zoo.overwrite", "zoo.progress", "zoo.memory",
+    "zoo.keras.skeleton", "zoo.weights", "zoo.safetensors_io", "zoo.family", "zoo.registry", "zoo.model_io",
+    "zoo.checkpoint", "zoo.recipe",
+)  # fmt: skip
 
 
 def imported(path: Path) -> set[str]:
@@ -42,3 +64,171 @@ def test_a_family_imports_only_zoo_and_itself(family):
         for path in (ROOT / "architectures" / family).rglob("*.py")
     }
     assert {path: modules for path, modules in borrowed.items() if modules} == {}
+
+
+# ---------------------------------------------------------------------------- the module graph
+
+Graph = dict[str, dict[str, str]]  # module -> {module it imports: "file:line" of the first such import}
+
+
+def modules_under(root: Path, package: str) -> dict[str, Path]:
+    """Module name -> file of every module in the package folder ``root / package``."""
+    found = {}
+    for path in (root / package).rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _runtime_imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports under ``node`` that run, wherever they stand (functions, methods, branches)."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node
+        return
+    for child in ast.iter_child_nodes(node):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and child in node.body:
+            continue  # read by type checkers only
+        yield from _runtime_imports(child)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_graph(root: Path, package: str) -> Graph:
+    """Who imports whom among the modules of ``package`` (its own imports of itself left out)."""
+    modules = modules_under(root, package)
+    graph: Graph = {}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = graph[name] = {}
+        for node in _runtime_imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # relative: from the package ``level - 1`` above this one
+                    anchor = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:  # a name inside a module: the module
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.setdefault(target, f"{path.relative_to(root)}:{node.lineno}")
+    return graph
+
+
+def strongly_connected(graph: Graph) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module: each is a set of
+    modules that all reach each other through imports, i.e. one or more cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def shortest_path(graph: Graph, start: str, goal: str, within: set[str] | None = None) -> list[str] | None:
+    """The fewest imports that lead from ``start`` to ``goal`` (to itself: a cycle), or None."""
+    came_from: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        module = queue.popleft()
+        for target in sorted(graph[module]):
+            if within is not None and target not in within:
+                continue
+            if target == goal:
+                path = [module]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return [*reversed(path), goal]
+            if target not in came_from:
+                came_from[target] = module
+                queue.append(target)
+    return None
+
+
+def describe(graph: Graph, path: list[str]) -> str:
+    """``a -> b (zoo/a.py:12) -> c (zoo/b.py:40)``: each step with the import that makes it."""
+    return path[0] + "".join(f" -> {b} ({graph[a][b]})" for a, b in pairwise(path))
+
+
+def cycles_of(graph: Graph) -> list[str]:
+    """Per knot of modules that import each other: its members, then the shortest cycle through
+    each member (duplicates dropped), so the report shows every import that would need cutting."""
+    report = []
+    for knot in strongly_connected(graph):
+        cycles = {}
+        for module in knot:
+            path = shortest_path(graph, module, module, set(knot))
+            cycles.setdefault(frozenset(pairwise(path)), describe(graph, path))
+        report.append(f"{len(knot)} modules import each other: {', '.join(knot)}")
+        report += [f"  {cycle}" for cycle in cycles.values()]
+    return report
+
+
+def test_the_graph_reads_every_kind_of_import(tmp_path):
+    """The reader itself, on a package made for it: a cycle it cannot see would pass unseen."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/low.py": "def f():\n    from pkg import high\n",  # inside a function; `from pkg import module`
+        "pkg/high.py": "from . import sub\nfrom .sub.leaf import name\n",  # relative imports
+        "pkg/sub/__init__.py": "import pkg.low as low\n",
+        "pkg/sub/leaf.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.high\n"
+        "else:\n    import pkg\nname = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path, "pkg")
+    assert {module: sorted(edges) for module, edges in graph.items()} == {
+        "pkg": [], "pkg.low": ["pkg.high"], "pkg.high": ["pkg.sub", "pkg.sub.leaf"],
+        "pkg.sub": ["pkg.low"], "pkg.sub.leaf": ["pkg"],
+    }  # fmt: skip
+    assert graph["pkg.low"]["pkg.high"] == "pkg/low.py:2"
+    assert cycles_of(graph) == [
+        "3 modules import each other: pkg.high, pkg.low, pkg.sub",
+        "  pkg.high -> pkg.sub (pkg/high.py:1) -> pkg.low (pkg/sub/__init__.py:1) -> pkg.high (pkg/low.py:2)",
+    ]
+
+
+def test_zoo_modules_import_one_way():
+    cycles = cycles_of(import_graph(ROOT, "zoo"))
+    assert not cycles, (
+        "imports in zoo/ run in a circle; move what the lower module needs down:\n" + "\n".join(cycles)
+    )
+
+
+def test_the_foundation_imports_nothing_above_it():
+    graph = import_graph(ROOT, "zoo")
+    below = {m for m in graph if any(m == f or m.startswith(f"{f}.") for f in FOUNDATION)}
+    upward = [
+        describe(graph, [module, target])
+        for module in sorted(below)
+        for target in sorted(graph[module])
+        if target not in below
+    ]
+    assert not upward, "the foundation imports from above it:\n" + "\n".join(upward)

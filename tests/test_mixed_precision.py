@@ -21,15 +21,18 @@ from zoo.hardware import SetupError
 ROOT = Path(__file__).parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 FLOAT32_TWINS = 1e-5  # float32 rounding in another order (BatchNorm amplifies it)
+FLOAT64_TWINS = 1e-9  # float64 rounding in another order, as amplified
 
 # The float32 twins' gap where one ReLU input of the batch lies within float32 rounding of 0
 # and the twins put it on opposite sides of the kink (docs/float32-relu-crossings.md): its
 # gradient is 1 in one twin and 0 in the other, and that one element moves every gradient
 # upstream of it. Measured (oneDNN on): ResNet-18 on digits 0-4, 4.40e-3, from one element of
 # layer4.0's output ReLU (float64 -2.0e-5, torch -1.7e-5, Keras +1.7e-6); on digits 5-9
-# (25 images), 8.79e-5, from one element of layer1.1's output ReLU (+-9.9e-7). The bound is
-# the measurement and a little; test_one_relu_crossing_is_the_float32_gap checks the cause.
-RELU_CROSSINGS = {"resnet18-digits32-0to4": 5e-3, "resnet18-digits32-5to9-few": 1e-4}
+# (25 images), 8.79e-5, from one element of layer1.1's output ReLU (+-9.9e-7). How many elements
+# cross depends on the CPU's kernels and thread count (a busy CI machine once measured 1.02e-2 on
+# digits 0-4), so no fixed bound holds: test_one_relu_crossing_is_the_float32_gap checks the cause
+# whatever the count, and the float64 twins check that the twins are one function.
+RELU_CROSSINGS = ("resnet18-digits32-0to4", "resnet18-digits32-5to9-few")
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +69,11 @@ def test_both_twins_round_the_same_operations_under_bf16_mixed(bench, recipe):
         assert not torch.ops.mkldnn._is_mkldnn_bf16_supported(), refused
         assert "torch's CPU LSTM (oneDNN) cannot run in bfloat16 on this CPU" in str(refused)
         return
-    float32_twins, torch_own, keras_own, twins = (row[0] for row in rows)
-    assert float32_twins < RELU_CROSSINGS.get(recipe.stem, FLOAT32_TWINS), rows
+    float64_twins, float32_twins, torch_own, keras_own, twins = (row[0] for row in rows)
+    # The twins are one function: in float64 no rounding can move a ReLU input across its kink.
+    assert float64_twins < FLOAT64_TWINS, rows
+    if recipe.stem not in RELU_CROSSINGS:  # there, test_one_relu_crossing_is_the_float32_gap
+        assert float32_twins < FLOAT32_TWINS, rows
     # Truncated products carry twice round-to-nearest's error (measured: recurrent weight
     # gradients 1.0e-2 against torch's 5.9e-3 on rnn-digits): the same operations, rounded
     # another way by TensorFlow's kernel on this CPU.

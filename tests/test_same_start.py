@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import safetensors.numpy
+from conftest import ALL_NAMES
 
 import zoo
 from zoo import registry
@@ -37,7 +38,7 @@ def _weights(result) -> dict[str, np.ndarray]:
     return safetensors.numpy.load_file(result.checkpoint)
 
 
-@pytest.mark.parametrize("name", [e.name for e in registry.list_architectures()])
+@pytest.mark.parametrize("name", ALL_NAMES)
 def test_create_model_with_a_seed_gives_equal_tensors_in_both_frameworks(name):
     from zoo.checkpoint import model_tensors
 

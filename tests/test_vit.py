@@ -72,8 +72,8 @@ def imported(reference, tmp_path_factory) -> dict[tuple[str, str], Path]:
         torch_model = FAMILY.build_torch(config)
         load_tensors(torch_model, canonical)
         found[case, "format"] = zoo.save_checkpoint(torch_model, root / f"{case}-format.safetensors")
-        found[case, "file"] = import_checkpoint(
-            reference / case / "model.safetensors", root / f"{case}-file"
+        found[case, "file"] = import_checkpoint(  # the weights alone: the head count is given
+            reference / case / "model.safetensors", root / f"{case}-file", num_heads=fields["num_heads"]
         ).path
         found[case, "directory"] = import_checkpoint(reference / case, root / f"{case}-dir").path
     return found
@@ -235,16 +235,22 @@ def test_the_format_refuses_what_zoo_vit_cannot_hold():
         from_timm(tensors, {"architecture": "vit_small_patch16_224.augreg_in21k"})
     with pytest.raises(ForeignLayoutError, match=r"model_args set \{'global_pool': 'avg'\}"):
         from_timm(tensors, {**meta, "model_args": {**meta["model_args"], "global_pool": "avg"}})
-    with pytest.raises(ForeignLayoutError, match=r"do not say how many attention heads their dim-12 ViT"):
+    with pytest.raises(
+        ForeignLayoutError, match=r"how many attention heads their width-12 ViT .*--num-heads"
+    ):
         from_timm(tensors, {})
     with pytest.raises(ForeignLayoutError, match=r"missing cls_token"):
         from_timm({k: v for k, v in tensors.items() if k != "cls_token"}, meta)
 
 
-def test_weights_without_a_config_take_the_heads_of_timms_variant_of_their_width(reference):
-    tensors, _ = timm_files(reference, "base-shallow")
-    fields, _ = from_timm(tensors, {})
+def test_weights_without_a_config_take_the_head_count_given_never_one_guessed_from_the_width(reference):
+    tensors, meta = timm_files(reference, "base-shallow")
+    with pytest.raises(ForeignLayoutError, match=r"width-768 ViT .*pass zoo import --num-heads N"):
+        from_timm(tensors, {})
+    fields, _ = from_timm(tensors, {}, num_heads=12)
     assert (fields["dim"], fields["num_heads"], fields["depth"], fields["image_size"]) == (768, 12, 2, 48)
+    with pytest.raises(ForeignLayoutError, match=r"--num-heads 6 disagrees with config.json's architecture"):
+        from_timm(tensors, meta, num_heads=6)
 
 
 # ---------------------------------------------------------------- fine-tuning at another size

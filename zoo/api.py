@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from zoo import registry
 from zoo.backend import backend_for, framework_name
 from zoo.limits import parse_json
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
-from zoo.runs import RunDir, record_stop
+from zoo.runs import RunDir, record_stop, signals
+from zoo.safetensors_io import NonFiniteTensors
 from zoo.state import latest_state
 from zoo.tokenizer import saved_tokenizer
 
@@ -59,26 +63,35 @@ def train(
 ) -> TrainResult:
     """Train a recipe in one framework, test it, export the common checkpoint.
 
-    ``resume`` (a run folder and one of its states; see :func:`resume`) continues a run.
+    ``resume`` (a run folder and one of its states; see :func:`resume`) continues a run. A
+    SIGTERM meanwhile stops it where it can stop cleanly, saved (zoo.runs.signals).
     """
-    return execute(plan_run(recipe, framework, overrides, resume=resume))
+    with signals.stop_on_sigterm():
+        return execute(plan_run(recipe, framework, overrides, resume=resume))
 
 
 def execute(plan: RunPlan) -> TrainResult:
     """Have the plan's backend train it, then export what the run made: the checkpoint (with
-    the tokenizer its ids need beside it) and the run's summary."""
-    from zoo.checkpoint import save_checkpoint
-    from zoo.runs import read_metrics
-
+    the tokenizer its ids need beside it) and the run's summary. A run that stops on the way is
+    recorded (zoo.runs.record_stop)."""
     started = time.perf_counter()
     try:
-        model, metrics = backend_for(plan.framework).fit(plan)
+        return _train_and_export(plan, started)
     except (Exception, KeyboardInterrupt) as error:
-        record_stop(plan.run, error)  # says what is kept; a diverged run is marked, never offered a resume
+        record_stop(plan.run, error)  # says what is kept; a diverged run is never offered a resume
         raise
+
+
+def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
+    from zoo.backend import save_checkpoint
+    from zoo.runs import check_run_folder, read_metrics
+    from zoo.runs.growth import loss_explosion
+
+    model, metrics = backend_for(plan.framework).fit(plan)
     run, recipe, config = plan.run, plan.recipe, plan.config
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         return TrainResult(plan.folder, plan.folder / "model.safetensors", metrics, plan.framework)
+    check_run_folder(run.path)  # a folder deleted under the run is not recreated to hold its checkpoint
     checkpoint = save_checkpoint(
         model,
         run.checkpoint,
@@ -89,13 +102,17 @@ def execute(plan: RunPlan) -> TrainResult:
     )
     if plan.dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
         plan.dataset.tokenizer.save(checkpoint.parent)
+    history = read_metrics(run.metrics)
+    exploded = loss_explosion(metrics.get("train_loss_first_batch"), history)
+    if exploded:
+        log.warning(f"warning: {exploded['message']}")
     run.write_summary({
         "recipe": recipe.name, "framework": plan.framework, "architecture": config.architecture,
         "preset": config.preset, "metrics": metrics,
         "total_seconds": round(time.perf_counter() - started, 3),
-        "checkpoint": str(checkpoint),
+        "checkpoint": str(checkpoint), **({"loss_exploded": exploded} if exploded else {}),
     })  # fmt: skip
-    return TrainResult(run.path, checkpoint, metrics, plan.framework, read_metrics(run.metrics))
+    return TrainResult(run.path, checkpoint, metrics, plan.framework, history)
 
 
 def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
@@ -120,13 +137,13 @@ def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
 
 
 def save_checkpoint(model, path, **kwargs) -> Path:
-    from zoo.checkpoint import save_checkpoint as save
+    from zoo.backend import save_checkpoint as save
 
     return save(model, path, **kwargs)
 
 
 def load_checkpoint(path, framework: str = "lightning", architecture: str | None = None):
-    from zoo.checkpoint import load_checkpoint as load
+    from zoo.backend import load_checkpoint as load
 
     return load(path, framework_name(framework), architecture)
 
@@ -156,7 +173,49 @@ def evaluate(
         raise CheckpointError(f"{checkpoint}: does not fit the recipe's data: {error}") from None
     backend = backend_for(framework)
     model = backend.load(found)  # the file read and checked above, not a second time
-    return backend.evaluate(model, dataset, recipe.trainer, recipe.data.eval_batch_size)
+    metrics = backend.evaluate(model, dataset, recipe.trainer, recipe.data.eval_batch_size)
+    refuse_nonfinite_metrics(found, metrics, dataset.test, recipe.trainer.precision)
+    return metrics
+
+
+class NonFiniteMetrics(NonFiniteTensors):
+    """Finite weights whose test loss or metric is not a number: their outputs overflow (or the
+    data is not finite). A failed evaluation (exit 1), not a result to report."""
+
+
+def refuse_nonfinite_metrics(found, metrics: dict[str, float], test, precision: str) -> None:
+    """Raise :class:`NonFiniteMetrics` where a metric is NaN or infinite, saying what overflowed:
+    the test inputs, where they are not finite themselves, else the model's outputs in the
+    precision it ran in, with the weights that are largest (each one finite)."""
+    from zoo.recipe.capabilities import PRECISIONS
+
+    bad = [
+        f"{name.replace('_', ' ', 1)} is {value}"
+        for name, value in metrics.items()
+        if not math.isfinite(value)
+    ]
+    if not bad:
+        return
+    x = test.x if isinstance(test.x, np.ndarray) else np.zeros(0)
+    if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+        cause = f"the test inputs hold NaN or infinite values ({int((~np.isfinite(x)).sum())} of {x.size})"
+    else:
+        peaks = sorted(
+            (
+                (float(np.max(np.abs(v))), k)
+                for k, v in found.tensors().items()
+                if np.issubdtype(v.dtype, np.floating) and v.size
+            ),
+            reverse=True,
+        )[:3]
+        cause = (
+            f"the model's outputs overflow {PRECISIONS[precision].products} although every weight is finite "
+            f"(the largest: {', '.join(f'{k} {peak:.3g}' for peak, k in peaks)})"
+        )
+    raise NonFiniteMetrics(
+        f"{found.path}: the {'; the '.join(bad)}: {cause}. These metrics mean nothing: evaluate a "
+        "checkpoint from before the weights grew so large, or train again with a lower optimizer.lr"
+    )
 
 
 def inspect_checkpoint(path) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""One interface to a training framework, so the API, the CLI and the checkpoint talk to it
-and never to torch or TensorFlow themselves.
+"""One interface to a training framework, so the API and the CLI talk to it and never to torch
+or TensorFlow themselves. Saving a twin as the common checkpoint and loading one into a twin
+live here too: they need the framework's backend, and zoo.checkpoint (the file format, below
+this module) imports nothing above it.
 
 A backend is a thin adapter: the training loops stay in ``zoo/lightning`` and ``zoo/keras``
 (``zoo compare`` steps their pieces directly), and a backend only translates a
@@ -79,7 +81,7 @@ class Backend(ABC):
             from zoo.checkpoint import CheckpointError
 
             raise CheckpointError(f"{path}: not a {self.name} training state (*.{self.state_suffix})")
-        check_state(Path(path))
+        check_state(Path(path), self.state_problem)
 
 
 def one_device(trainer: Any) -> Any:
@@ -116,3 +118,40 @@ def framework_name(framework: str) -> str:
     if name not in BACKENDS:
         raise ValueError(f"framework {framework!r} is not one of: lightning (alias torch), keras")
     return name
+
+
+# ------------------------------------------------------------------------- twins and files
+
+
+def save_checkpoint(
+    model: Any,
+    path: str | Path,
+    *,
+    recipe: dict[str, Any] | None = None,
+    metrics: dict[str, float] | None = None,
+    vocab: str | None = None,
+    dtype: str = "float32",
+) -> Path:
+    """Export a zoo model (either twin) as the common checkpoint, recording the versions of its
+    backend's libraries.
+
+    ``vocab`` is a language model's characters in id order: without it the token ids
+    of the checkpoint mean nothing, so it travels in the metadata.
+    """
+    from zoo.checkpoint import write_checkpoint
+    from zoo.model_io import framework_of, model_tensors
+
+    framework = framework_of(model)
+    tensors = model_tensors(model, snapshot=False)  # views where the layout is shared: written at once
+    return write_checkpoint(
+        path, model.zoo_config, tensors, framework=framework, recipe=recipe, metrics=metrics,
+        vocab=vocab, dtype=dtype, packages=backend_for(framework).packages,
+    )  # fmt: skip
+
+
+def load_checkpoint(path: str | Path, framework: str = "lightning", architecture: str | None = None):
+    """Build the twin of ``framework`` and load the checkpoint's weights into it."""
+    from zoo.checkpoint import read_checkpoint
+
+    backend = backend_for(framework)  # an unknown framework is refused before the file is read
+    return backend.load(read_checkpoint(path, architecture))

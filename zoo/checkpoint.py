@@ -5,6 +5,7 @@ reaches them through its family's weight table. Metadata (all strings, as safete
 requires) carries what is needed to rebuild and reuse the model. This module is what a
 checkpoint *means* (its metadata, and what is checked before anything is loaded); the bytes
 are zoo.safetensors_io's (atomic writes, no pickles) and a twin's tensors zoo.model_io's.
+Saving a twin and loading one (which need its framework's backend) are zoo.backend's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from zoo.safetensors_io import (
     as_float32,
     check_finite,
     read_aligned,
+    read_header,
     refuse_pickles,
     some,
     write_safetensors,
@@ -39,13 +41,14 @@ from zoo.weights import tensor_specs
 
 __all__ = [  # what other modules import from here (some of it lives in safetensors_io and model_io)
     "FORMAT", "FORMAT_VERSION", "LOW_PRECISION", "SAFETENSORS_DTYPES", "Checkpoint", "CheckpointError",
-    "NonFiniteTensors", "check_finite", "framework_of", "load_checkpoint", "load_keras", "load_tensors",
-    "load_torch", "meta_tensors", "model_tensors", "read_aligned", "read_checkpoint", "save_checkpoint",
-    "write_checkpoint", "write_safetensors",
+    "NonFiniteTensors", "check_finite", "framework_of", "load_keras", "load_tensors", "load_torch",
+    "meta_tensors", "model_tensors", "read_aligned", "read_checkpoint", "write_checkpoint",
+    "write_safetensors",
 ]  # fmt: skip
 
 FORMAT = "zoo-checkpoint"
 FORMAT_VERSION = 1
+FLOAT_DTYPES = ("float32", *LOW_PRECISION, "float64")  # the dtypes a checkpoint's weights may have
 
 
 @dataclass(frozen=True)
@@ -83,28 +86,6 @@ class Checkpoint:
 # ------------------------------------------------------------------------------ write
 
 
-def save_checkpoint(
-    model: Any,
-    path: str | Path,
-    *,
-    recipe: dict[str, Any] | None = None,
-    metrics: dict[str, float] | None = None,
-    vocab: str | None = None,
-    dtype: str = "float32",
-) -> Path:
-    """Export a zoo model (either twin) as the common checkpoint.
-
-    ``vocab`` is a language model's characters in id order: without it the token ids
-    of the checkpoint mean nothing, so it travels in the metadata.
-    """
-    framework = framework_of(model)
-    tensors = model_tensors(model, snapshot=False)  # views where the layout is shared: written at once
-    return write_checkpoint(
-        path, model.zoo_config, tensors, framework=framework, recipe=recipe, metrics=metrics,
-        vocab=vocab, dtype=dtype,
-    )  # fmt: skip
-
-
 def write_checkpoint(
     path: str | Path,
     config: ArchitectureConfig,
@@ -116,11 +97,14 @@ def write_checkpoint(
     vocab: str | None = None,
     dtype: str = "float32",
     source: dict[str, str] | None = None,
+    packages: tuple[str, ...] = (),
 ) -> Path:
     """Canonical tensors and the metadata that rebuilds their model, as one checkpoint file.
 
     ``framework`` is the twin that wrote the tensors, or ``"imported"`` with ``source``
-    saying which foreign file and format they came from.
+    saying which foreign file and format they came from. ``packages`` are the writing
+    framework's libraries (its backend's, :func:`zoo.backend.save_checkpoint` passes them),
+    whose versions the file records beside zoo's own.
     """
     task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     metadata = {
@@ -133,7 +117,7 @@ def write_checkpoint(
         "framework": framework,
         "recipe": json.dumps(recipe or {}),
         "metrics": json.dumps(metrics or {}),
-        "versions": json.dumps(_versions(framework)),
+        "versions": json.dumps(_versions(packages)),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "dtype": dtype,
     }
@@ -154,16 +138,12 @@ def _as_export_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
     return array.astype(dtype)
 
 
-def _versions(framework: str) -> dict[str, str]:
+def _versions(packages: tuple[str, ...]) -> dict[str, str]:
     """The libraries that made the file: zoo's own, and the writing backend's (none for an import)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from zoo.backend import BACKENDS, backend_for
-
-    names = ["zoo", "safetensors", "numpy"]
-    names += list(backend_for(framework).packages) if framework in BACKENDS else []
     found = {}
-    for name in names:
+    for name in ["zoo", "safetensors", "numpy", *packages]:
         with contextlib.suppress(PackageNotFoundError):
             found[name] = version(name)
     return found
@@ -189,6 +169,7 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
             f"{path}: not a readable safetensors file ({error}); it may be truncated or of "
             "another format. zoo checkpoints are the model.safetensors files that `zoo train` exports."
         ) from None
+    read_header(path)  # a tensor named twice, which safetensors reads as one of the two
     if metadata.get("format") != FORMAT:
         raise CheckpointError(
             f"{path}: a safetensors file, but not a zoo checkpoint (its metadata has no "
@@ -222,8 +203,31 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
     for key in ("task_info", "recipe", "metrics", "versions", "source"):  # an object each: looked up
         source = f"{path}: its {key} metadata"
         parse_json(metadata.get(key, "{}"), source, error=CheckpointError, fix="the file is damaged")
+    _check_task(path, metadata, config)
     _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
     return Checkpoint(path, metadata, family, config)
+
+
+def _check_task(path: Path, metadata: dict[str, str], config: ArchitectureConfig) -> None:
+    """The task and task_info metadata against the config, which is what the model is built
+    from: a file that says one thing and builds another is damaged, and would be shown as one
+    task and evaluated as the other."""
+    task = metadata.get("task")
+    if task is not None and task != config.active_task:
+        raise CheckpointError(
+            f"{path}: its task metadata is {task!r} but its {config.architecture} config builds a "
+            f"{config.active_task!r} model; the file is damaged (its metadata contradicts itself)"
+        )
+    recorded = json.loads(metadata.get("task_info", "{}"))
+    differ = [
+        f"task_info.{key} is {recorded[key]!r}, the config's {key} {value!r}"
+        for key, value in config.task_info().items()
+        if key in recorded and recorded[key] != value
+    ]
+    if differ:
+        raise CheckpointError(
+            f"{path}: its metadata contradicts itself: {'; '.join(differ)}; the file is damaged"
+        )
 
 
 def _describe_slice(piece) -> tuple[tuple[int, ...], str]:
@@ -232,7 +236,12 @@ def _describe_slice(piece) -> tuple[tuple[int, ...], str]:
 
 
 def _check_tensors(path: Path, found: dict[str, tuple], table, float_dtype: str) -> None:
+    """Every tensor the weight table names, at its shape and dtype: a weight in the export
+    dtype the metadata names (a floating one: integer or bool weights are no export of zoo's,
+    and neither twin trains or runs them), a counter in the table's own integer dtype."""
     expected = tensor_specs(table)
+    if float_dtype not in FLOAT_DTYPES:
+        float_dtype = "float32"  # the weights are then named with the dtype they should have
     problems = []
     missing = [n for n in expected if n not in found]
     extra = [n for n in found if n not in expected]
@@ -250,14 +259,3 @@ def _check_tensors(path: Path, found: dict[str, tuple], table, float_dtype: str)
             problems.append(f"{name} has dtype {dtype}, expected {expected}")
     if problems:
         raise CheckpointError(f"{path}: tensors do not match the architecture: " + "; ".join(problems[:6]))
-
-
-# ------------------------------------------------------------------------------- load
-
-
-def load_checkpoint(path: str | Path, framework: str = "lightning", architecture: str | None = None):
-    """Build the twin of ``framework`` and load the checkpoint's weights into it."""
-    from zoo.backend import backend_for
-
-    backend = backend_for(framework)  # an unknown framework is refused before the file is read
-    return backend.load(read_checkpoint(path, architecture))

@@ -24,6 +24,9 @@ Task = Literal[
 Framework = Literal["lightning", "keras"]
 TASKS: tuple[str, ...] = get_args(Task)
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
+# The most classes a classifier head takes, in every family: a label id of 10**12 in a data file
+# would otherwise build a head of 10**12 outputs (terabytes) before anything could say so.
+MAX_CLASSES = 1_000_000
 
 
 class ArchitectureConfig(BaseModel):
@@ -59,7 +62,7 @@ class ArchitectureConfig(BaseModel):
         try:
             return self.model_validate({**self.model_dump(), **updates})
         except ValidationError as error:
-            from zoo.data import DataError
+            from zoo.errors import DataError
 
             given = ", ".join(f"{k}={v!r}" for k, v in updates.items())
             problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())

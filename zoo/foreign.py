@@ -7,9 +7,15 @@ used:
 - ``to_zoo(tensors, meta) -> (config_fields, tensors)``: a foreign state dict (and the
   ``config.json`` beside it, or ``{}``) into the family's config fields and its canonical
   tensors. Weights that are not this layout raise :class:`ForeignLayoutError` naming the
-  keys that could not be placed, so ``zoo import`` can say why nothing fits.
+  keys that could not be placed, so ``zoo import`` can say why nothing fits. A layout with
+  attention takes ``num_heads=`` as well: the head count the user gave (``zoo import
+  --num-heads``), which no tensor shape shows; without it and a ``config.json`` that says
+  it, the format refuses rather than guesses.
 - ``from_zoo(config, tensors) -> (tensors, meta)``: the reverse, with the ``config.json``
-  the foreign library wants beside the weights (or ``None``).
+  the foreign library wants beside the weights (or ``None``). A format that writes a
+  ``config.json`` may take ``source=`` as well: the ``config.json`` the checkpoint was imported
+  from (in its ``source`` metadata), whose fields zoo's config does not model (an activation's
+  name, token ids, label names) it writes back as they were.
 
 Reading files and writing zoo checkpoints is :mod:`zoo.interchange`'s; a format only maps.
 """
@@ -17,6 +23,7 @@ Reading files and writing zoo checkpoints is :mod:`zoo.interchange`'s; a format 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,14 +47,31 @@ class ForeignLayoutError(ValueError):
 class ForeignFormat:
     name: str  # what users pass to --format: "torchvision", "timm", "hf"
     description: str
-    to_zoo: str  # "module:callable(tensors, meta) -> (config_fields, tensors)"
-    from_zoo: str  # "module:callable(config, tensors) -> (tensors, meta | None)"
+    to_zoo: str  # "module:callable(tensors, meta[, num_heads=]) -> (config_fields, tensors)"
+    from_zoo: str  # "module:callable(config, tensors[, source=]) -> (tensors, meta | None)"
 
-    def read(self, tensors: Tensors, meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
-        return resolve(self.to_zoo)(tensors, meta)
+    def read(
+        self, tensors: Tensors, meta: Mapping[str, Any], num_heads: int | None = None
+    ) -> tuple[dict[str, Any], Tensors]:
+        reader = resolve(self.to_zoo)
+        if num_heads is None:
+            return reader(tensors, meta)
+        if not _takes(reader, "num_heads"):
+            raise ForeignLayoutError(f"the {self.name} layout has no attention heads to count (--num-heads)")
+        return reader(tensors, meta, num_heads=num_heads)
 
-    def write(self, config: Any, tensors: Tensors) -> tuple[Tensors, dict[str, Any] | None]:
-        return resolve(self.from_zoo)(config, tensors)
+    def write(
+        self, config: Any, tensors: Tensors, source: Mapping[str, Any] | None = None
+    ) -> tuple[Tensors, dict[str, Any] | None]:
+        writer = resolve(self.from_zoo)
+        if source and _takes(writer, "source"):
+            return writer(config, tensors, source=source)
+        return writer(config, tensors)
+
+
+def _takes(function: Callable[..., Any], keyword: str) -> bool:
+    """Whether a format's callable accepts ``keyword`` (the contract's optional arguments)."""
+    return keyword in inspect.signature(function).parameters
 
 
 def renamed(
@@ -76,6 +100,42 @@ def renamed(
             missing,
         )
     return {target: tensors[source] for source, target in names.items()}
+
+
+def head_count(said: int | None, where: str, given: int | None, width: int, model: str, config: str) -> int:
+    """The attention head count of imported weights, which no tensor shape shows: the one their
+    ``config.json`` says (``said``, at ``where``) or the one the user gives (``given``: ``zoo
+    import --num-heads``), the same where both are. With neither it is refused, not guessed
+    from the width: a 384-wide model has 6 heads or 12, and the other count computes other
+    attention from the same tensors."""
+    if said is None:
+        if given is None:
+            raise ForeignLayoutError(
+                f"the weights do not say how many attention heads their width-{width} {model} has (no "
+                f"tensor shape shows it); pass zoo import --num-heads N (num_heads=N in Python), or put "
+                f"{config} beside the weights"
+            )
+        return given
+    if given is not None and given != said:
+        raise ForeignLayoutError(f"--num-heads {given} disagrees with config.json's {where} {said}")
+    return said
+
+
+def with_source(written: dict[str, Any], source: Mapping[str, Any] | None, modelled: Iterable[str]) -> dict:
+    """A ``config.json`` a format derives from zoo's config (``written``), with every field of
+    the one the checkpoint was imported from (``source``) that zoo's config does not model as the
+    source had it, in the source's order: an export gives back the activation's name, the
+    special token ids and the label names it read. ``modelled`` are the fields zoo's config
+    decides, written as zoo has them."""
+    if not source:
+        return written
+    modelled = set(modelled)
+    merged = {
+        key: written[key] if key in modelled else value
+        for key, value in source.items()
+        if key not in modelled or key in written
+    }
+    return merged | {key: value for key, value in written.items() if key not in merged}
 
 
 def _some(keys: list[str], limit: int = 5) -> str:

@@ -22,7 +22,10 @@ from zoo.checkpoint import CheckpointError, read_checkpoint, write_checkpoint, w
 from zoo.family import Family
 from zoo.foreign import ForeignFormat, ForeignLayoutError, Tensors
 from zoo.limits import json_kind, read_json
+from zoo.overwrite import refuse_inputs_as_outputs
 from zoo.progress import track
+from zoo.safetensors_io import read_header
+from zoo.tokenizer import TOKENIZER_FILE
 from zoo.weights import tensor_specs
 
 TORCH_SUFFIXES = (".pth", ".pt", ".bin")
@@ -72,7 +75,8 @@ def read_foreign(src: str | Path) -> tuple[Tensors, dict[str, Any]]:
 def _directory_weights(src: Path) -> list[Path]:
     index = src / "model.safetensors.index.json"
     if index.is_file():  # sharded, as transformers writes large models
-        return [src / shard for shard in _shards(index)]
+        weight_map = _weight_map(index)
+        return [_shard(src, index, weight_map, shard) for shard in sorted(set(weight_map.values()))]
     for name in WEIGHT_FILES:
         if (src / name).is_file():
             return [src / name]
@@ -83,8 +87,8 @@ def _directory_weights(src: Path) -> list[Path]:
     )
 
 
-def _shards(index: Path) -> list[str]:
-    """The shard files a sharded model's index names (its ``weight_map``: tensor -> file)."""
+def _weight_map(index: Path) -> dict[str, str]:
+    """A sharded model's index (its ``weight_map``: tensor -> shard file), checked to be one."""
     fix = 'a sharded model\'s index is {"weight_map": {"tensor name": "shard file name", ...}}'
     weight_map = read_json(index, error=InterchangeError, fix=fix).get("weight_map")
     if not isinstance(weight_map, dict):
@@ -95,7 +99,29 @@ def _shards(index: Path) -> list[str]:
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str):
             raise InterchangeError(f"{index}: weight_map maps {tensor!r} to a JSON {json_kind(shard)}; {fix}")
-    return sorted(set(weight_map.values()))
+    return weight_map
+
+
+def _shard(src: Path, index: Path, weight_map: dict[str, Any], shard: Any) -> Path:
+    """A shard the index names, which must be a file of the folder being imported: a path
+    elsewhere (``../other/model.safetensors``, ``/abs/path``, a link out of the folder) would
+    import weights that are not the folder's. A link into the Hugging Face cache's ``blobs``
+    folder beside the snapshot is the cache's own layout, and is followed."""
+    path = src / shard if isinstance(shard, str) else None
+    if path is None or shard in ("", ".", "..") or Path(shard).name != shard or "\\" in shard:
+        where = "not a file name"
+    else:
+        resolved, folders = path.resolve(), (src.resolve(), src.resolve().parent.parent / "blobs")
+        if path.is_symlink() and resolved.parent not in folders:
+            where = f"a link to {resolved}, outside the folder"
+        else:
+            return path
+    entry = next(key for key, value in weight_map.items() if value == shard)
+    raise InterchangeError(
+        f"{index}: weight_map entry {entry!r} names the shard {shard!r}, {where}; a sharded "
+        f"checkpoint's shards are files of its own folder ({src}): import only folders whose index "
+        "names files beside it"
+    )
 
 
 def _read_file(path: Path) -> Tensors:
@@ -112,9 +138,10 @@ def _read_file(path: Path) -> Tensors:
         with safe_open(str(path), framework="np") as handle:
             if (handle.metadata() or {}).get("format") == "zoo-checkpoint":
                 raise InterchangeError(f"{path}: is already a zoo checkpoint; use it as it is")
+            read_header(path)  # a tensor named twice, which safe_open reads as one of the two
             keys = track(handle.keys(), f"reading {path.name}", unit="tensor")
             return {key: _float32(handle.get_tensor(key)) for key in keys}
-    except InterchangeError:
+    except CheckpointError:
         raise
     except TypeError:  # bfloat16: numpy has no such dtype, torch reads it
         return _read_torch_safetensors(path)
@@ -181,28 +208,36 @@ def import_checkpoint(
     *,
     format: str | None = None,
     architecture: str | None = None,
+    num_heads: int | None = None,
     overwrite: bool = False,
 ) -> Imported:
     """A torchvision / timm / transformers file or directory -> a zoo checkpoint at ``out``.
 
     Every registered family's formats (or only ``format``, only ``architecture``'s) are
     tried; the first that places every tensor wins. ``architecture`` may be a preset name:
-    then the weights must be that preset (resnet50 weights are not a resnet18).
+    then the weights must be that preset (resnet50 weights are not a resnet18). ``num_heads``
+    is the attention head count of weights whose ``config.json`` does not say it (no shape
+    shows it, and zoo does not guess). The ``config.json`` read is kept in the checkpoint's
+    ``source`` metadata, so that an export to the same layout writes back what zoo's config
+    does not model.
     """
-    src, target = Path(src), _target(out, overwrite)
+    src, target = Path(src), _target(out)
+    refuse_inputs_as_outputs([target, target.parent / TOKENIZER_FILE], _inputs(src), InterchangeError)
+    if target.exists() and not overwrite:
+        raise InterchangeError(f"{target}: already exists; choose another --out or pass --overwrite")
     tensors, meta = read_foreign(src)
     candidates = _candidates(format, architecture)
     failures: list[tuple[Family, ForeignFormat, ForeignLayoutError]] = []
     for family, fmt in candidates:
         try:
-            fields, canonical = fmt.read(tensors, meta)
+            fields, canonical = fmt.read(tensors, meta, num_heads)
         except ForeignLayoutError as error:
             failures.append((family, fmt, error))
             continue
         config = _config(family, fields, architecture, src, fmt)
         _check_placed(family, config, canonical, fmt)
         tokenizer = _source_tokenizer(src, config)  # checked before anything is written
-        source = {"file": str(src.resolve()), "format": fmt.name}
+        source = {"file": str(src.resolve()), "format": fmt.name} | ({"config": meta} if meta else {})
         path = write_checkpoint(target, config, canonical, framework="imported", source=source)
         saved = tokenizer.save(path.parent) if tokenizer is not None else None
         return Imported(path, family, fmt, config, len(canonical), saved)
@@ -210,6 +245,15 @@ def import_checkpoint(
 
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt")
+# What an import reads from a directory besides its weights.
+SIDE_FILES = ("config.json", "model.safetensors.index.json", "tokenizer_config.json", "merges.txt")
+
+
+def _inputs(src: Path) -> list[Path]:
+    """Every file an import of ``src`` reads."""
+    if not src.is_dir():
+        return [src]
+    return [*_directory_weights(src), *(src / name for name in (*SIDE_FILES, *TOKENIZER_FILES))]
 
 
 def _source_tokenizer(src: Path, config):
@@ -240,12 +284,9 @@ def _source_tokenizer(src: Path, config):
     return tokenizer
 
 
-def _target(out: str | Path, overwrite: bool) -> Path:
+def _target(out: str | Path) -> Path:
     out = Path(out)
-    path = out if out.suffix == ".safetensors" else out / "model.safetensors"
-    if path.exists() and not overwrite:
-        raise InterchangeError(f"{path}: already exists; choose another --out or pass --overwrite")
-    return path
+    return out if out.suffix == ".safetensors" else out / "model.safetensors"
 
 
 def _candidates(format: str | None, architecture: str | None) -> list[tuple[Family, ForeignFormat]]:
@@ -325,15 +366,21 @@ def export_checkpoint(
         fmt = ckpt.family.format(format)
     except ValueError as error:
         raise InterchangeError(f"{checkpoint}: {error}") from None
-    reading = track(ckpt.tensors().items(), f"reading {Path(checkpoint).name}", unit="tensor")
-    canonical = {k: _float32(v) for k, v in reading}
-    try:
-        tensors, meta = fmt.write(ckpt.config, canonical)
-    except ForeignLayoutError as error:  # a config the foreign library has no equivalent of
-        raise InterchangeError(f"{checkpoint}: cannot be written as {format}: {error}") from None
     out = Path(out)
     is_file = out.suffix in (".safetensors", *TORCH_SUFFIXES)
     path = out if is_file else out / "model.safetensors"
+    beside = () if is_file else (out / "config.json", out / TOKENIZER_FILE)
+    refuse_inputs_as_outputs(
+        [path, *beside], [ckpt.path, ckpt.path.with_name(TOKENIZER_FILE)], InterchangeError
+    )
+    reading = track(ckpt.tensors().items(), f"reading {Path(checkpoint).name}", unit="tensor")
+    canonical = {k: _float32(v) for k, v in reading}
+    source = ckpt.json("source", {})
+    imported = source.get("config") if source.get("format") == format else None  # what zoo does not model
+    try:
+        tensors, meta = fmt.write(ckpt.config, canonical, imported)
+    except ForeignLayoutError as error:  # a config the foreign library has no equivalent of
+        raise InterchangeError(f"{checkpoint}: cannot be written as {format}: {error}") from None
     for target in (path, *(() if is_file or meta is None else (out / "config.json",))):
         if target.exists() and not overwrite:
             raise InterchangeError(f"{target}: already exists; choose another --out or pass --overwrite")

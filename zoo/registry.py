@@ -2,13 +2,16 @@
 
 Families are found through the ``zoo.architectures`` entry point group, so a package
 outside this repository adds one by declaring an entry point; nothing here names a
-family.
+family. An entry point that cannot be imported, or whose family does not fill the contract,
+is skipped with a one-line warning naming its package: one broken plugin does not take down
+every command, and a recipe or command that names its family says why it is unavailable.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal, get_args, get_origin
@@ -18,6 +21,7 @@ from zoo.foreign import ForeignFormat
 from zoo.weights import Port, count_parameters
 
 GROUP = "zoo.architectures"
+log = logging.getLogger("zoo")
 
 
 class UnknownArchitectureError(KeyError):
@@ -31,9 +35,18 @@ class FamilyContractError(TypeError):
 
 @functools.cache
 def families() -> dict[str, Family]:
+    """Every family that loads, by name. Those that do not are skipped, said once (a warning on
+    stderr) and kept in :func:`unavailable` with the reason."""
     found: dict[str, Family] = {}
+    _UNAVAILABLE.clear()
     for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
-        family = load_family(ep)
+        try:
+            family = load_family(ep)
+        except FamilyContractError as error:
+            _UNAVAILABLE[ep.name] = f"{error}; {remove_hint(ep)}"
+            log.warning(f"warning: skipping the architecture family {ep.name!r}: {one_line(str(error))}. "
+                        f"The other families work; {remove_hint(ep)}")  # fmt: skip
+            continue
         if family.name in found:
             raise ValueError(f"two packages register the architecture family {family.name!r}")
         found[family.name] = family
@@ -50,6 +63,26 @@ def families_reading(*kinds: str) -> str:
     taken from the registry, so a message never names a family that is not installed."""
     names = [name for name, family in families().items() if family.inputs.kind in kinds]
     return ", ".join(names) if names else "none is installed"
+
+
+_UNAVAILABLE: dict[str, str] = {}  # entry point name -> why its family is not in families()
+
+
+def unavailable() -> dict[str, str]:
+    """The families whose entry point is installed but did not load, and why."""
+    families()
+    return dict(_UNAVAILABLE)
+
+
+def remove_hint(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    uninstall = f"pip uninstall {dist.name}" if dist is not None else "uninstall the package that declares it"
+    return f"fix the package or remove it ({uninstall})"
+
+
+def one_line(message: str) -> str:
+    """A contract error's list of problems (or an import error's lines) on one line."""
+    return " ".join(message.replace(":\n  - ", ": ").replace("\n  - ", "; ").split())
 
 
 def plugin_name(ep: EntryPoint) -> str:
@@ -214,8 +247,12 @@ def get_family(name: str) -> Family:
         return families()[name]
     if name in presets():
         return presets()[name][0]
+    broken = unavailable()
+    if name in broken:
+        raise UnknownArchitectureError(f"the architecture family {name!r} is unavailable: {broken[name]}")
+    skipped = f" ({', '.join(broken)} did not load: see the warning)" if broken else ""
     raise UnknownArchitectureError(
-        f"{name!r} is not a registered architecture or preset; known: {', '.join(names())}"
+        f"{name!r} is not a registered architecture or preset; known: {', '.join(names())}{skipped}"
     )
 
 

@@ -58,7 +58,8 @@ def finite(tensor: Any) -> bool:
     array = np.asarray(tensor)
     if not np.issubdtype(array.dtype, np.floating):
         return True
-    return bool(np.isfinite(array.sum()) or np.isfinite(array).all())
+    with np.errstate(over="ignore"):  # a sum of large finite weights may overflow: no warning, a test
+        return bool(np.isfinite(array.sum()) or np.isfinite(array).all())
 
 
 def as_float32(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -89,7 +90,7 @@ def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
 
     with open(path, "rb", buffering=0) as handle:
         (length,) = np.frombuffer(handle.read(8), "<u8")
-        header = json.loads(handle.read(int(length)))
+        header = parse_header(handle.read(int(length)), path)
         entries = sorted(
             (entry["data_offsets"], name, entry) for name, entry in header.items() if name != "__metadata__"
         )  # in file order, so that the buffers follow each other
@@ -130,6 +131,47 @@ def _read_into(handle, buffers: list[memoryview], offset: int, path: str | Path)
             index += 1
         if done:
             buffers[index] = buffers[index][done:]
+
+
+def parse_header(text: bytes, path: str | Path) -> dict[str, Any]:
+    """A safetensors JSON header, refused where it names a tensor (or a metadata key, or a field
+    of an entry) twice: JSON leaves the meaning of a repeated name open, and safetensors and
+    ``json.loads`` each keep one of the two without a word, so two readers of one file could
+    see different weights."""
+    pairs = json.loads(text, object_pairs_hook=_Pairs)
+    if not isinstance(pairs, _Pairs):
+        raise CheckpointError(f"{path}: its safetensors header is not a JSON object; the file is damaged")
+    _refuse_repeats(path, pairs, "tensor")
+    header = {}
+    for name, entry in pairs:
+        if isinstance(entry, _Pairs):
+            _refuse_repeats(path, entry, "metadata key" if name == "__metadata__" else f"{name!r} field")
+            entry = dict(entry)
+        header[name] = entry
+    return header
+
+
+class _Pairs(list):
+    """A JSON object's (name, value) pairs in file order, repeats kept: told apart from an array."""
+
+
+def read_header(path: str | Path) -> dict[str, Any]:
+    """The header of a safetensors file that the safetensors library has opened (which bounds
+    its length), with names given twice refused (see :func:`parse_header`)."""
+    with open(path, "rb") as handle:
+        (length,) = np.frombuffer(handle.read(8), "<u8")
+        return parse_header(handle.read(int(length)), path)
+
+
+def _refuse_repeats(path: str | Path, pairs: list[tuple[str, Any]], what: str) -> None:
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            raise CheckpointError(
+                f"{path}: its safetensors header names the {what} {name!r} twice; the file is damaged "
+                "(readers would disagree on which of the two it holds)"
+            )
+        seen.add(name)
 
 
 def refuse_pickles(path: Path) -> None:

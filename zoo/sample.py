@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from zoo.checkpoint import CheckpointError, load_checkpoint, read_checkpoint
+from zoo.backend import load_checkpoint
+from zoo.checkpoint import CheckpointError, read_checkpoint
 from zoo.limits import MAX_SAMPLE_LENGTH
 from zoo.recipe.schema import SEED_LIMIT
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 STATE_DIR = "state"
@@ -76,10 +77,11 @@ def step_of(path: Path) -> int:
     return int(PATTERN.match(Path(path).name).group(1))
 
 
-def check_state(path: Path) -> None:
+def check_state(path: Path, state_problem: Callable[[Path], str | None]) -> None:
     """Open a training state the way resume will, before anything else happens: a damaged or
     tampered file is named in zoo's words, never as torch's unpickling traceback (whose advice,
-    ``weights_only=False``, would run whatever code the file carries)."""
+    ``weights_only=False``, would run whatever code the file carries). ``state_problem`` is the
+    writing backend's reader (:meth:`zoo.backend.Backend.check_state` passes its own)."""
     from zoo.checkpoint import CheckpointError
 
     path = Path(path)
@@ -89,10 +91,8 @@ def check_state(path: Path) -> None:
         if older
         else "train the recipe again (no older state is kept)"
     )
-    from zoo.backend import backend_of_state
-
     try:
-        problem = _checksum_problem(path) or backend_of_state(path).state_problem(path)
+        problem = _checksum_problem(path) or state_problem(path)
     except Exception as error:  # whatever the reader raises about bytes it cannot parse
         problem = f"it cannot be read ({type(error).__name__})"
     if problem:

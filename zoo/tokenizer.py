@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.data import DataError
+from zoo.errors import DataError
 
 TOKENIZER_FILE = "tokenizer.json"
 # Names of the special tokens in the conventions zoo meets: BERT's, RoBERTa's, GPT-2's.

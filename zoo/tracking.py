@@ -270,7 +270,7 @@ MLFLOW_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "diverged": "F
 
 
 def _last_step(run_dir: Path) -> int:
-    from zoo.runs import read_metrics
+    from zoo.runs.metrics import read_metrics
 
     try:
         rows = read_metrics(run_dir / "metrics.csv")

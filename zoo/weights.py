@@ -125,6 +125,11 @@ def layernorm(name: str, features: int) -> Port:
     return Port(tensors, name, ("gamma", "beta"), _identity, _identity)
 
 
+def rmsnorm(name: str, features: int, layer: str | None = None) -> Port:
+    """``zoo.nn.torch.RMSNorm`` (``weight``) <-> ``zoo.nn.keras.RMSNorm`` (``scale``): one vector."""
+    return Port((_t(f"{name}.weight", (features,)),), layer or name, ("scale",), _identity, _identity)
+
+
 def embedding(name: str, num_embeddings: int, features: int) -> Port:
     """``nn.Embedding`` <-> ``keras.layers.Embedding``: the same (N, D) matrix."""
     return Port(

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from zoo.family import ArchitectureConfig
+from zoo.family import MAX_CLASSES, ArchitectureConfig
 
 EXAMPLE_LENGTH = 8  # token ids per example sequence (tests, benchmarks): short, as big presets need
 BertTask = Literal["features", "classification", "token_classification", "masked_language_modeling"]
@@ -53,7 +53,7 @@ class BertConfig(ArchitectureConfig):
         30522, ge=2, le=1_000_000, description="Rows of the word embedding (and MLM logits); from the data."
     )
     num_classes: int = Field(
-        2, ge=1, le=1_000_000, description="Classes of a (token) classification head (from the data)."
+        2, ge=1, le=MAX_CLASSES, description="Classes of a (token) classification head (from the data)."
     )
     hidden_size: int = Field(768, ge=1, le=16384, description="Width of the residual stream (H).")
     num_layers: int = Field(12, ge=1, le=128, description="Transformer blocks (L).")

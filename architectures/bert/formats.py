@@ -28,13 +28,15 @@ when it equals ``cls.predictions.bias``; the pooler and the next-sentence head
 (``cls.seq_relationship``) that a ``BertForPreTraining`` file (bert-base-uncased) holds are
 left out of the heads that transformers builds without them, with a warning naming them.
 The config comes from the shapes, checked against ``config.json``; the head count, which no
-shape shows, from ``num_attention_heads``, else hidden_size / 64 (every published BERT's
-head width). A ``config.json`` that asks for something zoo's BERT does not compute
-(another activation, relative positions, a decoder) is refused naming the field.
+shape shows, from ``num_attention_heads``, else from ``zoo import --num-heads`` (never guessed:
+MiniLM is 384 wide with 12 heads, not 6). A ``config.json`` that asks for something zoo's BERT
+does not compute (another activation, relative positions, a decoder) is refused naming the field.
 
 Writing: the names above for the task's class, and the ``config.json`` its
 ``from_pretrained`` reads; the tied decoder is written once, as the word embedding, and
-transformers re-ties it on load (``tie_word_embeddings``).
+transformers re-ties it on load (``tie_word_embeddings``). A checkpoint imported from this
+layout gets back the fields of its ``config.json`` that zoo's config does not model (label
+names, token ids, the tokenizer class...) as they were read.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from architectures.bert.config import HF_CLASSES, BertConfig
-from zoo.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.foreign import ForeignLayoutError, Tensors, head_count, renamed, with_source
 
 log = logging.getLogger("zoo")
 
@@ -81,6 +83,10 @@ _META_FIELDS = {
     "pad_token_id": "pad_token_id",
     "initializer_range": "initializer_range",
 }
+# config.json fields zoo's config decides (the rest of an imported one is written back as read);
+# the label names too, where the class count is no longer theirs.
+MODELLED = ("architectures", "model_type", *_SHAPE_FIELDS, *_META_FIELDS, "dtype", "torch_dtype")
+_LABELS = ("id2label", "label2id")
 
 
 def _backbone_names(cfg: BertConfig) -> dict[str, str]:
@@ -123,8 +129,11 @@ def _head_names(cfg: BertConfig) -> dict[str, str]:
 # ---------------------------------------------------------------------------- transformers -> zoo
 
 
-def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
-    """A transformers BERT state dict (and its ``config.json``, or ``{}``) -> zoo's fields and tensors."""
+def from_hf(
+    tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any], num_heads: int | None = None
+) -> tuple[dict[str, Any], Tensors]:
+    """A transformers BERT state dict (and its ``config.json``, or ``{}``) -> zoo's fields and
+    tensors. ``num_heads``: the head count, where no config.json says it."""
     tensors = {_modern_name(key): value for key, value in tensors.items()}
     prefix = "bert." if any(key.startswith("bert.") for key in tensors) else ""
     if f"{prefix}embeddings.word_embeddings.weight" not in tensors:
@@ -137,7 +146,7 @@ def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple
     task = _task(tensors, meta, prefix)
     tensors = _without_tied_decoder(tensors, meta, prefix, task)
     tensors = _without_unused(tensors, prefix, task)
-    fields = _config_fields(tensors, meta, prefix, task)
+    fields = _config_fields(tensors, meta, prefix, task, num_heads)
     try:
         cfg = BertConfig(**fields)
     except ValueError as error:
@@ -251,7 +260,7 @@ def _without_unused(tensors: dict[str, np.ndarray], prefix: str, task: str) -> d
 
 
 def _config_fields(
-    tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any], prefix: str, task: str
+    tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any], prefix: str, task: str, num_heads: int | None
 ) -> dict[str, Any]:
     for key, value in _REQUIRED.items():
         if key in meta and meta[key] != value:
@@ -298,14 +307,10 @@ def _config_fields(
     for key, field in _META_FIELDS.items():
         if key in meta:
             fields[field] = meta[key]
-    if "num_heads" not in fields:
-        if fields["hidden_size"] % 64:
-            raise ForeignLayoutError(
-                f"the weights do not say how many attention heads their width-{fields['hidden_size']} BERT "
-                "has (no shape shows it) and the width is not a multiple of 64 (every published BERT's head "
-                "width); put transformers' config.json (with num_attention_heads) beside the weights"
-            )
-        fields["num_heads"] = fields["hidden_size"] // 64
+    fields["num_heads"] = head_count(
+        meta.get("num_attention_heads"), "num_attention_heads", num_heads, fields["hidden_size"], "BERT",
+        "transformers' config.json",
+    )  # fmt: skip
     return fields
 
 
@@ -328,8 +333,11 @@ def _check_shapes(cfg: BertConfig, found: Mapping[str, np.ndarray]) -> None:
 # ---------------------------------------------------------------------------- zoo -> transformers
 
 
-def to_hf(cfg: BertConfig, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors, dict[str, Any]]:
-    """zoo's tensors -> the state dict transformers' class for the task saves, and its ``config.json``."""
+def to_hf(
+    cfg: BertConfig, tensors: Mapping[str, np.ndarray], source: Mapping[str, Any] | None = None
+) -> tuple[Tensors, dict[str, Any]]:
+    """zoo's tensors -> the state dict transformers' class for the task saves, and its ``config.json``
+    (with what ``source``, the one imported, says and zoo's config does not model)."""
     prefix = "" if cfg.task == "features" else "bert."
     names = {ours: prefix + theirs for ours, theirs in _backbone_names(cfg).items()} | _head_names(cfg)
     stacked = {f"blocks.{i}.attn.in_proj_{p}" for i in range(cfg.num_layers) for p in ("weight", "bias")}
@@ -342,7 +350,9 @@ def to_hf(cfg: BertConfig, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors, 
             )
             for part, value in zip(_QKV, parts, strict=True):
                 out[f"{prefix}encoder.layer.{i}.attention.self.{part}.{p}"] = np.ascontiguousarray(value)
-    return out, hf_config(cfg)
+    labels = (source or {}).get("id2label") or {}
+    relabelled = cfg.task in ("classification", "token_classification") and len(labels) != cfg.num_classes
+    return out, with_source(hf_config(cfg), source, MODELLED + (_LABELS if relabelled else ()))
 
 
 def hf_config(cfg: BertConfig) -> dict[str, Any]:

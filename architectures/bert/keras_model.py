@@ -17,34 +17,12 @@ from keras import layers, ops
 from architectures.bert.config import BertConfig, input_shapes_message, token_types_message
 from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError, sequence_length_message
-from zoo.nn.keras import Dense, Embedding, LayerNorm, Mlp, SelfAttention, blocked_mask, require
+from zoo.nn.keras import Dense, LayerNorm, Mlp, PaddedEmbedding, SelfAttention, blocked_mask, require
 from zoo.nn.keras.heads import ClassificationHead, MaskedLMHead, mean_pool
 
 
 def _normal(std: float) -> keras.initializers.Initializer:
     return keras.initializers.RandomNormal(stddev=std)
-
-
-class PaddedEmbedding(Embedding):
-    """zoo's checked ``Embedding`` whose ``pad_id`` row gets no gradient from the lookup
-    (torch's ``padding_idx``) and starts at zero."""
-
-    def __init__(self, input_dim: int, output_dim: int, pad_id: int | None, **kwargs):
-        super().__init__(input_dim, output_dim, **kwargs)
-        self.pad_id = pad_id
-
-    def build(self, input_shape=None):
-        super().build(input_shape)
-        if self.pad_id is not None:
-            rows = ops.arange(self.input_dim)[:, None] == self.pad_id
-            self.embeddings.assign(ops.where(rows, 0.0, self.embeddings))
-
-    def call(self, inputs):
-        vectors = super().call(inputs)
-        if self.pad_id is None:
-            return vectors
-        padding = ops.equal(inputs, self.pad_id)[..., None]
-        return ops.where(padding, ops.stop_gradient(vectors), vectors)
 
 
 class Embeddings(layers.Layer):

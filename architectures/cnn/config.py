@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from zoo.family import ArchitectureConfig
+from zoo.family import MAX_CLASSES, ArchitectureConfig
 
 
 class CNNConfig(ArchitectureConfig):
@@ -22,7 +22,9 @@ class CNNConfig(ArchitectureConfig):
     architecture: Literal["cnn"] = "cnn"
     in_channels: PositiveInt = Field(1, description="Channels of the input image (from the data).")
     image_size: PositiveInt = Field(8, description="Height and width of the square input (from the data).")
-    num_classes: int = Field(10, ge=2, description="Classes of the classifier head (from the data).")
+    num_classes: int = Field(
+        10, ge=2, le=MAX_CLASSES, description="Classes of the classifier head (from the data)."
+    )
     channels: list[PositiveInt] = Field(
         [32, 64], min_length=1, max_length=8, description="Output channels of each stage."
     )

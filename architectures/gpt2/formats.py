@@ -20,10 +20,14 @@ transformers' ``GPT2LMHeadModel`` and zoo's torch twin hold the same tensors. Th
   constants, skipped.
 
 The config: ``n_embd``, ``vocab_size``, ``n_positions``, ``n_layer`` and ``n_inner`` come from the
-shapes, the head count from ``config.json`` (``n_head``; without one, from OpenAI's widths:
-768 -> 12, 1024 -> 16, 1280 -> 20, 1600 -> 25), checked against each other. Every field that
+shapes, the head count from ``config.json`` (``n_head``) or, without one, from ``zoo import
+--num-heads`` (never guessed from the width), checked against each other. Every field that
 changes what the model computes and that zoo's twins do not do (another activation, cross
 attention, attention scaled otherwise, an untied head) is refused by name.
+
+Writing back a checkpoint imported from this layout, the fields of its ``config.json`` that
+zoo's config does not model (which of the two names of the tanh GELU, the special token ids,
+generation settings) are written as they were read.
 """
 
 from __future__ import annotations
@@ -36,11 +40,10 @@ import numpy as np
 
 from architectures.gpt2.config import GPT2Config
 from architectures.gpt2.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.foreign import ForeignLayoutError, Tensors, head_count, renamed, with_source
 from zoo.weights import tensor_specs
 
 PREFIX = "transformer."
-HEADS_BY_WIDTH = {768: 12, 1024: 16, 1280: 20, 1600: 25}  # gpt2, -medium, -large, -xl
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # both are the tanh approximation zoo computes
 ARCHITECTURES = {"GPT2LMHeadModel": "language_modeling", "GPT2Model": "features"}
 _RENAMES = (  # zoo's name pattern -> transformers'
@@ -63,6 +66,8 @@ _FIELDS = {  # config.json -> zoo's field, for the fields that map one to one
     "attn_pdrop": "attn_dropout",
     "initializer_range": "initializer_range",
 }
+# config.json fields zoo's config decides (the rest of an imported one is written back as read).
+MODELLED = ("model_type", "architectures", "n_inner", *_FIELDS, "dtype", "torch_dtype")
 # config.json fields that change what the model computes, at the only value zoo's twins compute.
 _REQUIRED = {
     "scale_attn_weights": True,
@@ -86,14 +91,16 @@ def _hf_names(cfg: GPT2Config) -> dict[str, str]:
 # ---------------------------------------------------------------------- transformers -> zoo
 
 
-def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
+def from_hf(
+    tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any], num_heads: int | None = None
+) -> tuple[dict[str, Any], Tensors]:
     """A ``GPT2LMHeadModel`` or ``GPT2Model`` state dict (and its ``config.json``, or ``{}``) ->
-    zoo's config fields and tensors."""
+    zoo's config fields and tensors. ``num_heads``: the head count, where no config.json says it."""
     _check_meta_kind(meta)
     backbone, head, prefixed = _backbone(tensors)
     fields = _shapes_config(backbone)
     fields["task"] = _task(meta, prefixed or head is not None)
-    fields = _with_meta(fields, meta)
+    fields = _with_meta(fields, meta, num_heads)
     if head is not None and not np.array_equal(head, backbone["wte.weight"]):
         raise ForeignLayoutError(
             "lm_head.weight differs from transformer.wte.weight: zoo's GPT-2 ties its head to the token "
@@ -189,7 +196,7 @@ def _task(meta: Mapping[str, Any], has_head: bool) -> str:
     return ARCHITECTURES[architectures[0]]
 
 
-def _with_meta(fields: dict[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+def _with_meta(fields: dict[str, Any], meta: Mapping[str, Any], num_heads: int | None) -> dict[str, Any]:
     """``fields`` with the head count, epsilon, dropout rates and initialiser range of the
     config.json, after checking that it describes a model zoo computes and agrees with the shapes."""
     refused = [f"{key} {meta[key]!r} (zoo computes {value!r})" for key, value in _REQUIRED.items()
@@ -214,24 +221,21 @@ def _with_meta(fields: dict[str, Any], meta: Mapping[str, Any]) -> dict[str, Any
         out[field] = meta[key]
     if disagree:
         raise ForeignLayoutError(f"config.json and the weights disagree: {'; '.join(disagree)}")
-    if "n_head" not in out:
-        if fields["n_embd"] not in HEADS_BY_WIDTH:
-            raise ForeignLayoutError(
-                f"the weights do not say how many attention heads their width-{fields['n_embd']} GPT-2 has "
-                "(no shape shows it) and the width is none of OpenAI's "
-                f"({', '.join(f'{w}: {h}' for w, h in HEADS_BY_WIDTH.items())}); put transformers' "
-                "config.json (with n_head) beside the weights"
-            )
-        out["n_head"] = HEADS_BY_WIDTH[fields["n_embd"]]
+    out["n_head"] = head_count(
+        meta.get("n_head"), "n_head", num_heads, fields["n_embd"], "GPT-2", "transformers' config.json"
+    )
     return out
 
 
 # ---------------------------------------------------------------------- zoo -> transformers
 
 
-def to_hf(cfg: GPT2Config, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors, dict[str, Any]]:
+def to_hf(
+    cfg: GPT2Config, tensors: Mapping[str, np.ndarray], source: Mapping[str, Any] | None = None
+) -> tuple[Tensors, dict[str, Any]]:
     """zoo's tensors -> the state dict transformers' ``save_pretrained`` writes (the head once,
-    as ``transformer.wte.weight``; none for a ``GPT2Model``), and its ``config.json``."""
+    as ``transformer.wte.weight``; none for a ``GPT2Model``), and its ``config.json`` (with what
+    ``source``, the one imported, says and zoo's config does not model)."""
     lm = cfg.active_task == "language_modeling"
     prefix = PREFIX if lm else ""
     out = {}
@@ -240,7 +244,7 @@ def to_hf(cfg: GPT2Config, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors, 
         if _CONV1D.match(hf):
             value = np.ascontiguousarray(value.T)
         out[prefix + hf] = value
-    return out, hf_config(cfg)
+    return out, with_source(hf_config(cfg), source, MODELLED)
 
 
 def hf_config(cfg: GPT2Config) -> dict[str, Any]:
@@ -257,5 +261,6 @@ def hf_config(cfg: GPT2Config) -> dict[str, Any]:
         "bos_token_id": end,
         "eos_token_id": end,
         "use_cache": True,
+        "dtype": "float32",  # the weights zoo writes
     }
     return config

@@ -11,11 +11,13 @@ from __future__ import annotations
 import keras
 from keras import layers, ops
 
-from architectures.gpt2.cache import DecodeCache
 from architectures.gpt2.config import GPT2Config, sequence_length_message
 from zoo.keras.remat import checkpointed_call
+from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.keras import Embedding, LayerNorm, Mlp, SelfAttention, blocked_mask, require
+from zoo.nn.keras.attention import joined_padding, padded_positions
+from zoo.nn.keras.decoder import CausalDecoder
 
 
 class Block(layers.Layer):
@@ -58,7 +60,7 @@ class Block(layers.Layer):
         return x + self.mlp(self.ln_2(x)), present
 
 
-class GPT2(keras.Model):
+class GPT2(CausalDecoder):
     """(N, T) int token ids -> (N, T, vocab_size) logits, or the final LayerNorm's hidden states
     (N, T, n_embd) for task "features"; ``padding_mask`` and ``decode`` as in the torch twin.
 
@@ -66,7 +68,7 @@ class GPT2(keras.Model):
     recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
     """
 
-    grad_checkpointing: bool = False
+    model_name = "GPT-2"
 
     def __init__(self, cfg: GPT2Config, **kw):
         super().__init__(**kw)
@@ -92,28 +94,9 @@ class GPT2(keras.Model):
             block.build(hidden)
         self.ln_f.build(hidden)
 
-    def call(self, ids, padding_mask=None, token_type_ids=None, training=False):
-        if token_type_ids is not None:
-            raise InputError("GPT-2 has no token types: pass token_type_ids=None")
-        h = self.forward_features(ids, padding_mask, training=training)
-        return h if self.zoo_config.active_task == "features" else self.forward_head(h)
-
-    def forward_features(self, ids, padding_mask=None, training=False):
-        """The final LayerNorm's hidden states (N, T, n_embd): transformers' ``GPT2Model`` output."""
-        return self._run(ids, padding_mask, None, cached=False, training=training)[0]
-
     def forward_head(self, h):
         """Logits through the token embedding (the tied head)."""
         return ops.matmul(h, ops.transpose(ops.cast(self.wte.embeddings, h.dtype)))
-
-    def decode(self, ids, cache: DecodeCache | None = None, padding_mask=None):
-        """As the torch twin's: the last position's logits (N, vocab_size) and the extended cache.
-        Eager only (each call grows the cache)."""
-        h, cache = self._run(ops.convert_to_tensor(ids), padding_mask, cache, cached=True, training=False)
-        return self.forward_head(h[:, -1]), cache
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
 
     def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool, training: bool):
         limit = self.zoo_config.n_positions
@@ -124,12 +107,8 @@ class GPT2(keras.Model):
             ids = require(past + steps <= limit, sequence_length_message(limit), ids)
         elif past + steps > limit:
             raise InputError(sequence_length_message(limit, past + steps))
-        padding = _joined_padding(cache, padding_mask, ids)
-        if padding is None:
-            positions = ops.arange(past, past + steps)[None]
-        else:  # real tokens count from 0 whatever padding comes before them
-            real = ops.cast(ops.logical_not(padding), "int32")
-            positions = ops.maximum(ops.cumsum(real, axis=1) - 1, 0)[:, past:]
+        padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
+        positions = padded_positions(padding, past, steps)
         embedded = self.wte(ids) + ops.cast(self.wpe(positions), self.compute_dtype)
         h = self.drop(embedded, training=training)
         blocked = blocked_mask(steps, padding, causal=True, past=past)
@@ -145,19 +124,6 @@ class GPT2(keras.Model):
                 h = block(h, blocked, training=training)
         h = self.ln_f(h)
         return h, (DecodeCache(tuple(presents), padding, past + int(steps)) if cached else None)
-
-
-def _joined_padding(cache: DecodeCache | None, padding_mask, ids):
-    """The padding of every position read so far and now (N, P + T), or None if none is padding."""
-    before = cache.padding if cache is not None else None
-    if padding_mask is None and before is None:
-        return None
-    now = ops.zeros_like(ids, dtype="bool") if padding_mask is None else ops.cast(padding_mask, "bool")
-    if cache is None:
-        return now
-    if before is None:
-        before = ops.zeros((ops.shape(ids)[0], cache.length), dtype="bool")
-    return ops.concatenate([before, now], axis=1)
 
 
 def _init_like_transformers(model: GPT2) -> None:

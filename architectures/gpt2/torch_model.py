@@ -20,10 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from architectures.gpt2.cache import DecodeCache
 from architectures.gpt2.config import GPT2Config, sequence_length_message
+from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Embedding, Mlp, SelfAttention, blocked_mask
+from zoo.nn.torch.attention import joined_padding, padded_positions
+from zoo.nn.torch.decoder import CausalDecoder
 from zoo.nn.torch.remat import checkpointed_call
 
 
@@ -55,7 +57,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x)), present
 
 
-class GPT2(nn.Module):
+class GPT2(CausalDecoder):
     """(N, T) int64 token ids -> (N, T, vocab_size) logits (task "language_modeling") or the
     final LayerNorm's hidden states (N, T, n_embd) (task "features").
 
@@ -68,7 +70,7 @@ class GPT2(nn.Module):
     With ``grad_checkpointing`` on, training keeps only each block's input for backward.
     """
 
-    grad_checkpointing: bool = False
+    model_name = "GPT-2"
 
     def __init__(self, cfg: GPT2Config):
         super().__init__()
@@ -97,49 +99,17 @@ class GPT2(nn.Module):
                 nn.init.normal_(projection.weight, std=projection_std)
                 nn.init.zeros_(projection.bias)
 
-    def forward(
-        self,
-        ids: torch.Tensor,
-        padding_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        if token_type_ids is not None:
-            raise InputError("GPT-2 has no token types: pass token_type_ids=None")
-        h = self.forward_features(ids, padding_mask)
-        return h if self.zoo_config.active_task == "features" else self.forward_head(h)
-
-    def forward_features(self, ids: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """The final LayerNorm's hidden states (N, T, n_embd): transformers' ``GPT2Model`` output."""
-        h, _ = self._run(ids, padding_mask, None, cached=False)
-        return h
-
     def forward_head(self, h: torch.Tensor) -> torch.Tensor:
         """Logits through the token embedding (the tied head)."""
         return F.linear(h, self.wte.weight)
-
-    @torch.no_grad()
-    def decode(
-        self, ids: torch.Tensor, cache: DecodeCache | None = None, padding_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, DecodeCache]:
-        """Read ``ids`` (N, T) after what ``cache`` holds: the logits (N, vocab_size) of the last
-        position and the cache extended by these T tokens. ``padding_mask`` (N, T) marks padding
-        among these tokens (a left-padded batch of prompts); later calls pass new tokens only."""
-        h, cache = self._run(ids, padding_mask, cache, cached=True)
-        return self.forward_head(h[:, -1]), cache
-
-    def set_grad_checkpointing(self, enable: bool = True) -> None:
-        self.grad_checkpointing = enable
 
     def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool):
         past = cache.length if cache is not None else 0
         steps = ids.shape[1]
         if past + steps > self.zoo_config.n_positions:
             raise InputError(sequence_length_message(self.zoo_config.n_positions, past + steps))
-        padding = _joined_padding(cache, padding_mask, ids)
-        if padding is None:
-            positions = torch.arange(past, past + steps, device=ids.device)[None]
-        else:  # real tokens count from 0 whatever padding comes before them
-            positions = (torch.cumsum((~padding).long(), dim=1) - 1).clamp(min=0)[:, past:]
+        padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
+        positions = padded_positions(padding, past, steps, ids.device)
         h = self.drop(self.wte(ids) + self.wpe(positions))
         blocked = blocked_mask(steps, padding, causal=True, device=ids.device, past=past)
         presents = []
@@ -152,26 +122,6 @@ class GPT2(nn.Module):
                 h = checkpointed_call(block, h, blocked) if checkpointing else block(h, blocked)
         h = self.ln_f(h)
         return h, (DecodeCache(tuple(presents), padding, past + steps) if cached else None)
-
-
-def _joined_padding(cache: DecodeCache | None, padding_mask, ids: torch.Tensor) -> torch.Tensor | None:
-    """The padding of every position read so far and now (N, P + T), or None if none is padding."""
-    before = cache.padding if cache is not None else None
-    if padding_mask is None and before is None:
-        return None
-    n, t = ids.shape
-    now = (
-        torch.zeros((n, t), dtype=torch.bool, device=ids.device)
-        if padding_mask is None
-        else torch.as_tensor(padding_mask, device=ids.device).to(torch.bool)
-    )
-    if tuple(now.shape) != (n, t):
-        raise InputError(f"padding_mask must be (N, T) = {(n, t)} like the token ids; got {tuple(now.shape)}")
-    if cache is None:
-        return now
-    if before is None:
-        before = torch.zeros((n, cache.length), dtype=torch.bool, device=ids.device)
-    return torch.cat([before, now], dim=1)
 
 
 def build(cfg: GPT2Config) -> GPT2:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator
 
-from zoo.family import ArchitectureConfig
+from zoo.family import MAX_CLASSES, ArchitectureConfig
 
 STAGES = 4  # layer1..layer4, as torchvision (and timm) name them
 EXPANSION = {"basic": 1, "bottleneck": 4}  # output channels of a block / its planes
@@ -33,7 +33,9 @@ class ResNetConfig(ArchitectureConfig):
     architecture: Literal["resnet"] = "resnet"
     in_channels: PositiveInt = Field(3, description="Channels of the input image (from the data).")
     image_size: PositiveInt = Field(224, description="Height and width of the square input (from the data).")
-    num_classes: int = Field(1000, ge=2, description="Classes of the classifier head (from the data).")
+    num_classes: int = Field(
+        1000, ge=2, le=MAX_CLASSES, description="Classes of the classifier head (from the data)."
+    )
     block: Literal["basic", "bottleneck"] = Field(
         "basic",
         description="basic: two 3x3 convs (resnet18/34); bottleneck: 1x1, 3x3, 1x1 with 4x expansion "

@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveInt, model_validator
 
-from zoo.family import ArchitectureConfig
+from zoo.family import MAX_CLASSES, ArchitectureConfig
 
 CLASSIFICATION_STEPS = 8  # the digits read as 8 rows of 8 features
 LM_EXAMPLE_LENGTH = 16  # token ids in an example language-modelling batch
@@ -34,7 +34,9 @@ class TransformerConfig(ArchitectureConfig):
     input_size: PositiveInt = Field(
         8, le=65536, description="Features per time step of a classification input (from the data)."
     )
-    num_classes: int = Field(10, ge=2, description="Classes of the classifier head (from the data).")
+    num_classes: int = Field(
+        10, ge=2, le=MAX_CLASSES, description="Classes of the classifier head (from the data)."
+    )
     vocab_size: int = Field(
         128, ge=2, le=1_000_000, description="Token vocabulary of a language model (from the data)."
     )

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from zoo.family import ArchitectureConfig
+from zoo.family import MAX_CLASSES, ArchitectureConfig
 
 LAYER_NORM_EPS = 1e-6  # timm's ViT LayerNorm (torch's default is 1e-5, Keras' 1e-3)
 
@@ -29,7 +29,9 @@ class ViTConfig(ArchitectureConfig):
     image_size: PositiveInt = Field(
         224, le=8192, description="Height and width of the square input (from the data)."
     )
-    num_classes: int = Field(1000, ge=2, description="Classes of the classifier head (from the data).")
+    num_classes: int = Field(
+        1000, ge=2, le=MAX_CLASSES, description="Classes of the classifier head (from the data)."
+    )
     patch_size: PositiveInt = Field(
         16, le=1024, description="Side of the square patches the image is cut into; divides image_size."
     )

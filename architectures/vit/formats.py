@@ -12,11 +12,12 @@ Everything else (``cls_token``, ``pos_embed``, ``patch_embed.proj``, ``blocks.N.
 Reading: the config comes from the tensors' shapes (width, patch, image size, channels,
 depth, MLP width, classes), except the head count, which no shape shows: it is taken from
 the ``config.json`` beside the weights (``model_args.num_heads``, or the variant its
-``architecture`` names), else from the width of timm's standard variants (192 -> 3, 384 -> 6,
-768 -> 12, 1024 and 1280 -> 16 heads). What the ``config.json`` says is checked against the
-shapes. Tensors that zoo's ViT has no place for (a register token, layer scale, an
-``fc_norm`` of average pooling, CLIP's ``norm_pre``) and ``model_args`` that change what the
-tensors mean (another pooling, activation or norm) are refused by name.
+``architecture`` names), else from ``zoo import --num-heads``; never from the width (timm's
+vit_small is 384 wide with 6 heads, a 384-wide ViT of 12 heads has the very same tensors).
+What the ``config.json`` says is checked against the shapes. Tensors that zoo's ViT has no
+place for (a register token, layer scale, an ``fc_norm`` of average pooling, CLIP's
+``norm_pre``) and ``model_args`` that change what the tensors mean (another pooling,
+activation or norm) are refused by name.
 
 Writing: timm's names and the ``config.json`` timm's ``save_config_for_hf`` would write for
 the same model. timm reads it back with ``timm.create_model("local-dir:" + folder,
@@ -41,7 +42,7 @@ import numpy as np
 
 from architectures.vit.config import ViTConfig
 from architectures.vit.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.foreign import ForeignLayoutError, Tensors, head_count, renamed
 from zoo.weights import tensor_specs
 
 # timm's vit_<size>_patch16_224 factories: embed_dim, depth, num_heads (mlp_ratio 4).
@@ -51,8 +52,6 @@ VARIANTS = {
     "base": (768, 12, 12),
     "large": (1024, 24, 16),
 }
-# Heads of timm's standard ViTs by width, for weights that come without a config.json.
-HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 _NAME = re.compile(r"^vit_(?P<size>[a-z]+)_patch(?P<patch>\d+)_(?P<image>\d+)$")
 # model_args that are harmless at these values (timm's defaults for this architecture) ...
 _DEFAULT_ARGS: dict[str, Any] = {
@@ -103,11 +102,14 @@ def _timm_names(cfg: ViTConfig) -> dict[str, str]:
 # ---------------------------------------------------------------------------- timm -> zoo
 
 
-def from_timm(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
-    """timm's ViT state dict (and its ``config.json``, or ``{}``) -> zoo's config fields and tensors."""
+def from_timm(
+    tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any], num_heads: int | None = None
+) -> tuple[dict[str, Any], Tensors]:
+    """timm's ViT state dict (and its ``config.json``, or ``{}``) -> zoo's config fields and
+    tensors. ``num_heads``: the head count, where no config.json says it."""
     tensors = _without_prefix(tensors, "module.")  # a DistributedDataParallel state dict
     fields = _shapes_config(tensors)
-    fields = _with_meta(fields, meta)
+    fields = _with_meta(fields, meta, num_heads)
     try:
         cfg = ViTConfig(**fields)
     except ValueError as error:
@@ -183,7 +185,7 @@ def _ratio(hidden: int, dim: int) -> float:
     return ratio
 
 
-def _with_meta(fields: dict[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+def _with_meta(fields: dict[str, Any], meta: Mapping[str, Any], num_heads: int | None) -> dict[str, Any]:
     """``fields`` with the head count and dropout rates of the config.json, after checking that
     everything it says about the architecture agrees with the shapes."""
     said: dict[str, tuple[Any, str]] = {}  # config field -> (value, where the config.json says it)
@@ -224,9 +226,8 @@ def _with_meta(fields: dict[str, Any], meta: Mapping[str, Any]) -> dict[str, Any
         said["in_channels"] = (input_size[0], "pretrained_cfg.input_size")
     if input_size and "img_size" not in args:
         said["image_size"] = (_square(input_size[1:]), "pretrained_cfg.input_size")
-    fields = {**fields, "num_heads": said.get("num_heads", (None, ""))[0]}
-    if fields["num_heads"] is None:
-        fields["num_heads"] = _heads_by_width(fields["dim"])
+    heads, where = said.get("num_heads", (None, ""))
+    fields["num_heads"] = head_count(heads, where, num_heads, fields["dim"], "ViT", "timm's config.json")
     disagree = []
     for field, (value, where) in said.items():
         ours = fields[field]
@@ -249,17 +250,6 @@ def _square(size: Any) -> int | list:
         return size
     size = list(size)
     return int(size[0]) if len(size) == 2 and size[0] == size[1] else size
-
-
-def _heads_by_width(dim: int) -> int:
-    if dim not in HEADS_BY_WIDTH:
-        raise ForeignLayoutError(
-            f"the weights do not say how many attention heads their dim-{dim} ViT has (no shape shows it) "
-            "and the width is none of timm's standard ones "
-            f"({', '.join(f'{w}: {h}' for w, h in HEADS_BY_WIDTH.items())}); put timm's config.json "
-            "(with model_args.num_heads) beside the weights"
-        )
-    return HEADS_BY_WIDTH[dim]
 
 
 # ---------------------------------------------------------------------------- zoo -> timm

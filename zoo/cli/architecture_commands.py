@@ -45,8 +45,9 @@ def show(name: str, as_json: bool, quiet: bool) -> None:
     family = registry.get_family(name)
     config = registry.resolve_config(name)
     preset = registry.presets().get(name)
+    values = config.model_dump(mode="json")  # a nested section (llama's rope_scaling) as JSON
     fields = [
-        {"name": key, "type": type_name(info.annotation), "value": getattr(config, key),
+        {"name": key, "type": type_name(info.annotation), "value": values[key],
          "description": info.description or ""}
         for key, info in family.config.model_fields.items()
         if key not in ("architecture", "preset")

@@ -2,9 +2,10 @@
 
 Exit status 2 means the input was wrong (a recipe, a path, a checkpoint, a prompt) and the
 message says what would work; 1 means a run that started and failed (a loss or weights that
-stopped being numbers, a compare that differs). ``--json`` does not change this: stdout stays
-empty and the message goes to stderr, so a script checks the status first and parses stdout
-only when it is 0.
+stopped being numbers, a run folder deleted under it, a compare that differs); 143 (128 +
+SIGTERM) a run that SIGTERM stopped after saving its state (zoo.runs.signals). ``--json`` does
+not change this: stdout stays empty and the message goes to stderr, so a script checks the
+status first and parses stdout only when it is 0.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def user_errors(fn: F) -> F:
         from zoo.data import DataError
         from zoo.hardware import SetupError
         from zoo.recipe import RecipeError
-        from zoo.runs import NonFiniteLoss
+        from zoo.runs import TrainingStopped
         from zoo.sample import PromptError
 
         fixable = (
@@ -44,8 +45,8 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except fixable as error:
             fail(f"error: {error}", EXIT_USAGE)
-        except NonFiniteLoss as error:
-            fail(f"training stopped: {error}", EXIT_FAILED)
+        except TrainingStopped as error:  # diverged (1), its folder deleted (1), SIGTERM (143)
+            fail(f"training stopped: {error}", error.exit_status)
         except NonFiniteTensors as error:  # a diverged model: a failed run, not a typo
             fail(f"error: {error}", EXIT_FAILED)
         except OSError as error:  # a path that cannot be written or read, a full disk

@@ -20,12 +20,17 @@ from zoo.cli.output import FRAMEWORKS, emit_json, for_scripts, script_output
 )  # fmt: skip
 @click.option("--format", "format_", default=None, help="Source layout (torchvision, timm...); default: any.")
 @click.option("--architecture", default=None, help="A family or preset the weights must be.")
+@click.option(
+    "--num-heads", type=click.IntRange(min=1), default=None,
+    help="Attention heads of weights whose config.json does not say (no tensor shape shows it; zoo "
+    "never guesses).",
+)  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out.")
 @for_scripts
 @user_errors
 def import_(
-    src: Path, out: Path, format_: str | None, architecture: str | None, overwrite: bool, as_json: bool,
-    quiet: bool,
+    src: Path, out: Path, format_: str | None, architecture: str | None, num_heads: int | None,
+    overwrite: bool, as_json: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """A foreign checkpoint (torchvision / timm state dict or directory) -> a zoo checkpoint.
 
@@ -33,7 +38,9 @@ def import_(
     from zoo.interchange import import_checkpoint
 
     with script_output(quiet, as_json):
-        done = import_checkpoint(src, out, format=format_, architecture=architecture, overwrite=overwrite)
+        done = import_checkpoint(
+            src, out, format=format_, architecture=architecture, num_heads=num_heads, overwrite=overwrite
+        )
     what = done.config.preset or done.family.name
     if as_json:
         emit_json({

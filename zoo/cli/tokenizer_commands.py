@@ -45,9 +45,12 @@ def train(
     files; none: Python's own documentation (pydoc_data.topics, offline). --quiet prints the
     tokenizer.json path."""
     from zoo.data import DataError
+    from zoo.overwrite import refuse_inputs_as_outputs
     from zoo.tokenizer import TOKENIZER_FILE, train_bpe, write_atomically
 
     with script_output(quiet, as_json):
+        target = output / TOKENIZER_FILE if output.is_dir() else output
+        refuse_inputs_as_outputs([target], text_files(files), DataError, option="-o")
         texts = list(read_texts(files))
         if not any(text.strip() for text in texts):  # a BPE of bytes alone, learnt from nothing
             raise DataError(
@@ -56,7 +59,6 @@ def train(
             )
         specials = [t.strip() for t in special_tokens.split(",") if t.strip()]
         trained = train_bpe(texts, vocab_size, specials, min_frequency)
-        target = output / TOKENIZER_FILE if output.is_dir() else output
         write_atomically(target, trained.to_json())
     characters = sum(len(t) for t in texts)
     if as_json:
@@ -99,15 +101,23 @@ def encode(tokenizer_path: Path, text: str, as_json: bool, quiet: bool) -> None:
 
 def read_texts(files: tuple[Path, ...]) -> Iterator[str]:
     """The text of each file, of each .txt file under each folder; the embedded docs if none."""
-    from zoo.data import DataError
     from zoo.data.text import embedded_corpus, read_file
 
     if not files:
         yield embedded_corpus()
         return
+    for file in text_files(files):
+        yield read_file(file)
+
+
+def text_files(files: tuple[Path, ...]) -> list[Path]:
+    """Each file, and each .txt file under each folder."""
+    from zoo.data import DataError
+
+    found = []
     for path in files:
-        found = sorted(p for p in path.rglob("*.txt") if p.is_file()) if path.is_dir() else [path]
-        if not found:
+        inside = sorted(p for p in path.rglob("*.txt") if p.is_file()) if path.is_dir() else [path]
+        if not inside:
             raise DataError(f"{path}: a folder without .txt files")
-        for file in found:
-            yield read_file(file)
+        found += inside
+    return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zoo.data import Dataset, Split, image_info, sequence_info
+from zoo.data.dataset import Dataset, Split, image_info, sequence_info
 
 
 def load_digits(cfg, input_kind: str) -> Dataset:

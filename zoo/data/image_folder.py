@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from zoo.data import DataError, Dataset, Split
+from zoo.data.dataset import Dataset, Split
 from zoo.data.image_files import ImageFiles
 from zoo.data.pixels import Augmentation, Pixels
+from zoo.errors import DataError
 from zoo.registry import families_reading
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zoo.data import IGNORE_INDEX
+from zoo.data.dataset import IGNORE_INDEX
 
 
 @dataclass(frozen=True)

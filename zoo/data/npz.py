@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from zoo.data import DataError, Dataset, Split, image_info, sequence_info
+from zoo.data.dataset import Dataset, Split, image_info, sequence_info
+from zoo.errors import DataError
+from zoo.family import MAX_CLASSES
 
 REQUIRED = ("x_train", "y_train", "x_test", "y_test")
 
@@ -21,6 +23,14 @@ def load_npz(cfg, input_kind: str) -> Dataset:
             f"{cfg.path}: missing arrays {missing}; an npz dataset has x_train, y_train, "
             f"x_test, y_test and optionally x_val, y_val (found {sorted(arrays)})"
         )
+    for name in ("y_train", "y_val", "y_test"):  # indexed as in the file, before a validation split
+        y = arrays.get(name)
+        if y is not None and np.issubdtype(y.dtype, np.integer) and len(y) and y.max() >= MAX_CLASSES:
+            row = int(np.argmax(y))
+            raise DataError(
+                f"{cfg.path}: {name}[{row}] is {y[row]}, past {MAX_CLASSES - 1:,}, the largest class id a "
+                "zoo classifier takes; y arrays hold class indices 0..K-1"
+            )
     if "x_val" not in arrays:
         rng = np.random.default_rng(cfg.split_seed)
         order = rng.permutation(len(arrays["y_train"]))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from zoo.data import DataError
+from zoo.errors import DataError
 
 # Separates the augmentation keys from every other generator seeded by (seed, epoch).
 AUGMENTATION_STREAM = 0x4155_4731

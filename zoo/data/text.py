@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zoo.data import DataError, Dataset, Split
+from zoo.data.dataset import Dataset, Split
+from zoo.errors import DataError
 
 if TYPE_CHECKING:
     from zoo.tokenizer import Tokenizer

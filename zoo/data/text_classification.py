@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zoo.data import DataError, Dataset, Split
+from zoo.data.dataset import Dataset, Split
 from zoo.data.text import data_tokenizer
+from zoo.errors import DataError
+from zoo.family import MAX_CLASSES
 from zoo.limits import parse_json
 
 if TYPE_CHECKING:
@@ -121,17 +123,24 @@ def _text(path: Path, line: int, row: dict, column: str) -> str:
 
 
 def label_ids(path: Path, labels: list[tuple[int, object]]) -> tuple[list[int], tuple[str, ...]]:
-    """Integer labels as they are; names sorted into ids (and returned as the classes)."""
+    """Integer labels as they are; names sorted into ids (and returned as the classes). At least
+    two classes, as an image folder needs two class folders; ids below :data:`MAX_CLASSES`."""
     for line, value in labels:
         if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
             raise DataError(f"{path}, line {line}: label {value!r} is neither an integer nor a class name")
     integers = [isinstance(v, int) or bool(INTEGER.fullmatch(v.strip())) for _, v in labels]
     if all(integers):
         ids = [int(v) for _, v in labels]
-        negative = [(line, v) for (line, v), i in zip(labels, ids, strict=True) if i < 0]
-        if negative:
-            line, value = negative[0]
-            raise DataError(f"{path}, line {line}: label {value!r} is negative; class ids start at 0")
+        for (line, value), i in zip(labels, ids, strict=True):
+            if i < 0:
+                raise DataError(f"{path}, line {line}: label {value!r} is negative; class ids start at 0")
+            if i >= MAX_CLASSES:
+                raise DataError(
+                    f"{path}, line {line}: label {value!r} is past {MAX_CLASSES - 1:,}, the largest class "
+                    f"id a zoo classifier takes (its head would have {i + 1:,} outputs); label K classes "
+                    "0..K-1, or use class names"
+                )
+        _two_classes(path, len(ids), set(ids))
         return ids, ()
     if any(isinstance(v, int) for _, v in labels):
         line, value = next((line, v) for line, v in labels if isinstance(v, int))
@@ -139,8 +148,17 @@ def label_ids(path: Path, labels: list[tuple[int, object]]) -> tuple[list[int], 
             f"{path}, line {line}: label {value!r} is a number where other labels are names; use one kind"
         )
     classes = tuple(sorted({v.strip() for _, v in labels}))
+    _two_classes(path, len(labels), set(classes))
     lookup = {name: i for i, name in enumerate(classes)}
     return [lookup[v.strip()] for _, v in labels], classes
+
+
+def _two_classes(path: Path, examples: int, labels: set) -> None:
+    if len(labels) < 2:
+        raise DataError(
+            f"{path}: all {examples} examples have the label {next(iter(labels))!r}; text_classification "
+            "needs at least two classes (two or more values in the label column)"
+        )
 
 
 # ------------------------------------------------------------------------------ the embedded set
@@ -287,7 +305,7 @@ def load_text_classification(cfg, tokenizer: Tokenizer | None = None) -> Dataset
         notes = (
             f"{cut} of {len(ids)} examples were longer than data.max_length {cfg.max_length} and truncated",
         )
-    num_classes = max(int(labels.max()) + 1, len(examples.classes), 2)
+    num_classes = max(int(labels.max()) + 1, len(examples.classes))
     # "inputs": a family that reads features or tokens (rnn, lstm) takes token ids through its embedding.
     info = {
         "task": "classification",

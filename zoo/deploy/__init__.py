@@ -22,6 +22,7 @@ from pathlib import Path
 
 from zoo.deploy.check import Check, ExportError, run_checks, staged
 from zoo.deploy.inputs import InputPort, batch, input_ports, shapes
+from zoo.overwrite import refuse_inputs_as_outputs
 from zoo.progress import track
 
 FORMATS = ("onnx", "savedmodel", "torch-export")
@@ -73,13 +74,15 @@ def export_model(
     the framework that wrote the checkpoint, ``lightning`` for an imported one). SavedModel is
     the Keras twin's and torch.export the torch twin's; naming the other twin is an error.
     """
-    from zoo.checkpoint import load_checkpoint, read_checkpoint
+    from zoo.backend import load_checkpoint
+    from zoo.checkpoint import read_checkpoint
 
     if format not in FORMATS:
         raise ExportError(f"unknown deployment format {format!r}; choose one of: {', '.join(FORMATS)}")
     ckpt = read_checkpoint(checkpoint)
     framework = _framework(format, framework, ckpt.framework)
     out = Path(out)
+    refuse_inputs_as_outputs([out], [ckpt.path], ExportError)  # a SavedModel replaces its whole folder
     if SUFFIXES[format] and out.suffix != SUFFIXES[format]:
         raise ExportError(f"{out}: a {format} export is one {SUFFIXES[format]} file; name --out so")
     family, config = ckpt.family, ckpt.config

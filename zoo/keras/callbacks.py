@@ -11,7 +11,7 @@ from pathlib import Path
 import keras
 
 from zoo import state
-from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights
+from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, Terminated, check_run_folder, signals
 from zoo.tracking import Tracker, open_tracker, step_scalars
 
 
@@ -29,6 +29,7 @@ class EpochMetrics(keras.callbacks.Callback):
         self.started = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
+        check_run_folder(self.metrics_log.path.parent)  # never a headerless metrics.csv in a recreated folder
         logs = logs or {}
         row = {f"train_{k}" if not k.startswith("val_") else k: float(v) for k, v in logs.items()}
         row.pop("train_learning_rate", None)
@@ -102,10 +103,13 @@ class BatchCounter(keras.callbacks.Callback):
 
 class StopOnNonFiniteLoss(BatchCounter):
     """Stop at the first non-finite training loss (Keras logs the epoch's running mean,
-    which turns non-finite with the first bad batch), saying where and what came before."""
+    which turns non-finite with the first bad batch), saying where and what came before. Keeps
+    the run's first batch loss (``first``, carried by the training states), which
+    zoo.runs.growth compares the last epoch's loss with."""
 
-    def __init__(self):
+    def __init__(self, first: float | None = None):
         super().__init__()
+        self.first = first
         self.last_finite: tuple[int, float] | None = None
         self.mean = 0.0  # the epoch's running mean after the previous batch
         self.before = 0.0  # batches of the epoch done before a mid-epoch resume
@@ -128,6 +132,8 @@ class StopOnNonFiniteLoss(BatchCounter):
         loss = mean * (done + 1) - self.mean * done
         self.mean = mean
         self.last_finite = (step, loss)
+        if self.micro == 1:  # the run's first batch
+            self.first = loss
 
 
 def save_state(model, path: Path, keep: int, position: dict) -> None:
@@ -141,6 +147,7 @@ def save_state(model, path: Path, keep: int, position: dict) -> None:
     bad = [v.path for v in model.trainable_variables if not np.isfinite(v.numpy()).all()]
     if bad:
         raise NonFiniteWeights(position["step"], bad)
+    check_run_folder(path.parent.parent)  # never a state/ folder recreated in place of a deleted run
     tensors |= {f"optimizer/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.optimizer.variables)}
     # The epoch's metric sums so far (loss tracker, compiled metrics): a mid-epoch resume
     # continues them, so the epoch's row is over all of its batches.
@@ -198,12 +205,20 @@ def saved_epoch(path: Path, batches_done: int) -> dict | None:
 
 
 class SaveState(BatchCounter):
-    """The full training state every N optimizer steps and at every epoch end."""
+    """The full training state every N optimizer steps and at every epoch end.
 
-    def __init__(self, run_dir: Path, batches_per_epoch: int, every_n_steps: int | None, keep: int):
+    A SIGTERM (zoo.runs.signals) stops ``fit`` at the end of the optimizer step in progress,
+    after saving the state there; in an epoch's last step, at the epoch end, after validation,
+    its metrics row and its state. ``losses`` gives the run's first batch loss to the states.
+    """
+
+    def __init__(
+        self, run_dir: Path, batches_per_epoch: int, every_n_steps: int | None, keep: int,
+        losses: StopOnNonFiniteLoss | None = None,
+    ):  # fmt: skip
         super().__init__()
         self.run_dir, self.batches = Path(run_dir), batches_per_epoch
-        self.every_n_steps, self.keep = every_n_steps, keep
+        self.every_n_steps, self.keep, self.losses = every_n_steps, keep, losses
         self.saved = -1
         self.epoch_started = time.perf_counter()
         self.resumed_metrics: dict | None = None  # metric sums of a mid-epoch state, until put back
@@ -240,11 +255,12 @@ class SaveState(BatchCounter):
             for i, saved in metrics.items():
                 if i < len(variables) and tuple(saved.shape) == tuple(variables[i].shape):
                     variables[i].assign_add(saved)
-        if not self.every_n_steps:
-            return
         steps, at_step_end = self.count_batch()
-        if at_step_end and steps % self.every_n_steps == 0:
+        if at_step_end and self.every_n_steps and steps % self.every_n_steps == 0:
             self.save()
+        if at_step_end and signals.requested() and batch + 1 < self.params.get("steps", 0):
+            self.save()
+            raise Terminated()
 
     def save(self) -> None:
         optimizer = training_optimizer(self.model)
@@ -257,12 +273,15 @@ class SaveState(BatchCounter):
         position = {
             "batches_done": batches_done, "epoch": epoch, "batch": index, "step": step,
             "epoch_seconds": seconds if index else 0.0,
+            "first_batch_loss": self.losses.first if self.losses else None,
         }  # fmt: skip
         save_state(self.model, state.state_path(self.run_dir, step, "safetensors"), self.keep, position)
         self.saved = batches_done
 
     def on_epoch_end(self, epoch, logs=None):
         self.save()
+        if signals.requested():
+            raise Terminated()
 
 
 class TensorBoardWriter:

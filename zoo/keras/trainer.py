@@ -8,7 +8,7 @@ import time
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, resolve_accelerator
 from zoo.recipe.capabilities import PRECISIONS
-from zoo.runs import MetricsLog, RunDir
+from zoo.runs import MetricsLog, RunDir, signals
 from zoo.schedule import lr_table, optimizer_steps
 
 
@@ -214,21 +214,22 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         family.set_grad_checkpointing(model, "keras", trainer_cfg.gradient_checkpointing)
         twin = model
         model, optimizer = compiled_for_training(recipe, family, dataset, model, table, init)
-        epoch, skip = 0, 0
+        epoch, skip, position = 0, 0, {}
         if resume is not None:
             optimizer.build(model.trainable_variables)
             position = load_state(model, resume)
             epoch, skip = position["epoch"], position["batch"]
     kind = family.input_kind
     val = eval_dataset(dataset.val, data_cfg.eval_batch_size, kind) if len(dataset.val) else None
-    callbacks = [StopOnNonFiniteLoss()]
+    losses = StopOnNonFiniteLoss(first=position.get("first_batch_loss"))  # states before it have none
+    callbacks = [losses]
     if run:
         log = MetricsLog(run.metrics, dataset.task, append=resume is not None)
         callbacks += tracking_callbacks(recipe, run.path, log, len(dataset.train))  # CSV, TensorBoard, MLflow
     run_path = run.path if run else None
     if run_path is not None:
         callbacks.append(
-            SaveState(run_path, batches, recipe.export.state_every_n_steps, recipe.export.keep_states)
+            SaveState(run_path, batches, recipe.export.state_every_n_steps, recipe.export.keep_states, losses)
         )
 
     def train(first_epoch: int, last_epoch: int, skip: int, steps: int) -> None:
@@ -251,15 +252,21 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         )
 
     started = time.perf_counter()
-    if skip:  # the rest of the epoch the state stopped in
-        train(epoch, epoch + 1, skip, batches - skip)
-        epoch += 1
-    if epoch < trainer_cfg.max_epochs:
-        train(epoch, trainer_cfg.max_epochs, 0, batches)
+    # SaveState stops fit on SIGTERM at a step end, saved; without it (no run folder) it stops at once.
+    with signals.loop_stops() if run_path else contextlib.nullcontext():
+        if skip:  # the rest of the epoch the state stopped in
+            train(epoch, epoch + 1, skip, batches - skip)
+            epoch += 1
+        if epoch < trainer_cfg.max_epochs:
+            train(epoch, trainer_cfg.max_epochs, 0, batches)
     seconds = time.perf_counter() - started
     test = model.evaluate(
         eval_dataset(dataset.test, data_cfg.eval_batch_size, kind), verbose=0, return_dict=True
     )
     replicas = strategy.num_replicas_in_sync if strategy else 1
     metrics = {f"test_{k}": float(v) for k, v in test.items()}
-    return twin, {**metrics, "train_seconds": seconds, "replicas": replicas}
+    first = losses.first  # zoo.runs.growth compares the last epoch's loss with it
+    return twin, {
+        **metrics, "train_seconds": seconds, "replicas": replicas,
+        **({"train_loss_first_batch": first} if first is not None else {}),
+    }  # fmt: skip

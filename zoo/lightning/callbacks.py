@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning as L
 
 from zoo import state
-from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights
+from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, check_run_folder
 from zoo.tracking import Tracker, step_scalars
 
 # Every hook a Lightning callback can implement (the checkpoint-state methods are not hooks).
@@ -108,6 +108,7 @@ class EpochMetrics(L.Callback):
     def on_train_epoch_end(self, trainer, pl_module):
         if self.metrics_log is None or not trainer.is_global_zero:
             return
+        check_run_folder(self.metrics_log.path.parent)  # never a headerless metrics.csv in a recreated folder
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # reduced over ranks already
         row = {k: metrics[k] for k in self.metrics_log.columns if k in metrics}
         row["epoch"] = trainer.current_epoch + 1
@@ -215,16 +216,33 @@ def _batch_size(batch, default: int) -> int:
 
 
 class StopOnNonFiniteLoss(L.Callback):
-    """Stop at the first non-finite training loss, saying where and what came before."""
+    """Stop at the first non-finite training loss, saying where and what came before. Keeps the
+    run's first batch loss (in the training states too), which zoo.runs.growth compares the last
+    epoch's loss with."""
+
+    KEY = "zoo_first_batch_loss"
 
     def __init__(self):
         self.last_finite: tuple[int, float] | None = None
+        self.first: float | None = None
+        self.fresh = False  # the run starts here, not from a state
+
+    def on_train_start(self, trainer, pl_module):
+        self.fresh = trainer.global_step == 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         loss = float(outputs["loss"]) if isinstance(outputs, dict) else float(outputs)
         if not math.isfinite(loss):
             raise NonFiniteLoss(loss, trainer.global_step, self.last_finite)
         self.last_finite = (trainer.global_step, loss)
+        if self.fresh and self.first is None:
+            self.first = loss * trainer.accumulate_grad_batches  # Lightning hands back loss / accumulation
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        checkpoint[self.KEY] = self.first
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self.first = checkpoint.get(self.KEY)  # states written before zoo kept it have none
 
 
 class ResumePosition(L.Callback):
@@ -257,15 +275,25 @@ class ResumePosition(L.Callback):
 
 class SaveState(L.Callback):
     """Lightning's full training state every N optimizer steps and at every epoch end,
-    written to a temporary name and renamed (a kill mid-save keeps the previous state)."""
+    written to a temporary name and renamed (a kill mid-save keeps the previous state).
+
+    On SIGTERM Lightning ends ``fit`` with its ``SIGTERMException`` at the next batch end, and
+    calls ``on_exception`` first: the state is saved there. zoo holds Lightning's flag where a
+    stop would lose work or leave an epoch half done, as the Keras side stops: between the
+    batches of one accumulated step (whose gradients no state holds), and in an epoch's last
+    step or its validation (the epoch ends first: its metrics row and state). See zoo.runs.signals.
+    """
 
     def __init__(self, run_dir: Path, every_n_steps: int | None, keep: int):
         self.run_dir, self.every_n_steps, self.keep = Path(run_dir), every_n_steps, keep
         self.saved_step = -1
+        self.step_ended = False  # whether the last training batch ended an optimizer step
+        self.sigterm_held = False  # a SIGTERM that waits for the optimizer step to end
 
     def save(self, trainer) -> None:
         if trainer.global_step == self.saved_step:
             return
+        check_run_folder(self.run_dir)  # never a state/ folder recreated in place of a deleted run
         # A state with NaN weights would replace the last good one and resume into nothing;
         # every rank holds the same weights, so every rank stops here together.
         bad = [n for n, p in trainer.lightning_module.named_parameters() if not p.isfinite().all()]
@@ -280,9 +308,27 @@ class SaveState(L.Callback):
         self.saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        at_step_end = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
-        if self.every_n_steps and at_step_end and trainer.global_step % self.every_n_steps == 0:
+        self.step_ended = (batch_idx + 1) % trainer.accumulate_grad_batches == 0 or trainer.is_last_batch
+        if self.every_n_steps and self.step_ended and trainer.global_step % self.every_n_steps == 0:
             self.save(trainer)
+        self.hold_sigterm(trainer, release=self.step_ended and not trainer.is_last_batch)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self.hold_sigterm(trainer, release=False)
 
     def on_train_epoch_end(self, trainer, pl_module):
         self.save(trainer)
+        self.hold_sigterm(trainer, release=True)  # Lightning stops after this epoch end
+
+    def hold_sigterm(self, trainer, release: bool) -> None:
+        """Let a SIGTERM stop the loop now (``release``) or hold it until it can stop cleanly.
+        Lightning reads its signal connector's flag after these hooks and has no public way to wait."""
+        connector = trainer._signal_connector
+        if connector.received_sigterm or self.sigterm_held:
+            connector.received_sigterm, self.sigterm_held = release, not release
+
+    def on_exception(self, trainer, pl_module, exception):
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if isinstance(exception, SIGTERMException) and trainer.training and self.step_ended:
+            self.save(trainer)

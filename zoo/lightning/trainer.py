@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -28,7 +29,7 @@ from zoo.lightning.callbacks import (
 )
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
-from zoo.runs import MetricsLog, RunDir
+from zoo.runs import MetricsLog, RunDir, Terminated, signals
 from zoo.schedule import lr_table, optimizer_steps
 from zoo.tracking import open_tracker
 from zoo.weights import decay_exempt_tensors
@@ -42,7 +43,11 @@ warnings.filterwarnings("ignore", ".*recommended to use `self.log\\(.*sync_dist=
 
 
 def quiet() -> None:
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
+    # The signal connector's "[rank: 0] Received SIGTERM": zoo says what the signal did (zoo.runs.signals).
+    for name in (
+        "lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
+        "lightning.pytorch.trainer.connectors.signal_connector",
+    ):  # fmt: skip
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -94,12 +99,36 @@ def initialise(model: torch.nn.Module, init) -> list[dict]:
 
 
 class Restored(L.Callback):
-    """``done`` once Lightning has restored a resume state and starts training."""
+    """``done`` once Lightning has restored a resume state and starts training; ``exception``,
+    what interrupted ``fit`` or ``test`` (Lightning calls ``on_exception`` before it exits)."""
 
     done = False
+    exception: BaseException | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.done = True
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.exception = exception
+
+
+@contextlib.contextmanager
+def zoo_stops(restored: Restored):
+    """Lightning's ``fit`` and ``test`` as zoo's runs stop: Lightning ends them with ``SystemExit``
+    on Ctrl-C (status 1, after saying nothing at zoo's log level) and on SIGTERM (status 0: a
+    preempted run would look finished). zoo raises KeyboardInterrupt and :class:`Terminated`
+    instead, as the Keras side does, and zoo.runs.record_stop says what is kept."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    try:
+        with signals.loop_stops():  # Lightning's own SIGTERM handler stops its loops; zoo's waits
+            yield
+    except SIGTERMException:
+        raise Terminated() from None
+    except SystemExit:
+        if isinstance(restored.exception, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        raise
 
 
 def without_decay(groups: list[dict], model: torch.nn.Module, table) -> list[dict]:
@@ -185,7 +214,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
             EpochMetrics(
                 MetricsLog(run.metrics, dataset.task, append=resume is not None) if run else None, tracker
             ),
-            StopOnNonFiniteLoss(),
+            losses := StopOnNonFiniteLoss(),
             *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
             ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
             SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
@@ -211,22 +240,29 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     val_loader = loader(dataset.val, data_cfg.eval_batch_size, pin_memory=pin) if len(dataset.val) else None
     started = time.perf_counter()
     # The state is zoo's own file from this run's folder; loaded without unpickling objects.
-    try:
-        trainer.fit(task, train_loader, val_loader, ckpt_path=resume, weights_only=True if resume else None)
-    except Exception as error:
-        if resume is None or restored.done:
-            raise
-        from zoo.checkpoint import CheckpointError
+    with zoo_stops(restored):
+        try:
+            trainer.fit(task, train_loader, val_loader, ckpt_path=resume, weights_only=bool(resume) or None)
+        except Exception as error:
+            if resume is None or restored.done:
+                raise
+            from zoo.checkpoint import CheckpointError
 
-        # Lightning restores the weights before any callback sees the state: what it cannot
-        # restore is the state's fault, said as such (zoo.state.check_state catches most before).
-        raise CheckpointError(
-            f"{resume}: Lightning cannot restore this training state ({type(error).__name__}: {error}); "
-            "it is damaged or was changed since zoo wrote it: delete it to resume from the state before"
-        ) from None
+            # Lightning restores the weights before any callback sees the state: what it cannot
+            # restore is the state's fault, said as such (zoo.state.check_state catches most before).
+            raise CheckpointError(
+                f"{resume}: Lightning cannot restore this training state ({type(error).__name__}: "
+                f"{error}); it is damaged or was changed since zoo wrote it: delete it to resume from the "
+                "state before"
+            ) from None
     seconds = time.perf_counter() - started
     test_loader = loader(dataset.test, data_cfg.eval_batch_size, pin_memory=pin)
-    results = trainer.test(task, test_loader, verbose=False)[0]
+    with zoo_stops(restored):
+        results = trainer.test(task, test_loader, verbose=False)[0]
     model.eval()
     metrics = {k: float(v) for k, v in results.items()}
-    return model, {**metrics, "train_seconds": seconds, "replicas": trainer.world_size}
+    first = losses.first  # zoo.runs.growth compares the last epoch's loss with it
+    return model, {
+        **metrics, "train_seconds": seconds, "replicas": trainer.world_size,
+        **({"train_loss_first_batch": first} if first is not None else {}),
+    }  # fmt: skip

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from zoo.data import DataError
+from zoo.errors import DataError
 
 # Each message ends with a fixed phrase, so it can be cut out of a framework's error text.
 _TOKEN_IDS_END = "check the tokenizer/vocabulary or raise vocab_size"

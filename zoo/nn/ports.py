@@ -42,3 +42,43 @@ def mlp(name: str, in_features: int, hidden_features: int, out_features: int | N
         dense(f"{name}.fc1", in_features, hidden_features),
         dense(f"{name}.fc2", hidden_features, out_features or in_features),
     ]
+
+
+def grouped_query_attention(
+    name: str,
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    *,
+    qkv_bias: bool = False,
+    out_bias: bool = False,
+    layer: str | None = None,
+) -> list[Port]:
+    """``zoo.nn.torch.GroupedQueryAttention`` <-> ``zoo.nn.keras.GroupedQueryAttention``: four
+    dense layers, ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj``."""
+    layer = layer or name
+    query, key_value = num_heads * head_dim, num_kv_heads * head_dim
+    shapes = {"q_proj": (hidden_size, query), "k_proj": (hidden_size, key_value)}
+    shapes |= {"v_proj": (hidden_size, key_value), "o_proj": (query, hidden_size)}
+    return [
+        dense(
+            f"{name}.{part}", *shape, bias=out_bias if part == "o_proj" else qkv_bias, layer=f"{layer}.{part}"
+        )
+        for part, shape in shapes.items()
+    ]
+
+
+def gated_mlp(
+    name: str, hidden_size: int, intermediate_size: int, *, bias: bool = False, layer: str | None = None
+) -> list[Port]:
+    """``zoo.nn.torch.GatedMlp`` <-> ``zoo.nn.keras.GatedMlp``: ``gate_proj``, ``up_proj``, ``down_proj``."""
+    layer = layer or name
+    shapes = {
+        "gate_proj": (hidden_size, intermediate_size),
+        "up_proj": (hidden_size, intermediate_size),
+        "down_proj": (intermediate_size, hidden_size),
+    }
+    return [
+        dense(f"{name}.{part}", *shape, bias=bias, layer=f"{layer}.{part}") for part, shape in shapes.items()
+    ]

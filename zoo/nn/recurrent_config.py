@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from zoo.family import ArchitectureConfig
+from zoo.family import MAX_CLASSES, ArchitectureConfig
 
 CLASSIFICATION_STEPS = 8  # example_input length: the digits' rows
 LANGUAGE_MODELING_STEPS = 16
@@ -41,7 +41,9 @@ class RecurrentConfig(ArchitectureConfig):
     input_size: int = Field(
         8, ge=1, le=65536, description="Features per time step of a classification input (from the data)."
     )
-    num_classes: int = Field(10, ge=2, description="Classes of the classifier head (from the data).")
+    num_classes: int = Field(
+        10, ge=2, le=MAX_CLASSES, description="Classes of the classifier head (from the data)."
+    )
     vocab_size: int = Field(
         128, ge=2, le=1_000_000, description="Token vocabulary of a language model (from the data)."
     )

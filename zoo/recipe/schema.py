@@ -11,11 +11,13 @@ starts, by ``zoo.hardware``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
     PositiveInt,
@@ -23,6 +25,7 @@ from pydantic import (
 )
 
 from zoo import registry
+from zoo.family import Family
 from zoo.recipe.capabilities import (
     CAPABILITIES,
     Accelerator,
@@ -59,6 +62,8 @@ from zoo.recipe.optimization import (  # noqa: F401 (part of the schema)
 )
 
 Framework = Annotated[Literal["lightning", "keras"], BeforeValidator(normalize_framework)]
+# The longest file or folder name (bytes) the file system takes; 255 on every common one.
+NAME_MAX = 255
 
 SEED_LIMIT = 2**32  # numpy's and torch's seeds are unsigned 32-bit (torch also takes 64, numpy not)
 # Both frameworks tabulate the whole run up front: one learning rate per optimizer step,
@@ -171,9 +176,33 @@ class InitConfig(Section):
         return self
 
 
+def run_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a run folder inside ``export.dir``, or None. ``zoo validate`` and
+    ``zoo train`` both ask (``export.run_name`` below, and zoo.runs.RunDir.create)."""
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        return (
+            f"export.run_name {name!r} is not a folder name; give a plain name without '/' or '..' "
+            "(run folders are created inside export.dir)"
+        )
+    if len(os.fsencode(name)) > NAME_MAX - len("-999"):
+        return (
+            f"export.run_name is {len(os.fsencode(name))} bytes long; a folder name holds at most "
+            f"{NAME_MAX} bytes on this system (with room for a '-2' suffix): give a shorter name"
+        )
+    return None
+
+
+def _folder_name(name: str | None) -> str | None:
+    """A run folder's name is one plain path component, as zoo train will create it."""
+    problem = None if name is None else run_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
 class ExportConfig(Section):
     dir: Path = Field(Path("checkpoints"), description="Run folders are created under this folder.")
-    run_name: str | None = Field(
+    run_name: Annotated[str | None, AfterValidator(_folder_name)] = Field(
         None, description="Name of the run folder; default '<recipe name>-<framework>-<time>'."
     )
     state_every_n_steps: PositiveInt | None = Field(
@@ -306,6 +335,21 @@ class Recipe(Section):
         return self
 
     @model_validator(mode="after")
+    def _inputs_fit(self):
+        """Labelled text arrives as token ids: a classifier over images or feature vectors (the
+        transformer family's linear input) would validate, then fail at its first batch."""
+        family = registry.get_family(self.model.architecture)
+        if self.data.name != "text_classification" or classifies_token_ids(family):
+            return self
+        reads = "images" if family.input_kind == "image" else "feature sequences (N, T, F)"
+        works = [name for name, f in registry.families().items() if classifies_token_ids(f)]
+        raise ValueError(
+            f"model.architecture {self.model.preset or family.name!r} classifies {reads}, but data.name "
+            f"'text_classification' gives token ids (data.tokenizer {self.data.tokenizer!r}); use a family "
+            f"whose classifier reads token ids: {', '.join(works) or 'none is installed'} (or its presets)"
+        )
+
+    @model_validator(mode="after")
     def _windows_fit_positions(self):
         """A text window longer than the model's position table fails only at the first
         batch; the recipe alone says so (sequence files are checked when their data binds)."""
@@ -326,6 +370,14 @@ class Recipe(Section):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def classifies_token_ids(family: Family) -> bool:
+    """Whether the family's classifier reads token ids: a family of token inputs (bert), or one
+    whose config embeds ids when the data gives them (an ``inputs`` data field: rnn, lstm)."""
+    return "classification" in family.tasks and (
+        family.input_kind == "tokens" or "inputs" in family.config.DATA_FIELDS
+    )
 
 
 def data_task(data: DataBase) -> str:

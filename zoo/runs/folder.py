@@ -16,8 +16,6 @@ from zoo.limits import read_json
 from zoo.runs.metrics import MetricsLog
 
 log = logging.getLogger("zoo")
-# The longest file or folder name (bytes) the file system takes; 255 on every common one.
-NAME_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -27,18 +25,14 @@ class RunDir:
     @classmethod
     def create(cls, root: Path, name: str) -> RunDir:
         """A new folder ``root/name`` (``name-2``, ``-3``... if taken). ``name`` is one path
-        component: a run never lands outside ``export.dir``. Two runs started in the same
-        second each get their own folder: ``mkdir`` is the claim, not an ``exists`` check."""
-        if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-            raise SetupError(
-                f"export.run_name {name!r} is not a folder name; give a plain name without '/' "
-                "or '..' (run folders are created inside export.dir)"
-            )
-        if len(os.fsencode(name)) > NAME_MAX - len("-999"):
-            raise SetupError(
-                f"export.run_name is {len(os.fsencode(name))} bytes long; a folder name holds at most "
-                f"{NAME_MAX} bytes on this system (with room for a '-2' suffix): give a shorter name"
-            )
+        component (the recipe schema's rule, zoo.recipe.schema.run_name_problem): a run never
+        lands outside ``export.dir``. Two runs started in the same second each get their own
+        folder: ``mkdir`` is the claim, not an ``exists`` check."""
+        from zoo.recipe.schema import run_name_problem
+
+        problem = run_name_problem(name)
+        if problem:
+            raise SetupError(problem)
         try:
             root.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -151,10 +145,11 @@ def prepare_resume(run: RunDir, state_file: Path, recipe: dict[str, Any], force:
     the run is this process's alone, the state reads, the recipe is the one the states came
     from (or ``force``), a diverged run is not replayed into its divergence, and
     ``metrics.csv`` keeps no epoch the state has not reached (it is trained again)."""
-    from zoo.state import check_state, step_of
+    from zoo.backend import backend_of_state
+    from zoo.state import step_of
 
     run.claim()
-    check_state(state_file)
+    backend_of_state(state_file).check_state(state_file)
     changes = run.recipe_changes(recipe)
     if changes is None:
         log.warning(f"{run.path} has no record of its starting recipe ({RECORDED_RECIPE}); not compared")

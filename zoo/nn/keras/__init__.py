@@ -1,18 +1,22 @@
 """zoo's shared building blocks as Keras 3 layers on TensorFlow (the torch twins are in ``zoo.nn.torch``)."""
 
-from zoo.nn.keras.attention import SelfAttention, blocked_mask
+from zoo.nn.keras.attention import GroupedQueryAttention, SelfAttention, blocked_mask
 from zoo.nn.keras.checks import require
-from zoo.nn.keras.embedding import Embedding, checked_token_ids
+from zoo.nn.keras.embedding import Embedding, PaddedEmbedding, checked_token_ids
 from zoo.nn.keras.linear import Conv2D, Dense, add_bias
-from zoo.nn.keras.mlp import Mlp
-from zoo.nn.keras.norm import LayerNorm
+from zoo.nn.keras.mlp import GatedMlp, Mlp
+from zoo.nn.keras.norm import LayerNorm, RMSNorm
 
 __all__ = [
     "Conv2D",
     "Dense",
     "Embedding",
+    "GatedMlp",
+    "GroupedQueryAttention",
     "LayerNorm",
     "Mlp",
+    "PaddedEmbedding",
+    "RMSNorm",
     "SelfAttention",
     "add_bias",
     "blocked_mask",

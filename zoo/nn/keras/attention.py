@@ -126,3 +126,105 @@ def blocked_mask(steps, padding_mask=None, causal: bool = False, past=0):
     padding = ops.cast(padding_mask, "bool")[:, None, None, :]
     blocked = padding if blocked is None else ops.logical_or(padding, blocked)
     return ops.logical_and(blocked, ops.not_equal(keys, queries))
+
+
+class GroupedQueryAttention(layers.Layer):
+    """Grouped-query self-attention with rotary positions, as ``zoo.nn.torch.attention``'s
+    :class:`GroupedQueryAttention` (transformers' ``LlamaAttention``): Dense ``q_proj``,
+    ``k_proj``, ``v_proj`` and ``o_proj``, ``num_kv_heads`` key/value heads each read by
+    ``num_heads / num_kv_heads`` query heads.
+
+    Not a low-precision layer itself: its Dense projections are (they get the mixed policy),
+    so its inputs stay float32 and the rotary tables reach it unrounded. The two attention
+    products run in the projections' compute dtype, the rotation in float32 before them and
+    the softmax in float32, as torch's autocast orders them.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        qkv_bias: bool = False,
+        out_bias: bool = False,
+        dropout: float = 0.0,
+        kernel_initializer: keras.initializers.Initializer | str = "glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+        self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim = (
+            hidden_size, num_heads, num_kv_heads, head_dim,
+        )  # fmt: skip
+        self.rate = dropout
+
+        def dense(units: int, bias: bool) -> Dense:
+            initializer = keras.initializers.get(kernel_initializer)
+            fresh = type(initializer).from_config(initializer.get_config())  # one draw per layer
+            return Dense(units, use_bias=bias, kernel_initializer=fresh, bias_initializer="zeros")
+
+        self.q_proj = dense(num_heads * head_dim, qkv_bias)
+        self.k_proj = dense(num_kv_heads * head_dim, qkv_bias)
+        self.v_proj = dense(num_kv_heads * head_dim, qkv_bias)
+        self.o_proj = dense(hidden_size, out_bias)
+        self.dropout = layers.Dropout(dropout)
+
+    def build(self, input_shape, cos_shape=None, sin_shape=None, blocked_shape=None):
+        for projection in (self.q_proj, self.k_proj, self.v_proj):
+            projection.build((*input_shape[:-1], self.hidden_size))
+        self.o_proj.build((*input_shape[:-1], self.num_heads * self.head_dim))
+
+    def call(self, x, cos, sin, blocked=None, training=False):
+        return self.call_cached(x, cos, sin, blocked, training=training)[0]
+
+    def call_cached(self, x, cos, sin, blocked=None, past=None, training=False):
+        """As the torch twin's ``forward_cached``: keys and values (N, num_kv_heads, P + T,
+        head_dim) for the next call, keys already turned to their positions."""
+        from zoo.nn.keras.rotary import apply_rotary
+
+        steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
+        q = self._heads(self.q_proj(x), steps, self.num_heads)
+        k = self._heads(self.k_proj(x), steps, self.num_kv_heads)
+        v = self._heads(self.v_proj(x), steps, self.num_kv_heads)
+        product = self.q_proj.compute_dtype
+        q, k = (ops.cast(apply_rotary(t, cos, sin), product) for t in (q, k))
+        if past is not None:
+            k, v = ops.concatenate([past[0], k], axis=2), ops.concatenate([past[1], v], axis=2)
+        group = self.num_heads // self.num_kv_heads
+        keys, values = ops.repeat(k, group, axis=1), ops.repeat(ops.cast(v, product), group, axis=1)
+        scores = ops.matmul(q, ops.transpose(keys, (0, 1, 3, 2)))  # (N, heads, T, P + T)
+        probs = attention_probabilities(scores, blocked, self.head_dim)
+        out = ops.matmul(self.dropout(probs, training=training), values)
+        out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, steps, self.num_heads * self.head_dim))
+        return self.o_proj(out), (k, v)
+
+    def _heads(self, x, steps, heads: int):
+        """(N, T, heads * head_dim) -> (N, heads, T, head_dim)."""
+        return ops.transpose(ops.reshape(x, (-1, steps, heads, self.head_dim)), (0, 2, 1, 3))
+
+    def compute_output_shape(self, input_shape, *args):
+        return input_shape
+
+
+def joined_padding(before, past, padding_mask, ids):
+    """As ``zoo.nn.torch.attention.joined_padding``: the padding of the ``past`` positions read
+    before (``before`` (N, P) or None) and of ``ids`` now, or None if none is padding."""
+    if padding_mask is None and before is None:
+        return None
+    now = ops.zeros_like(ids, dtype="bool") if padding_mask is None else ops.cast(padding_mask, "bool")
+    if not past:
+        return now
+    if before is None:
+        before = ops.zeros((ops.shape(ids)[0], past), dtype="bool")
+    return ops.concatenate([before, now], axis=1)
+
+
+def padded_positions(padding, past, steps):
+    """As ``zoo.nn.torch.attention.padded_positions``: (1, T) from ``past`` on, or per row with
+    real tokens counting from 0 whatever padding comes before them."""
+    if padding is None:
+        return ops.arange(past, past + steps)[None]
+    real = ops.cast(ops.logical_not(padding), "int32")
+    return ops.maximum(ops.cumsum(real, axis=1) - 1, 0)[:, past:]

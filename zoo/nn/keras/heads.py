@@ -73,6 +73,18 @@ class MaskedLMHead(layers.Layer):
         return add_bias(logits, self.bias)
 
 
+class TiedProduct(layers.Layer):
+    """(..., hidden) -> (..., vocab): a product with a (vocab, hidden) matrix passed in at call time
+    (a tied LM head: the token embedding), owning no variable. A product layer: under mixed
+    precision both sides are rounded to the low dtype, as torch's autocast rounds ``F.linear``."""
+
+    low_precision_products = True
+
+    def call(self, h, matrix):
+        dtype = self.compute_dtype
+        return ops.matmul(ops.cast(h, dtype), ops.transpose(ops.cast(matrix, dtype)))
+
+
 def mean_pool(hidden, padding_mask=None):
     """(N, T, H) -> (N, H): the mean over non-padding tokens, as ``zoo.nn.torch.heads.mean_pool``."""
     if padding_mask is None:

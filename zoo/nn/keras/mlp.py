@@ -13,7 +13,7 @@ import functools
 import math
 
 import keras
-from keras import layers
+from keras import layers, ops
 
 from zoo.nn.keras.linear import Dense
 
@@ -21,6 +21,7 @@ ACTIVATIONS = {
     "gelu": functools.partial(keras.activations.gelu, approximate=False),
     "gelu_tanh": functools.partial(keras.activations.gelu, approximate=True),
     "relu": keras.activations.relu,
+    "silu": keras.activations.silu,
 }
 
 
@@ -103,3 +104,47 @@ class Mlp(layers.Layer):
             "hidden_dropout": self.rates[0],
             "output_dropout": self.rates[1],
         }
+
+
+class GatedMlp(layers.Layer):
+    """``zoo.nn.torch.GatedMlp`` (transformers' ``LlamaMLP``): Dense ``gate_proj``, ``up_proj``
+    and ``down_proj``. Under mixed precision the activation runs in float32 on the rounded gate
+    and is rounded once, as torch's CPU kernels compute a bfloat16 ``silu``; the product of the
+    two branches is in their (compute) dtype."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        activation: str = "silu",
+        bias: bool = False,
+        kernel_initializer: keras.initializers.Initializer | str | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} is not one of: {', '.join(ACTIVATIONS)}")
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.act = ACTIVATIONS[activation]
+
+        def dense(units: int, fan_in: int) -> Dense:
+            kernel = _fresh(kernel_initializer) or torch_linear_init(fan_in)
+            return Dense(units, use_bias=bias, kernel_initializer=kernel, bias_initializer="zeros")
+
+        self.gate_proj = dense(intermediate_size, hidden_size)
+        self.up_proj = dense(intermediate_size, hidden_size)
+        self.down_proj = dense(hidden_size, intermediate_size)
+
+    def build(self, input_shape):
+        self.gate_proj.build((*input_shape[:-1], self.hidden_size))
+        self.up_proj.build((*input_shape[:-1], self.hidden_size))
+        self.down_proj.build((*input_shape[:-1], self.intermediate_size))
+
+    def call(self, x):
+        gate = self.gate_proj(x)
+        wide = keras.backend.result_type(gate.dtype, "float32")
+        activated = ops.cast(self.act(ops.cast(gate, wide)), gate.dtype)
+        return self.down_proj(activated * self.up_proj(x))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape

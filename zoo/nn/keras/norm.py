@@ -24,3 +24,28 @@ class LayerNorm(layers.LayerNormalization):
         y = (x - mean) * ops.rsqrt(variance + self.epsilon)
         y = y * ops.cast(self.gamma, dtype) + ops.cast(self.beta, dtype)
         return ops.cast(y, self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class RMSNorm(layers.Layer):
+    """``zoo.nn.torch.RMSNorm`` (transformers' ``LlamaRMSNorm``): one ``scale`` variable, the
+    normalisation in float32 at least, cast to the compute dtype before the scale."""
+
+    def __init__(self, epsilon: float = 1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="scale")
+
+    def call(self, inputs):
+        dtype = keras.backend.result_type(inputs.dtype, "float32")
+        x = ops.cast(inputs, dtype)
+        normed = x * ops.rsqrt(ops.mean(ops.square(x), axis=-1, keepdims=True) + self.epsilon)
+        return ops.cast(self.scale, self.compute_dtype) * ops.cast(normed, self.compute_dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon}

@@ -1,8 +1,18 @@
 """zoo's shared building blocks as torch modules (the Keras twins are in ``zoo.nn.keras``)."""
 
-from zoo.nn.torch.attention import SelfAttention, blocked_mask
+from zoo.nn.torch.attention import GroupedQueryAttention, SelfAttention, blocked_mask
 from zoo.nn.torch.embedding import Embedding, check_token_ids
-from zoo.nn.torch.mlp import Mlp
-from zoo.nn.torch.norm import BatchNorm2d
+from zoo.nn.torch.mlp import GatedMlp, Mlp
+from zoo.nn.torch.norm import BatchNorm2d, RMSNorm
 
-__all__ = ["BatchNorm2d", "Embedding", "Mlp", "SelfAttention", "blocked_mask", "check_token_ids"]
+__all__ = [
+    "BatchNorm2d",
+    "Embedding",
+    "GatedMlp",
+    "GroupedQueryAttention",
+    "Mlp",
+    "RMSNorm",
+    "SelfAttention",
+    "blocked_mask",
+    "check_token_ids",
+]

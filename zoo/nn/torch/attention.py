@@ -113,3 +113,105 @@ def blocked_mask(
     padding = padding_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
     blocked = padding if blocked is None else padding | blocked
     return blocked & (keys != queries)
+
+
+class GroupedQueryAttention(nn.Module):
+    """Self-attention with ``num_kv_heads`` key/value heads shared by groups of query heads
+    (grouped-query attention: ``num_kv_heads`` 1 is multi-query, ``num_heads`` plain multi-head),
+    rotary positions on queries and keys: transformers' ``LlamaAttention``.
+
+    Its four projections keep transformers' names and layouts (``q_proj``, ``k_proj``,
+    ``v_proj``, ``o_proj``, each an ``nn.Linear``), so a Llama, Mistral or Qwen2 state dict maps
+    onto it by name. ``qkv_bias`` puts a bias on the query, key and value projections and
+    ``out_bias`` one on the output: Llama's ``attention_bias`` is both, Qwen2's attention has
+    the first only. Query head h reads key/value head ``h // (num_heads / num_kv_heads)``.
+    Arithmetic as :class:`SelfAttention`'s: products in the compute dtype, the scaled, masked
+    softmax in float32 at least.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        qkv_bias: bool = False,
+        out_bias: bool = False,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=out_bias)
+        self.dropout = nn.Dropout(dropout)  # on the attention probabilities
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, blocked: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(N, T, hidden) -> (N, T, hidden); ``cos``/``sin`` (N, T, head_dim) from
+        ``zoo.nn.torch.rotary.rotary_tables``; ``blocked`` as :func:`blocked_mask` gives it."""
+        return self.forward_cached(x, cos, sin, blocked)[0]
+
+    def forward_cached(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        blocked: torch.Tensor | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """As :meth:`SelfAttention.forward_cached`: this step's queries over the ``past`` keys and
+        values (each (N, num_kv_heads, P, head_dim), keys already turned to their positions)
+        and this step's own; returns the output and the keys and values to pass next time."""
+        from zoo.nn.torch.rotary import apply_rotary
+
+        n, t, _ = x.shape
+        q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        group = self.num_heads // self.num_kv_heads
+        keys, values = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ keys.transpose(-2, -1)  # (N, heads, T, P + T), in the compute dtype
+        probs = attention_probabilities(scores, blocked, self.head_dim)
+        out = (self.dropout(probs) @ values).transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim)
+        return self.o_proj(out), (k, v)
+
+
+def joined_padding(
+    before: torch.Tensor | None, past: int, padding_mask, ids: torch.Tensor
+) -> torch.Tensor | None:
+    """The padding of every position a decoder has read (``before``, (N, P), of the ``past``
+    cached ones) and reads now (``padding_mask`` (N, T) of ``ids``), or None if none is padding."""
+    from zoo.nn.errors import InputError
+
+    if padding_mask is None and before is None:
+        return None
+    n, t = ids.shape
+    now = (
+        torch.zeros((n, t), dtype=torch.bool, device=ids.device)
+        if padding_mask is None
+        else torch.as_tensor(padding_mask, device=ids.device).to(torch.bool)
+    )
+    if tuple(now.shape) != (n, t):
+        raise InputError(f"padding_mask must be (N, T) = {(n, t)} like the token ids; got {tuple(now.shape)}")
+    if not past:
+        return now
+    if before is None:
+        before = torch.zeros((n, past), dtype=torch.bool, device=ids.device)
+    return torch.cat([before, now], dim=1)
+
+
+def padded_positions(padding: torch.Tensor | None, past: int, steps: int, device) -> torch.Tensor:
+    """Each new token's position: (1, T) counting on from ``past``, or with ``padding`` (N, P + T)
+    (N, T) where real tokens count from 0 whatever padding comes before them (the position ids
+    transformers' ``generate`` derives from the attention mask)."""
+    if padding is None:
+        return torch.arange(past, past + steps, device=device)[None]
+    return (torch.cumsum((~padding).long(), dim=1) - 1).clamp(min=0)[:, past:]

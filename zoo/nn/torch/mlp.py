@@ -17,6 +17,7 @@ ACTIVATIONS = {
     "gelu": lambda: nn.GELU(),
     "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
     "relu": lambda: nn.ReLU(),
+    "silu": lambda: nn.SiLU(),
 }
 
 
@@ -49,3 +50,24 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class GatedMlp(nn.Module):
+    """The gated feed-forward block of Llama-class models (SwiGLU with ``silu``):
+    ``down_proj(act(gate_proj(x)) * up_proj(x))``, transformers' ``LlamaMLP`` under its names
+    (``gate_proj``, ``up_proj``, ``down_proj``; biases on all three with ``bias``, Llama's
+    ``mlp_bias``). No dropout: transformers' has none. Initialised as ``nn.Linear`` is."""
+
+    def __init__(
+        self, hidden_size: int, intermediate_size: int, activation: str = "silu", bias: bool = False
+    ):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation {activation!r} is not one of: {', '.join(ACTIVATIONS)}")
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act = ACTIVATIONS[activation]()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))

@@ -20,3 +20,23 @@ class BatchNorm2d(nn.BatchNorm2d):
         if self.training and x.shape[0] * math.prod(x.shape[2:]) == 1:
             raise InputError(batchnorm_message(x.dim() - 2))
         return super().forward(x)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation with a learned scale, transformers' ``LlamaRMSNorm``
+    (T5's LayerNorm): ``weight * (x / sqrt(mean(x^2) + eps))``, the normalisation in float32 at
+    least (float64 stays float64), cast back to the input's dtype before the scale. Not
+    ``nn.RMSNorm``: transformers scales after the cast, which a bfloat16 model rounds differently."""
+
+    def __init__(self, features: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(features))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}"

@@ -1,0 +1,32 @@
+"""Llama family: transformers' ``LlamaForCausalLM`` (and ``LlamaModel``; Mistral's and Qwen2's, the
+same decoder), exactly, in both frameworks."""
+
+from architectures.llama.config import LlamaConfig
+from architectures.llama.presets import PRESETS
+from architectures.llama.weights import table
+from zoo.family import Family, InputSpec
+from zoo.foreign import ForeignFormat
+
+FAMILY = Family(
+    name="llama",
+    description="Llama-class decoder (transformers' LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM; "
+    "at its defaults SmolLM-135M's shape): RMSNorm, rotary positions, grouped-query attention, SwiGLU, "
+    "tied or untied head, key/value cache; imports and exports transformers weights.",
+    config=LlamaConfig,
+    inputs=InputSpec("tokens", padding_mask=True),
+    tasks=("language_modeling", "features"),
+    weight_table=table,
+    torch_model="architectures.llama.torch_model:build",
+    keras_model="architectures.llama.keras_model:build",
+    grad_checkpointing=("lightning", "keras"),
+    presets=PRESETS,
+    formats=(
+        ForeignFormat(
+            "hf",
+            "transformers' LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM (or their base *Model) "
+            "state dict with its config.json",
+            to_zoo="architectures.llama.formats:from_hf",
+            from_zoo="architectures.llama.formats:to_hf",
+        ),
+    ),
+)

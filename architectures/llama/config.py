@@ -1,0 +1,230 @@
+"""Hyperparameters of the llama family: transformers' ``LlamaConfig`` (and Mistral's and Qwen2's,
+which describe the same decoder), under transformers' field names.
+
+The fields read across from a ``config.json`` one to one (``architectures.llama.formats``),
+except the attention biases: Llama's ``attention_bias`` puts a bias on all four projections and
+Qwen2's attention always has one on the query, key and value projections and none on the
+output, so zoo says which with two fields, ``qkv_bias`` and ``output_bias``. ``model_type``
+remembers which transformers class the weights come from (and are exported as); it changes
+nothing the twins compute.
+
+What zoo's twins do not compute is refused here by name, so that nothing in a recipe or an
+imported config is ignored: a rope scaling other than ``llama3`` (pydantic refuses another
+``rope_type``), a sliding attention window shorter than the context (the twins attend over
+the whole context, which is the same thing only when the window covers it), a head width that
+rotary embeddings cannot turn (odd).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from zoo.family import ArchitectureConfig
+
+EXAMPLE_LENGTH = 8  # token ids in an example batch: short, so the large-vocabulary presets stay cheap
+MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+class Llama3RopeScaling(BaseModel):
+    """transformers' ``rope_scaling`` of type ``llama3`` (Llama 3.1 / 3.2): the rotary frequencies
+    of long wavelengths divided by ``factor``, short ones kept, a smooth blend between
+    (``zoo.nn.rotary``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rope_type: Literal["llama3"] = Field(
+        "llama3", description="The only scaling zoo computes; other types are refused by name."
+    )
+    factor: float = Field(8.0, ge=1, le=1024, description="Divisor of the long-wavelength frequencies.")
+    low_freq_factor: float = Field(
+        1.0,
+        gt=0,
+        le=1024,
+        description="Wavelengths over original_max_position_embeddings / this are divided.",
+    )
+    high_freq_factor: float = Field(
+        4.0, gt=0, le=1024, description="Wavelengths under original_max_position_embeddings / this are kept."
+    )
+    original_max_position_embeddings: int = Field(
+        8192, ge=1, le=10_000_000, description="The context the model was pre-trained at."
+    )
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"rope_scaling.high_freq_factor {self.high_freq_factor} must be greater than "
+                f"rope_scaling.low_freq_factor {self.low_freq_factor} (the blend divides by their difference)"
+            )
+        return self
+
+
+class LlamaConfig(ArchitectureConfig):
+    """Token embedding, ``num_hidden_layers`` pre-norm decoder layers (RMSNorm -> grouped-query
+    causal self-attention with rotary positions -> add; RMSNorm -> SwiGLU MLP -> add), a final
+    RMSNorm and a language-model head, tied to the token embedding or a matrix of its own:
+    transformers' ``LlamaForCausalLM`` (``MistralForCausalLM``, ``Qwen2ForCausalLM``).
+
+    ``task`` "features" is the base model (``LlamaModel``): the final RMSNorm's hidden states
+    (N, T, hidden_size) instead of logits. The defaults are SmolLM-135M's shape (HuggingFaceTB's
+    Llama), with the vocabulary from the data.
+    """
+
+    DATA_FIELDS = ("task", "vocab_size")
+
+    architecture: Literal["llama"] = "llama"
+    task: Literal["language_modeling", "features"] = Field(
+        "language_modeling",
+        description="Next-token logits (LlamaForCausalLM), or the last hidden state (LlamaModel).",
+    )
+    model_type: Literal["llama", "mistral", "qwen2"] = Field(
+        "llama",
+        description="The transformers class family of these weights (config.json's model_type), used by "
+        "zoo export --format hf; the computation is the same.",
+    )
+    vocab_size: int = Field(49152, ge=2, le=1_000_000, description="Token vocabulary (from the data).")
+    hidden_size: int = Field(576, ge=1, le=65536, description="Width of the residual stream.")
+    intermediate_size: int = Field(1536, ge=1, le=262144, description="Hidden width of each SwiGLU MLP.")
+    num_hidden_layers: int = Field(30, ge=1, le=256, description="Decoder layers.")
+    num_attention_heads: int = Field(
+        9, ge=1, le=256, description="Query heads; must divide hidden_size (transformers checks it)."
+    )
+    num_key_value_heads: int | None = Field(
+        3,
+        ge=1,
+        le=256,
+        description="Key/value heads, each shared by num_attention_heads / this query heads (grouped-query "
+        "attention; 1 is multi-query); None is num_attention_heads.",
+    )
+    head_dim: int | None = Field(
+        None,
+        ge=2,
+        le=1024,
+        description="Features per head (even); None is hidden_size / num_attention_heads.",
+    )
+    hidden_act: Literal["silu", "swish"] = Field(
+        "silu", description="The MLP's gate activation (transformers' two names for x * sigmoid(x))."
+    )
+    max_position_embeddings: int = Field(
+        2048, ge=1, le=10_000_000, description="Longest sequence the model reads (its context)."
+    )
+    rms_norm_eps: float = Field(1e-5, gt=0, le=0.1, description="RMSNorm epsilon.")
+    rope_theta: float = Field(10000.0, gt=0, le=1e12, description="Base wavelength of the rotary embeddings.")
+    rope_scaling: Llama3RopeScaling | None = Field(
+        None, description="Rotary frequency scaling: null, or transformers' llama3 type (Llama 3.1 / 3.2)."
+    )
+    qkv_bias: bool = Field(
+        False, description="Biases on the query, key and value projections (Llama's attention_bias; Qwen2)."
+    )
+    output_bias: bool = Field(
+        False, description="A bias on the attention's output projection (Llama's attention_bias)."
+    )
+    mlp_bias: bool = Field(False, description="Biases on the MLP's three projections (Llama's mlp_bias).")
+    tie_word_embeddings: bool = Field(
+        True, description="The LM head is the token embedding (one matrix); false: a head matrix of its own."
+    )
+    sliding_window: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="Mistral's / Qwen2's attention window: accepted only when it covers the context "
+        "(>= max_position_embeddings), where it changes nothing; null for none.",
+    )
+    attention_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the attention probabilities.")
+    initializer_range: float = Field(
+        0.02, gt=0, le=1, description="Standard deviation of the normal initial weights."
+    )
+    bos_token_id: int | None = Field(
+        None, ge=0, description="Beginning-of-text token id (config.json's, kept)."
+    )
+    eos_token_id: int | list[int] | None = Field(
+        None, description="End-of-text token id(s) (config.json's, kept; generation stops there)."
+    )
+    pad_token_id: int | None = Field(
+        None,
+        ge=0,
+        description="Padding token id: its embedding row starts at zero and gets no gradient from the lookup "
+        "(transformers' padding_idx).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self):
+        heads, kv = self.num_attention_heads, self.key_value_heads
+        if self.hidden_size % heads:
+            fitting = [h for h in range(1, min(self.hidden_size, 256) + 1) if self.hidden_size % h == 0][-6:]
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {heads} "
+                f"(transformers requires it): use num_attention_heads in {', '.join(map(str, fitting))}"
+            )
+        if heads % kv:
+            fitting = [k for k in range(1, heads + 1) if heads % k == 0]
+            raise ValueError(
+                f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}; each key/value "
+                "head serves a whole group of query heads: use num_key_value_heads in "
+                f"{', '.join(map(str, fitting))}"
+            )
+        if self.attention_head_dim % 2:
+            raise ValueError(
+                f"the head width is {self.attention_head_dim} ({self._head_dim_words()}); rotary embeddings "
+                "turn pairs of features: give an even head_dim"
+            )
+        if self.sliding_window is not None and self.sliding_window < self.max_position_embeddings:
+            raise ValueError(
+                f"sliding_window {self.sliding_window} is shorter than the context "
+                f"(max_position_embeddings {self.max_position_embeddings}); zoo's twins attend over the "
+                "whole context, so they compute a window only when it covers it: set sliding_window to "
+                "null (or >= max_position_embeddings), or lower max_position_embeddings to the window"
+            )
+        if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
+            raise ValueError(
+                f"pad_token_id {self.pad_token_id} is not below vocab_size {self.vocab_size}: set "
+                "pad_token_id to a token of the vocabulary, or null"
+            )
+        return self
+
+    def _head_dim_words(self) -> str:
+        if self.head_dim is not None:
+            return "head_dim"
+        return f"hidden_size {self.hidden_size} / num_attention_heads {self.num_attention_heads}"
+
+    @property
+    def key_value_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def attention_head_dim(self) -> int:
+        """Features per head: ``head_dim``, or transformers' ``hidden_size // num_attention_heads``."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def inverse_frequencies(self) -> np.ndarray:
+        from zoo.nn.rotary import inverse_frequencies
+
+        scaling = self.rope_scaling.model_dump() if self.rope_scaling is not None else None
+        return inverse_frequencies(self.attention_head_dim, self.rope_theta, scaling)
+
+    def sample_shape(self) -> tuple[int, ...]:
+        return (min(EXAMPLE_LENGTH, self.max_position_embeddings),)
+
+    def context_length(self) -> int:
+        return self.max_position_embeddings
+
+    def example_input(self, batch: int, seed: int = 0):
+        """Token ids below ``vocab_size`` for both tasks (the features task reads ids too)."""
+        rng = np.random.default_rng(seed)
+        return rng.integers(0, self.vocab_size, size=(batch, *self.sample_shape()), dtype=np.int64)
+
+    def task_info(self):
+        return {"vocab_size": self.vocab_size}
+
+
+def sequence_length_message(context: int, steps: int | None = None) -> str:
+    """Both twins refuse a sequence past the context in these words (``steps`` is left out where
+    only a graph knows it)."""
+    got = f"a sequence of {steps} tokens" if steps is not None else "a longer sequence"
+    return (
+        f"this Llama reads at most max_position_embeddings {context} tokens (its context); got {got}: "
+        "shorten the sequence (zoo sample keeps the last max_position_embeddings tokens)"
+    )

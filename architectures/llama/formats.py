@@ -1,0 +1,381 @@
+"""transformers' Llama / Mistral / Qwen2 state dict <-> zoo's canonical tensors, and config.json both ways.
+
+zoo's torch twin holds transformers' tensors under transformers' names; the differences are:
+
+- the prefix: ``model.`` before every backbone key of a ``*ForCausalLM`` (a base ``*Model``
+  has none), and ``lm_head.weight`` beside them;
+- the head: a tied head (``tie_word_embeddings``) is the token embedding. Files that carry
+  ``lm_head.weight`` anyway must carry the very same matrix, which is dropped; one that differs
+  is refused. Written back once, as ``model.embed_tokens.weight`` (transformers re-ties on load);
+- buffers: the ``rotary_emb.inv_freq`` of older files is recomputed, skipped.
+
+The config: the shapes decide the vocabulary, width, depth, MLP width and which biases exist;
+``config.json`` the head counts, head width, rotary embedding and the rest, checked against the
+shapes. A ``config.json`` is required: no shape tells the query heads from the head width. The
+rotary settings are read in both of transformers' spellings, ``rope_theta`` + ``rope_scaling``
+(every published file) and ``rope_parameters`` (what transformers 5 writes), and written in
+both, so that older and newer readers agree. Everything that changes what the model computes
+and that zoo's twins do not do is refused by field name: another rope type, a partial rotary
+factor, a sliding window shorter than the context, another activation, quantisation, a bias
+layout the class does not have.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from architectures.llama.config import LlamaConfig
+from architectures.llama.weights import table
+from zoo.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.weights import tensor_specs
+
+PREFIX = "model."
+HEAD = "lm_head.weight"
+CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}  # model_type -> class prefix
+ARCHITECTURES = {
+    f"{name}{suffix}": (model_type, task)
+    for model_type, name in CLASSES.items()
+    for suffix, task in (("ForCausalLM", "language_modeling"), ("Model", "features"))
+}
+ACTIVATIONS = ("silu", "swish")
+# config.json -> zoo's field, for the fields that map one to one.
+_FIELDS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings",
+    "rms_norm_eps", "initializer_range", "attention_dropout", "bos_token_id", "eos_token_id", "pad_token_id",
+)  # fmt: skip
+# What each transformers config class defaults to where config.json leaves a field out.
+_DEFAULT_IDS = {"llama": (1, 2), "mistral": (1, 2), "qwen2": (None, None)}  # bos, eos
+_BUFFERS = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+
+
+# ---------------------------------------------------------------------- transformers -> zoo
+
+
+def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
+    """A ``*ForCausalLM`` or ``*Model`` state dict of Llama, Mistral or Qwen2 (and its
+    ``config.json``) -> zoo's config fields and tensors."""
+    backbone, head, prefixed = _backbone(tensors)
+    shapes = _shapes(backbone)
+    model_type, task = _kind(meta, prefixed or head is not None)
+    fields = {"model_type": model_type, "task": task, **config_fields(meta, model_type)}
+    _agree(fields, shapes, backbone, model_type)
+    fields["vocab_size"] = shapes["vocab_size"]
+    if task == "language_modeling":
+        _check_head(fields, head, backbone)
+    elif head is not None:
+        raise ForeignLayoutError(f"config.json's architectures say a base model, which has no {HEAD}", [HEAD])
+    try:
+        cfg = LlamaConfig(**fields)
+    except ValueError as error:
+        raise ForeignLayoutError(
+            f"this config.json gives no valid zoo llama config: {_pydantic_words(error)}"
+        ) from None
+    specs = tensor_specs(table(cfg))
+    source = {**backbone, HEAD: head} if HEAD in specs else backbone
+    found = renamed(
+        source,
+        {name: name for name in specs},
+        ignore=lambda key: bool(_BUFFERS.search(key)),
+        what="Llama weights",
+    )
+    wrong = [
+        f"{name} {list(np.shape(value))} (zoo needs {list(specs[name].shape)})"
+        for name, value in found.items()
+        if tuple(np.shape(value)) != specs[name].shape
+    ]
+    if wrong:
+        raise ForeignLayoutError(
+            f"these Llama weights have other shapes than config.json says: {'; '.join(wrong[:5])}"
+        )
+    return fields, {name: np.asarray(value, dtype=np.float32) for name, value in found.items()}
+
+
+def _pydantic_words(error: ValueError) -> str:
+    errors = getattr(error, "errors", None)
+    if errors is None:
+        return str(error)
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg'].removeprefix('Value error, ')}"
+        for e in errors()
+    )
+
+
+def _backbone(tensors: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None, bool]:
+    """The backbone's tensors without ``model.``, the ``lm_head.weight`` if any, and whether the
+    keys were prefixed (a ``*ForCausalLM`` state dict)."""
+    tensors = dict(tensors)
+    head = tensors.pop(HEAD, None)
+    prefixed = any(key.startswith(PREFIX) for key in tensors)
+    if prefixed:
+        unprefixed = [key for key in tensors if not key.startswith(PREFIX)]
+        if unprefixed:
+            raise ForeignLayoutError(
+                f"Llama weights mix {PREFIX}-prefixed keys with others: {', '.join(unprefixed[:5])}",
+                unprefixed,
+            )
+        tensors = {key.removeprefix(PREFIX): value for key, value in tensors.items()}
+    return tensors, head, prefixed
+
+
+def _shapes(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """What the shapes say: vocabulary, width, depth, MLP width, projection rows, biases."""
+    needed = ["embed_tokens.weight", "layers.0.self_attn.q_proj.weight", "layers.0.mlp.gate_proj.weight"]
+    missing = [key for key in [*needed, "norm.weight"] if key not in tensors]
+    if missing:
+        known = ("embed_tokens.", "layers.", "norm.")
+        raise ForeignLayoutError(
+            "not a transformers Llama / Mistral / Qwen2 (*Model / *ForCausalLM): missing "
+            + ", ".join(missing),
+            [key for key in tensors if not key.startswith(known)],
+            missing,
+        )
+    layers = sorted({int(m.group(1)) for key in tensors if (m := re.match(r"layers\.(\d+)\.", key))})
+    if layers != list(range(len(layers))):
+        raise ForeignLayoutError(f"Llama layers are not numbered 0..{len(layers) - 1}: found {layers}")
+    vocab, width = np.shape(tensors["embed_tokens.weight"])
+    attention = "layers.0.self_attn"
+    return {
+        "vocab_size": int(vocab),
+        "hidden_size": int(width),
+        "num_hidden_layers": len(layers),
+        "intermediate_size": int(np.shape(tensors["layers.0.mlp.gate_proj.weight"])[0]),
+        "query_rows": int(np.shape(tensors[f"{attention}.q_proj.weight"])[0]),
+        "key_rows": int(np.shape(tensors.get(f"{attention}.k_proj.weight", np.zeros((0,))))[0]),
+        "qkv_bias": f"{attention}.q_proj.bias" in tensors,
+        "output_bias": f"{attention}.o_proj.bias" in tensors,
+        "mlp_bias": "layers.0.mlp.gate_proj.bias" in tensors,
+    }
+
+
+def _kind(meta: Mapping[str, Any], has_head: bool) -> tuple[str, str]:
+    """(model_type, task) from config.json's ``model_type`` and ``architectures``."""
+    if not meta:
+        raise ForeignLayoutError(
+            "these Llama-shaped weights come without a config.json: no shape tells the number of attention "
+            "heads from their width; put transformers' config.json beside the weights"
+        )
+    architectures = meta.get("architectures") or []
+    unknown = [name for name in architectures if name not in ARCHITECTURES]
+    if unknown:
+        raise ForeignLayoutError(
+            f"config.json's architectures names {unknown}: zoo's llama is one of {', '.join(ARCHITECTURES)} "
+            "(a classification or question-answering head is not built)"
+        )
+    model_type = meta.get("model_type") or (ARCHITECTURES[architectures[0]][0] if architectures else None)
+    if model_type not in CLASSES:
+        raise ForeignLayoutError(
+            f"config.json's model_type is {model_type!r}, not one of {', '.join(map(repr, CLASSES))}"
+        )
+    if architectures:
+        return model_type, ARCHITECTURES[architectures[0]][1]
+    return model_type, "language_modeling" if has_head else "features"
+
+
+def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
+    """zoo's config fields from a ``config.json`` of ``model_type`` (without the shapes' checks),
+    refusing by name what the twins do not compute."""
+    refused = []
+    if meta.get("quantization_config"):
+        refused.append("quantization_config (quantised weights; import a float checkpoint)")
+    activation = meta.get("hidden_act", "silu")
+    if activation not in ACTIVATIONS:
+        refused.append(f"hidden_act {activation!r} (zoo computes {' / '.join(ACTIVATIONS)})")
+    fields: dict[str, Any] = {key: meta[key] for key in _FIELDS if key in meta}
+    bos, eos = _DEFAULT_IDS[model_type]
+    fields.setdefault("bos_token_id", bos)
+    fields.setdefault("eos_token_id", eos)
+    fields["hidden_act"] = activation
+    heads = meta.get("num_attention_heads")
+    if heads is None:
+        raise ForeignLayoutError("config.json has no num_attention_heads: the heads are not in any shape")
+    fields["num_key_value_heads"] = meta.get("num_key_value_heads") or heads
+    head_dim = meta.get("head_dim")
+    if head_dim is not None and head_dim != meta.get("hidden_size", 0) // heads:
+        fields["head_dim"] = head_dim
+    fields["tie_word_embeddings"] = bool(meta.get("tie_word_embeddings", False))
+    theta, scaling, rope_refused = _rope(meta)
+    refused += rope_refused
+    fields["rope_theta"], fields["rope_scaling"] = theta, scaling
+    window, window_refused = _sliding_window(meta, model_type)
+    refused += window_refused
+    fields["sliding_window"] = window
+    fields |= _biases(meta, model_type)
+    if refused:
+        raise ForeignLayoutError(f"config.json sets what zoo's llama cannot compute: {'; '.join(refused)}")
+    return fields
+
+
+def _rope(meta: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None, list[str]]:
+    """(rope_theta, llama3 scaling or None, refusals), from either spelling transformers reads:
+    ``rope_scaling`` wins over ``rope_parameters`` (transformers' own order)."""
+    parameters = dict(meta.get("rope_scaling") or meta.get("rope_parameters") or {})
+    theta = float(parameters.pop("rope_theta", meta.get("rope_theta", 10000.0)))
+    rope_type = parameters.pop("rope_type", parameters.pop("type", "default"))
+    refused = []
+    partial = parameters.pop("partial_rotary_factor", meta.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        refused.append(f"partial_rotary_factor {partial} (zoo turns every feature of a head)")
+    if rope_type == "default":
+        return theta, None, refused
+    if rope_type != "llama3":
+        return (
+            theta,
+            None,
+            [*refused, f"rope_scaling.rope_type {rope_type!r} (zoo computes 'default' and 'llama3')"],
+        )
+    parameters.setdefault("original_max_position_embeddings", meta.get("max_position_embeddings"))
+    keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    extra = sorted(set(parameters) - set(keys))
+    if extra:
+        refused.append(f"rope_scaling keys {extra} (a llama3 scaling has {', '.join(keys)})")
+    return theta, {"rope_type": "llama3", **{k: parameters[k] for k in keys if k in parameters}}, refused
+
+
+def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | None, list[str]]:
+    """The attention window transformers applies, or None: Mistral's ``sliding_window``; Qwen2's
+    only with ``use_sliding_window`` and on the layers ``layer_types`` (or ``max_window_layers``)
+    marks. A window shorter than the context is refused by the config."""
+    if model_type == "mistral":
+        return meta.get("sliding_window"), []
+    if model_type != "qwen2" or not meta.get("use_sliding_window", False):
+        return None, []
+    layer_types = meta.get("layer_types")
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None, []
+    if layer_types is None and meta.get("max_window_layers", 28) >= meta.get("num_hidden_layers", 0):
+        return None, []
+    return meta.get("sliding_window"), []
+
+
+def _biases(meta: Mapping[str, Any], model_type: str) -> dict[str, bool]:
+    """The bias layout each class has: Llama's ``attention_bias`` (all four attention projections)
+    and ``mlp_bias``; Qwen2's query/key/value biases; Mistral none."""
+    if model_type == "llama":
+        attention = bool(meta.get("attention_bias", False))
+        return {
+            "qkv_bias": attention,
+            "output_bias": attention,
+            "mlp_bias": bool(meta.get("mlp_bias", False)),
+        }
+    return {"qkv_bias": model_type == "qwen2", "output_bias": False, "mlp_bias": False}
+
+
+def _agree(fields: dict[str, Any], shapes: dict[str, Any], tensors, model_type: str) -> None:
+    """config.json against the shapes: every disagreement named."""
+    disagree = []
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers"):
+        if key in fields and fields[key] != shapes[key]:
+            disagree.append(f"{key} says {fields[key]}, the tensors {shapes[key]}")
+        fields[key] = shapes[key]
+    heads, kv = fields["num_attention_heads"], fields["num_key_value_heads"]
+    head_dim = fields.get("head_dim") or fields["hidden_size"] // heads
+    if shapes["query_rows"] != heads * head_dim:
+        disagree.append(
+            f"num_attention_heads {heads} x head width {head_dim} = {heads * head_dim}, the q_proj rows "
+            f"{shapes['query_rows']}"
+        )
+    if shapes["key_rows"] != kv * head_dim:
+        disagree.append(
+            f"num_key_value_heads {kv} x head width {head_dim} = {kv * head_dim}, the k_proj rows "
+            f"{shapes['key_rows']}"
+        )
+    for key in ("qkv_bias", "output_bias", "mlp_bias"):
+        if fields[key] != shapes[key]:
+            disagree.append(f"a {model_type} config gives {key} {fields[key]}, the tensors {shapes[key]}")
+    if disagree:
+        raise ForeignLayoutError(f"config.json and the weights disagree: {'; '.join(disagree)}")
+
+
+def _check_head(fields: dict[str, Any], head: np.ndarray | None, backbone) -> None:
+    if not fields["tie_word_embeddings"]:
+        if head is None:
+            raise ForeignLayoutError(
+                "config.json's tie_word_embeddings is false but the file has no lm_head.weight",
+                missing=[HEAD],
+            )
+        return
+    if head is not None and not np.array_equal(head, backbone["embed_tokens.weight"]):
+        raise ForeignLayoutError(
+            "lm_head.weight differs from model.embed_tokens.weight although config.json ties them "
+            "(tie_word_embeddings true): set tie_word_embeddings false in config.json if the head is its own",
+            [HEAD],
+        )
+
+
+# ---------------------------------------------------------------------- zoo -> transformers
+
+
+def to_hf(cfg: LlamaConfig, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors, dict[str, Any]]:
+    """zoo's tensors -> the state dict transformers' ``save_pretrained`` writes for the config's
+    ``model_type`` (a tied head once, as ``model.embed_tokens.weight``), and its ``config.json``."""
+    config = hf_config(cfg)
+    lm = cfg.active_task == "language_modeling"
+    out = {}
+    for name in tensor_specs(table(cfg)):
+        out[name if name == HEAD or not lm else PREFIX + name] = tensors[name]
+    return out, config
+
+
+def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
+    """The ``config.json`` transformers reads for a model of ``cfg`` as its ``model_type``; a
+    config that class cannot express raises ``ForeignLayoutError`` naming what would work."""
+    model_type = cfg.model_type
+    _check_expressible(cfg)
+    suffix = "ForCausalLM" if cfg.active_task == "language_modeling" else "Model"
+    rope_scaling = cfg.rope_scaling.model_dump() if cfg.rope_scaling is not None else None
+    config: dict[str, Any] = {
+        "model_type": model_type,
+        "architectures": [CLASSES[model_type] + suffix],
+        "vocab_size": cfg.vocab_size,
+        **{key: getattr(cfg, key) for key in _FIELDS},
+        "num_key_value_heads": cfg.key_value_heads,
+        "hidden_act": cfg.hidden_act,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "rope_theta": cfg.rope_theta,
+        "rope_scaling": rope_scaling,
+        "rope_parameters": {"rope_type": "default", **(rope_scaling or {}), "rope_theta": cfg.rope_theta},
+        "use_cache": True,
+    }
+    if model_type == "llama":
+        config |= {"attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias, "pretraining_tp": 1}
+    if model_type in ("llama", "mistral") or cfg.head_dim is not None:
+        config["head_dim"] = cfg.attention_head_dim
+    if model_type == "mistral":
+        config["sliding_window"] = cfg.sliding_window
+    if model_type == "qwen2":
+        config |= {
+            "use_sliding_window": cfg.sliding_window is not None,
+            "sliding_window": cfg.sliding_window,
+            "max_window_layers": 0 if cfg.sliding_window is not None else cfg.num_hidden_layers,
+        }
+    return config
+
+
+def _check_expressible(cfg: LlamaConfig) -> None:
+    """What each transformers class can hold: Llama one attention bias switch, Mistral no biases,
+    Qwen2 query/key/value biases only; only Mistral and Qwen2 have a sliding window."""
+    biases = (cfg.qkv_bias, cfg.output_bias, cfg.mlp_bias)
+    layout = {"llama": cfg.qkv_bias == cfg.output_bias, "mistral": not any(biases)}
+    layout["qwen2"] = biases == (True, False, False)
+    problems = []
+    if not layout[cfg.model_type]:
+        fitting = [t for t, fits in layout.items() if fits]
+        problems.append(
+            f"its biases (qkv_bias {cfg.qkv_bias}, output_bias {cfg.output_bias}, mlp_bias {cfg.mlp_bias}) "
+            f"are not a {cfg.model_type} layout"
+            + (
+                f"; set model.model_type to {' or '.join(fitting)}"
+                if fitting
+                else "; no transformers class has it"
+            )
+        )
+    if cfg.model_type == "llama" and cfg.sliding_window is not None:
+        problems.append("transformers' Llama has no sliding_window (it covers the context: set it to null)")
+    if problems:
+        raise ForeignLayoutError(
+            f"this llama config has no transformers {CLASSES[cfg.model_type]} form: {'; '.join(problems)}"
+        )

@@ -1,0 +1,148 @@
+"""The llama family's Keras twin: the torch twin's structure, sub-layer names and arithmetic.
+
+The decoder layers are ``blocks`` (a Keras model's ``layers`` is Keras' own list); everything
+else keeps the torch twin's names. Attention, the gated MLP and RMSNorm are zoo's shared layers
+(``zoo.nn.keras``); the rotary tables are computed once per call from ``zoo.nn.rotary``'s shared
+frequencies. A tied head is a product with the token embedding's matrix, so, as in the torch
+twin, there is no head variable to come untied. Residual sums are taken in the wider dtype
+(``ops.add`` promotes): under mixed precision the stream stays float32 while the projections
+return bfloat16, as torch's autocast leaves it.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import layers, ops
+
+from architectures.llama.config import LlamaConfig, sequence_length_message
+from zoo.keras.remat import checkpointed_call
+from zoo.nn.cache import DecodeCache
+from zoo.nn.errors import InputError
+from zoo.nn.keras import (
+    Dense,
+    Embedding,
+    GatedMlp,
+    GroupedQueryAttention,
+    PaddedEmbedding,
+    RMSNorm,
+    blocked_mask,
+    require,
+)
+from zoo.nn.keras.attention import joined_padding, padded_positions
+from zoo.nn.keras.decoder import CausalDecoder
+from zoo.nn.keras.heads import TiedProduct
+from zoo.nn.keras.rotary import rotary_tables
+
+
+def _normal(std: float) -> keras.initializers.Initializer:
+    return keras.initializers.RandomNormal(stddev=std)
+
+
+class DecoderLayer(layers.Layer):
+    """Pre-norm: ``x + self_attn(input_layernorm(x))``, then ``x + mlp(post_attention_layernorm(x))``."""
+
+    def __init__(self, cfg: LlamaConfig, **kw):
+        super().__init__(**kw)
+        d, init = cfg.hidden_size, _normal(cfg.initializer_range)
+        self.input_layernorm = RMSNorm(epsilon=cfg.rms_norm_eps)
+        self.self_attn = GroupedQueryAttention(
+            d, cfg.num_attention_heads, cfg.key_value_heads, cfg.attention_head_dim,
+            qkv_bias=cfg.qkv_bias, out_bias=cfg.output_bias, dropout=cfg.attention_dropout,
+            kernel_initializer=init,
+        )  # fmt: skip
+        self.post_attention_layernorm = RMSNorm(epsilon=cfg.rms_norm_eps)
+        self.mlp = GatedMlp(d, cfg.intermediate_size, bias=cfg.mlp_bias, kernel_initializer=init)
+
+    def build(self, input_shape, cos_shape=None, sin_shape=None, blocked_shape=None):
+        """Every sub-layer from the (N, T, hidden_size) shape: no symbolic trace of :meth:`call`."""
+        for layer in (self.input_layernorm, self.self_attn, self.post_attention_layernorm, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, x, cos, sin, blocked=None, training=False):
+        x = ops.add(x, self.self_attn(self.input_layernorm(x), cos, sin, blocked, training=training))
+        return ops.add(x, self.mlp(self.post_attention_layernorm(x)))
+
+    def call_cached(self, x, cos, sin, blocked, past=None):
+        """:meth:`call` in inference, reading and extending a key/value cache (``decode``)."""
+        attended, present = self.self_attn.call_cached(self.input_layernorm(x), cos, sin, blocked, past)
+        x = ops.add(x, attended)
+        return ops.add(x, self.mlp(self.post_attention_layernorm(x))), present
+
+
+class Llama(CausalDecoder):
+    """(N, T) int token ids -> (N, T, vocab_size) logits, or the final RMSNorm's hidden states
+    (N, T, hidden_size) for task "features"; ``padding_mask`` and ``decode`` as in the torch twin.
+
+    With ``grad_checkpointing`` on, training keeps only each decoder layer's input for backward
+    and recomputes the layer there, with the forward pass's dropout masks (``zoo.keras.remat``).
+    """
+
+    model_name = "Llama"
+
+    def __init__(self, cfg: LlamaConfig, **kw):
+        super().__init__(**kw)
+        self.zoo_config = cfg
+        d, init = cfg.hidden_size, _normal(cfg.initializer_range)
+        if cfg.pad_token_id is None:
+            self.embed_tokens = Embedding(cfg.vocab_size, d, embeddings_initializer=init)
+        else:  # the padding row gets no gradient from the lookup, as torch's padding_idx
+            self.embed_tokens = PaddedEmbedding(
+                cfg.vocab_size, d, cfg.pad_token_id, embeddings_initializer=init
+            )
+        self.blocks = [DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)]
+        self.norm = RMSNorm(epsilon=cfg.rms_norm_eps)
+        untied = cfg.active_task == "language_modeling" and not cfg.tie_word_embeddings
+        self.lm_head = Dense(cfg.vocab_size, use_bias=False, kernel_initializer=init) if untied else None
+        self.tied_head = None if untied else TiedProduct()
+        self.inv_freq = cfg.inverse_frequencies()
+
+    def build(self, ids_shape, padding_mask_shape=None, token_type_ids_shape=None):
+        """The variables from the ids' shape alone: none depends on the sequence length, and an
+        explicit build spares Keras' symbolic trace of the whole model before its first call."""
+        hidden = (*ids_shape, self.zoo_config.hidden_size)
+        self.embed_tokens.build(ids_shape)
+        for block in self.blocks:
+            block.build(hidden)
+        self.norm.build(hidden)
+        if self.lm_head is not None:
+            self.lm_head.build(hidden)
+
+    def forward_head(self, h):
+        """Logits through ``lm_head``, or through the token embedding where the head is tied."""
+        if self.lm_head is not None:
+            return self.lm_head(h)
+        return self.tied_head(h, self.embed_tokens.embeddings)
+
+    def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool, training: bool):
+        context = self.zoo_config.max_position_embeddings
+        past = cache.length if cache is not None else 0
+        steps = ids.shape[1]
+        if steps is None:  # known only when the graph runs
+            steps = ops.shape(ids)[1]
+            ids = require(past + steps <= context, sequence_length_message(context), ids)
+        elif past + steps > context:
+            raise InputError(sequence_length_message(context, past + steps))
+        padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
+        h = self.embed_tokens(ids)
+        cos, sin = rotary_tables(padded_positions(padding, past, steps), self.inv_freq, h.dtype)
+        blocked = blocked_mask(steps, padding, causal=True, past=past)
+        presents = []
+        checkpointing = training and self.grad_checkpointing and not cached
+        for i, block in enumerate(self.blocks):
+            if cached:
+                h, present = block.call_cached(h, cos, sin, blocked, cache.layers[i] if cache else None)
+                presents.append(present)
+            elif checkpointing:
+                h = checkpointed_call(block, h, cos, sin, blocked)
+            else:
+                h = block(h, cos, sin, blocked, training=training)
+        h = self.norm(h)
+        return h, (DecodeCache(tuple(presents), padding, past + int(steps)) if cached else None)
+
+
+def build(cfg: LlamaConfig) -> Llama:
+    """Built explicitly from the input's shape, with no forward pass: no variable's shape depends
+    on the sequence length."""
+    model = Llama(cfg)
+    model.build((None, None))
+    return model

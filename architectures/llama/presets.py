@@ -1,0 +1,111 @@
+"""Named Llama-class configs: the published shapes of SmolLM-135M / -360M (HuggingFaceTB's Llamas),
+Qwen2-0.5B and Llama-3.2-1B, and a micro one for tests.
+
+Each is the model's own ``config.json`` read field for field (its vocabulary included, so
+``zoo list`` shows the published parameter counts; a recipe's data replaces it), and
+``tests/test_llama.py`` checks each count against transformers' for the same config. The
+family at its defaults is SmolLM-135M's shape too.
+"""
+
+from zoo.family import Preset
+
+_SMOLLM = {
+    "vocab_size": 49152,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+}
+
+PRESETS = (
+    Preset(
+        "llama-micro",
+        "2 layers, width 64, 4 query heads sharing 2 key/value heads, 256 tokens of context: quick runs "
+        "and tests (vocabulary from the data).",
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "intermediate_size": 192,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 256,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": True,
+        },
+    ),
+    Preset(
+        "smollm-135m",
+        "HuggingFaceTB/SmolLM-135M: 30 layers, width 576, 9 query / 3 key-value heads, 2048 tokens, "
+        "tied head.",
+        {
+            **_SMOLLM,
+            "num_hidden_layers": 30,
+            "hidden_size": 576,
+            "intermediate_size": 1536,
+            "num_attention_heads": 9,
+            "num_key_value_heads": 3,
+        },
+    ),
+    Preset(
+        "smollm-360m",
+        "HuggingFaceTB/SmolLM-360M: 32 layers, width 960, 15 query / 5 key-value heads, 2048 tokens, "
+        "tied head.",
+        {
+            **_SMOLLM,
+            "num_hidden_layers": 32,
+            "hidden_size": 960,
+            "intermediate_size": 2560,
+            "num_attention_heads": 15,
+            "num_key_value_heads": 5,
+        },
+    ),
+    Preset(
+        "qwen2-0.5b",
+        "Qwen/Qwen2-0.5B: 24 layers, width 896, 14 query / 2 key-value heads with query/key/value biases, "
+        "rope_theta 1e6, 32768 tokens, tied head.",
+        {
+            "model_type": "qwen2",
+            "vocab_size": 151936,
+            "num_hidden_layers": 24,
+            "hidden_size": 896,
+            "intermediate_size": 4864,
+            "num_attention_heads": 14,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 32768,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0,
+            "qkv_bias": True,
+            "tie_word_embeddings": True,
+            "bos_token_id": 151643,
+            "eos_token_id": 151643,
+        },
+    ),
+    Preset(
+        "llama-3.2-1b",
+        "meta-llama/Llama-3.2-1B: 16 layers, width 2048, 32 query / 8 key-value heads of 64, llama3 rope "
+        "scaling (factor 32) over 131072 tokens, tied head.",
+        {
+            "vocab_size": 128256,
+            "num_hidden_layers": 16,
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 32.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+            "tie_word_embeddings": True,
+            "bos_token_id": 128000,
+            "eos_token_id": 128001,
+        },
+    ),
+)

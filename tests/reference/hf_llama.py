@@ -1,0 +1,280 @@
+"""transformers' Llama, Mistral and Qwen2 as the llama family's oracle (run in the reference environment).
+
+``hf_llama.py OUT`` writes, for the tests in zoo's environment:
+
+- ``counts.json``: parameters of ``*ForCausalLM`` built on the meta device from each published
+  config in ``PUBLISHED`` (SmolLM-135M / -360M, Qwen2-0.5B, Llama-3.2-1B; ``parameters()`` yields
+  a tied head once), and ``published/NAME/config.json``, that config as the model's repository
+  has it;
+- for each case of ``CASES`` (Llama with grouped-query attention and a padding id and a
+  tokenizer; Llama untied, multi-query, with every bias, an explicit head_dim and llama3 rope
+  scaling; Mistral with a sliding window as long as the context; Qwen2 with its query/key/value
+  biases, untied, saved in shards): the ``*ForCausalLM`` seeded, every RMSNorm weight and bias
+  randomised and the embeddings widened (greedy decoding then has no near-ties), written by
+  ``save_pretrained`` to ``CASE/`` and its base model to ``CASE-backbone/``; ``CASE-inputs.npy``,
+  ``CASE-padding.npy`` (True at padding: a left- and a right-padded row) and, in eval mode with
+  that attention mask and the position ids ``generate`` derives from it, ``CASE-logits.npy`` and
+  ``CASE-hidden.npy``; ``CASE-generated.npy``: greedy ``generate`` from ``CASE-prompts.npy``
+  (left-padded, ``CASE-prompt-padding.npy``), the new tokens only; ``CASE-config.json``: the
+  config as transformers holds it (``to_dict()``).
+
+``hf_llama.py OUT random CONFIGS`` does the same (no generation, no backbone) for each entry of
+the JSON list CONFIGS ({"name", "config", "seed", "batch", "steps"}), into ``NAME/`` and
+``NAME-*.npy``: the random configs the tests draw with Hypothesis.
+
+``hf_llama.py OUT exported DIR INPUTS PADDING [PROMPTS]`` loads what zoo exported to DIR with
+``AutoModelForCausalLM`` (or ``AutoModel`` for a base model) ``from_pretrained`` and writes its
+eval output (``logits.npy``), in ``loaded.json`` the keys transformers reported missing,
+unexpected or mismatched, the class and whether the head is tied, ``config.json`` (its
+``to_dict()``), and with PROMPTS (a JSON list of token id lists) ``generated.json``: greedy
+``generate`` of 8 new tokens after each.
+"""
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import shim  # noqa: F401  (before transformers, which imports torchvision)
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+SEED = 0
+PUBLISHED = {
+    "smollm-135m": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu",
+        "hidden_size": 576, "initializer_range": 0.02, "intermediate_size": 1536,
+        "max_position_embeddings": 2048, "num_attention_heads": 9, "num_hidden_layers": 30,
+        "num_key_value_heads": 3, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None,
+        "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32", "use_cache": True,
+        "vocab_size": 49152,
+    },
+    "smollm-360m": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu",
+        "hidden_size": 960, "initializer_range": 0.02, "intermediate_size": 2560,
+        "max_position_embeddings": 2048, "num_attention_heads": 15, "num_hidden_layers": 32,
+        "num_key_value_heads": 5, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None,
+        "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32", "use_cache": True,
+        "vocab_size": 49152,
+    },
+    "qwen2-0.5b": {
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "attention_dropout": 0.0,
+        "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896,
+        "initializer_range": 0.02, "intermediate_size": 4864, "max_position_embeddings": 32768,
+        "max_window_layers": 24, "num_attention_heads": 14, "num_hidden_layers": 24,
+        "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+        "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+        "use_sliding_window": False, "vocab_size": 151936,
+    },
+    "llama-3.2-1b": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64,
+        "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+        "max_position_embeddings": 131072, "mlp_bias": False, "num_attention_heads": 32,
+        "num_hidden_layers": 16, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_scaling": {
+            "factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192, "rope_type": "llama3",
+        },
+        "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+        "vocab_size": 128256,
+    },
+}  # fmt: skip
+TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 101}
+CASES = {
+    "llama": (
+        {"model_type": "llama", **TINY, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 64, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+         "tie_word_embeddings": True, "rope_theta": 500.0},
+        (3, 12), 10,
+    ),
+    "llama-untied": (
+        {"model_type": "llama", **TINY, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 24,
+         "max_position_embeddings": 64, "tie_word_embeddings": False, "attention_bias": True,
+         "mlp_bias": True, "rope_theta": 10000.0,
+         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8}},
+        (3, 12), 6,
+    ),
+    "mistral": (
+        {"model_type": "mistral", **TINY, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "max_position_embeddings": 32, "sliding_window": 32, "tie_word_embeddings": False,
+         "rope_theta": 1000.0},
+        (3, 12), 6,
+    ),
+    "qwen2": (
+        {"model_type": "qwen2", **TINY, "num_attention_heads": 2, "num_key_value_heads": 1,
+         "max_position_embeddings": 48, "tie_word_embeddings": False, "rope_theta": 1000000.0,
+         "bos_token_id": 5, "eos_token_id": 6},
+        (3, 12), 6,
+    ),
+}  # fmt: skip
+SHARDED = {"qwen2"}  # saved in shards, with model.safetensors.index.json
+TOKENIZED = {"llama"}  # a tokenizer.json beside the weights
+CHARACTERS = "abcdefghijklmnopqrstuvwxyz .,:;!?'\n" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789()[]{}=+-*/_<>#@"
+
+
+def count(fields: dict) -> int:
+    config = AutoConfig.for_model(**fields)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def randomise(model, generator: torch.Generator) -> None:
+    for name, p in model.named_parameters():
+        noise = torch.randn(p.shape, generator=generator)
+        if "norm" in name:
+            p.copy_(1.0 + 0.2 * noise)
+        elif name.endswith("bias"):
+            p.copy_(0.1 * noise)
+        elif "embed_tokens" in name:
+            p.copy_(0.5 * noise)
+        else:  # nn.Linear (out, in): N(0, 1 / fan_in)
+            p.copy_(noise / p.shape[1] ** 0.5)
+
+
+def padding(batch: int, steps: int) -> np.ndarray:
+    """Row 1 left-padded, row 2 (if any) right-padded: True at padding."""
+    mask = np.zeros((batch, steps), dtype=bool)
+    mask[1, : steps // 3] = True
+    if batch > 2:
+        mask[2, steps - steps // 4 :] = True
+    return mask
+
+
+def positions(attention: torch.Tensor) -> torch.Tensor:
+    """What ``generate`` passes for a padded batch: real tokens count from 0."""
+    return (attention.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def build(fields: dict, seed: int, generator: torch.Generator):
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**fields)).eval()
+    randomise(model, generator)
+    return model
+
+
+def outputs(model, out: Path, name: str, batch: int, steps: int, rng: np.random.Generator) -> np.ndarray:
+    """Inputs, their padding, eval logits and last hidden states of ``model``, under ``name``."""
+    ids = rng.integers(0, model.config.vocab_size, size=(batch, steps), dtype=np.int64)
+    pad = padding(batch, steps)
+    ids[pad] = 0
+    np.save(out / f"{name}-inputs.npy", ids)
+    np.save(out / f"{name}-padding.npy", pad)
+    attention = torch.from_numpy(~pad).long()
+    with torch.no_grad():
+        result = model(
+            torch.from_numpy(ids),
+            attention_mask=attention,
+            position_ids=positions(attention),
+            output_hidden_states=True,
+        )
+    np.save(out / f"{name}-logits.npy", result.logits.numpy())
+    np.save(out / f"{name}-hidden.npy", result.hidden_states[-1].numpy())
+    (out / f"{name}-config.json").write_text(json.dumps(model.config.to_dict(), default=str))
+    return ids
+
+
+def save_tokenizer(folder: Path, vocab_size: int) -> None:
+    """A character-level tokenizer.json of ``vocab_size`` tokens at most (fast-tokenizer format)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
+    for character in CHARACTERS[: vocab_size - len(vocab)]:
+        vocab[character] = len(vocab)
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tokenizer.decoder = decoders.Fuse()
+    tokenizer.add_special_tokens(["<pad>", "<s>", "</s>"])
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+def fixtures(out: Path) -> None:
+    (out / "counts.json").write_text(json.dumps({name: count(fields) for name, fields in PUBLISHED.items()}))
+    for name, fields in PUBLISHED.items():
+        (out / "published" / name).mkdir(parents=True, exist_ok=True)
+        (out / "published" / name / "config.json").write_text(json.dumps(fields, indent=2))
+    generator = torch.Generator().manual_seed(SEED)
+    rng = np.random.default_rng(SEED)
+    for case, (fields, (batch, steps), new_tokens) in CASES.items():
+        model = build(fields, SEED, generator)
+        model.save_pretrained(out / case, max_shard_size="20KB" if case in SHARDED else "5GB")
+        model.model.save_pretrained(out / f"{case}-backbone")
+        if case in TOKENIZED:
+            save_tokenizer(out / case, fields["vocab_size"])
+        ids = outputs(model, out, case, batch, steps, rng)
+        prompts, prompt_padding = ids[:2, : steps // 2 + 2].copy(), np.zeros((2, steps // 2 + 2), bool)
+        prompt_padding[1, : steps // 3] = True
+        prompts[prompt_padding] = 0
+        np.save(out / f"{case}-prompts.npy", prompts)
+        np.save(out / f"{case}-prompt-padding.npy", prompt_padding)
+        np.save(out / f"{case}-generated.npy", greedy(model, prompts, prompt_padding, new_tokens))
+
+
+def random_cases(out: Path, configs: str) -> None:
+    generator = torch.Generator().manual_seed(SEED)
+    for entry in json.loads(Path(configs).read_text()):
+        model = build(entry["config"], entry["seed"], generator)
+        model.save_pretrained(out / entry["name"])
+        outputs(
+            model, out, entry["name"], entry["batch"], entry["steps"], np.random.default_rng(entry["seed"])
+        )
+
+
+def greedy(model, prompts: np.ndarray, pad: np.ndarray, new_tokens: int) -> np.ndarray:
+    """``generate(do_sample=False)`` of exactly ``new_tokens`` tokens: no end-of-text stops it or is
+    suppressed (zoo's sampling generates what it is asked for, end-of-text included)."""
+    settings = copy.deepcopy(model.generation_config)
+    settings.eos_token_id = model.config.vocab_size  # no token id: nothing ends the generation
+    with torch.no_grad():
+        generated = model.generate(
+            torch.from_numpy(prompts),
+            attention_mask=torch.from_numpy(~pad).long(),
+            generation_config=settings,
+            do_sample=False,
+            max_new_tokens=new_tokens,
+            pad_token_id=0,
+        )
+    return generated[:, prompts.shape[1] :].numpy()
+
+
+def exported(out: Path, folder: str, inputs: str, pad: str, prompts: str | None = None) -> None:
+    ids, padding_mask = torch.from_numpy(np.load(inputs)), np.load(pad)
+    attention = torch.from_numpy(~padding_mask).long()
+    config = AutoConfig.from_pretrained(folder)
+    causal = any(name.endswith("ForCausalLM") for name in config.architectures or [])
+    loader = AutoModelForCausalLM if causal else AutoModel
+    model, info = loader.from_pretrained(folder, output_loading_info=True)
+    model.eval()
+    with torch.no_grad():
+        result = model(ids, attention_mask=attention, position_ids=positions(attention))
+    np.save(out / "logits.npy", (result.logits if causal else result.last_hidden_state).numpy())
+    loaded = {key: sorted(map(str, value)) for key, value in info.items()}
+    embedding = model.get_input_embeddings().weight
+    loaded["tied"] = causal and model.lm_head.weight.data_ptr() == embedding.data_ptr()
+    loaded["class"] = type(model).__name__
+    (out / "loaded.json").write_text(json.dumps(loaded))
+    (out / "config.json").write_text(json.dumps(model.config.to_dict(), default=str))
+    if prompts is not None:
+        generated = [
+            greedy(model, np.asarray([prompt]), np.zeros((1, len(prompt)), bool), 8)[0].tolist()
+            for prompt in json.loads(prompts)
+        ]
+        (out / "generated.json").write_text(json.dumps(generated))
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    target = Path(sys.argv[1])
+    target.mkdir(parents=True, exist_ok=True)
+    if len(sys.argv) > 2 and sys.argv[2] == "exported":
+        exported(target, *sys.argv[3:])
+    elif len(sys.argv) > 2 and sys.argv[2] == "random":
+        random_cases(target, sys.argv[3])
+    else:
+        fixtures(target)

@@ -1,0 +1,398 @@
+"""Checkpoints and foreign files that zoo accepted wrongly, or that a command destroyed (issue 27):
+each is refused now with one line naming the file, tensor, field or option, and nothing is lost.
+
+- a safetensors index whose ``weight_map`` names a shard outside the folder being imported;
+- a safetensors header that names a tensor twice;
+- metadata whose task (or class count) contradicts the config the model is built from;
+- integer or bool weights (metadata ``dtype`` int64/bool), which zoo fine-tuned from;
+- finite weights whose test loss overflows, which ``zoo evaluate`` reported as a result;
+- attention weights without a config.json, whose head count zoo guessed from the width;
+- an export that rewrote fields of the ``config.json`` it was imported with;
+- an output that is the command's own input, replaced even by ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import reference_env
+import torch
+from click.testing import CliRunner
+from conftest import RECIPE
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
+import zoo
+from architectures.bert.formats import from_hf as bert_from_hf
+from architectures.vit.formats import from_timm
+from zoo import registry
+from zoo.checkpoint import CheckpointError, load_tensors, model_tensors, read_checkpoint
+from zoo.cli import main
+from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
+from zoo.safetensors_io import parse_header
+
+
+def zoo_cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    out = result.output  # stdout and stderr, as a terminal shows them
+    assert "Traceback" not in out and (
+        result.exception is None or isinstance(result.exception, SystemExit)
+    ), f"{result.exception!r}\n{out}"
+    return result.exit_code, out
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def rewritten(path: Path, out: Path, tensors=None, **metadata: str) -> Path:
+    """A copy of the checkpoint at ``path`` with other tensors or metadata fields."""
+    with safe_open(str(path), framework="np") as handle:
+        kept = dict(handle.metadata())
+    save_file(load_file(path) if tensors is None else tensors, str(out), metadata={**kept, **metadata})
+    return out
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """An untrained convnet-tiny (it fits cnn-digits.yaml's data), written as zoo writes it."""
+    model = zoo.create_model("convnet-tiny", framework="lightning", seed=0)
+    return zoo.save_checkpoint(model, tmp_path_factory.mktemp("ckpt") / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def gpt2_hf(tmp_path_factory) -> Path:
+    """A transformers GPT-2 folder (model.safetensors + config.json) that zoo exported."""
+    root = tmp_path_factory.mktemp("gpt2")
+    model = zoo.create_model("gpt2-micro", framework="lightning", seed=0, vocab_size=50)
+    export_checkpoint(zoo.save_checkpoint(model, root / "zoo.safetensors"), "hf", root / "hf")
+    return root / "hf"
+
+
+# ------------------------------------------------------------------ shards outside the folder
+
+
+def sharded(folder: Path, source: Path, shards: dict[str, str]) -> Path:
+    """``folder`` holding ``source``'s config.json and an index mapping each tensor of
+    ``source`` to the shard named by ``shards`` (tensor -> shard; the rest: ``shard-0``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(source / "config.json", folder / "config.json")
+    names = list(load_file(source / "model.safetensors"))
+    weight_map = {name: shards.get(name, "shard-0.safetensors") for name in names}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return folder
+
+
+def write_shards(folder: Path, source: Path, split: str) -> None:
+    """``source``'s tensors as two shard files in ``folder``, ``split`` alone in the second."""
+    tensors = load_file(source / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if k != split}, str(folder / "shard-0.safetensors"))
+    save_file({split: tensors[split]}, str(folder / "shard-1.safetensors"))
+
+
+@pytest.mark.parametrize("where", ["parent", "absolute", "link"])
+def test_an_index_naming_a_shard_outside_the_folder_is_refused(gpt2_hf, tmp_path, where):
+    outside = tmp_path / "ok" / "model.safetensors"
+    outside.parent.mkdir()
+    save_file({"transformer.ln_f.weight": np.ones(64, np.float32)}, str(outside))
+    split = "transformer.ln_f.weight"
+    names = {"parent": "../ok/model.safetensors", "absolute": str(outside), "link": "shard-1.safetensors"}
+    shard = names[where]
+    folder = sharded(tmp_path / "evil", gpt2_hf, {split: shard})
+    write_shards(folder, gpt2_hf, split)
+    if where == "link":
+        (folder / "shard-1.safetensors").unlink()
+        (folder / "shard-1.safetensors").symlink_to(outside)
+    code, out = zoo_cli("import", folder, "--out", tmp_path / "zoo")
+    assert code == 2 and f"weight_map entry {split!r} names the shard" in out, out
+    assert ("a link to" if where == "link" else "not a file name") in out and "\n" not in out.strip(), out
+    assert not (tmp_path / "zoo").exists()
+
+
+def test_shards_beside_the_index_and_the_hugging_face_cache_layout_import(gpt2_hf, tmp_path):
+    """A sharded folder imports as the one file did; so does a cache snapshot whose shards are
+    links into the ``blobs`` folder two levels up (huggingface_hub's layout)."""
+    expected = load_file(import_checkpoint(gpt2_hf, tmp_path / "one").path)
+    split = "transformer.ln_f.weight"
+    folder = sharded(tmp_path / "shards", gpt2_hf, {split: "shard-1.safetensors"})
+    write_shards(folder, gpt2_hf, split)
+    snapshot = tmp_path / "models--zoo--gpt2" / "snapshots" / "abc123"
+    sharded(snapshot, gpt2_hf, {split: "shard-1.safetensors"})
+    (snapshot.parent.parent / "blobs").mkdir()
+    for name in ("shard-0.safetensors", "shard-1.safetensors"):
+        blob = snapshot.parent.parent / "blobs" / hashlib.sha256(name.encode()).hexdigest()
+        shutil.copy(folder / name, blob)
+        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
+    for source in (folder, snapshot):
+        got = load_file(import_checkpoint(source, tmp_path / source.name).path)
+        assert got.keys() == expected.keys() and all(np.array_equal(got[k], expected[k]) for k in got)
+
+
+# ------------------------------------------------------------------- a tensor named twice
+
+
+def with_a_name_twice(path: Path, out: Path) -> str:
+    """``path`` with its last tensor's header entry written a second time; the name repeated."""
+    data = path.read_bytes()
+    end = 8 + struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:end])
+    name, entry = list(header.items())[-1]
+    text = json.dumps(header)[:-1] + f", {json.dumps(name)}: {json.dumps(entry)}}}"
+    text += " " * (-len(text) % 8)
+    out.write_bytes(struct.pack("<Q", len(text)) + text.encode() + data[end:])
+    return name
+
+
+def test_a_header_naming_a_tensor_twice_is_refused(checkpoint, gpt2_hf, tmp_path):
+    damaged = tmp_path / "twice.safetensors"
+    name = with_a_name_twice(checkpoint, damaged)
+    assert name in load_file(damaged)  # safetensors reads it, keeping one of the two
+    for command in (["inspect", damaged], ["evaluate", damaged, "--recipe", RECIPE]):
+        code, out = zoo_cli(*command)
+        assert code == 2 and f"names the tensor {name!r} twice; the file is damaged" in out, out
+    foreign = tmp_path / "hf" / "model.safetensors"
+    foreign.parent.mkdir()
+    name = with_a_name_twice(gpt2_hf / "model.safetensors", foreign)
+    code, out = zoo_cli("import", foreign, "--out", tmp_path / "zoo", "--num-heads", "4")
+    assert code == 2 and f"names the tensor {name!r} twice" in out, out
+
+
+def test_a_metadata_key_or_an_entry_field_named_twice_is_refused():
+    entry = '"dtype": "F32", "shape": [2], "data_offsets": [0, 8]'
+    with pytest.raises(CheckpointError, match=r"names the metadata key 'task' twice"):
+        parse_header(f'{{"__metadata__": {{"task": "a", "task": "b"}}, "w": {{{entry}}}}}'.encode(), "f")
+    with pytest.raises(CheckpointError, match=r"names the 'w' field 'dtype' twice"):
+        parse_header(f'{{"w": {{{entry}, "dtype": "I64"}}}}'.encode(), "f")
+    assert parse_header(f'{{"w": {{{entry}}}}}'.encode(), "f") == {"w": json.loads(f"{{{entry}}}")}
+
+
+# ----------------------------------------------------------- metadata that contradicts itself
+
+
+def test_a_task_the_config_does_not_build_is_refused_naming_both(checkpoint, tmp_path):
+    lm = rewritten(checkpoint, tmp_path / "lm.safetensors", task="language_modeling")
+    for command in (["inspect", lm], ["evaluate", lm, "--recipe", RECIPE]):
+        code, out = zoo_cli(*command)
+        assert code == 2 and "its task metadata is 'language_modeling' but its cnn config builds a " in out, (
+            out
+        )
+        assert "'classification' model; the file is damaged" in out, out
+    five = rewritten(checkpoint, tmp_path / "five.safetensors", task_info='{"num_classes": 5}')
+    code, out = zoo_cli("inspect", five)
+    assert code == 2 and "task_info.num_classes is 5, the config's num_classes 10" in out, out
+
+
+# ------------------------------------------------------------------------- integer weights
+
+
+@pytest.mark.parametrize("dtype", ["int64", "bool"])
+def test_integer_or_bool_weights_are_refused_naming_the_tensor_and_the_dtype(checkpoint, tmp_path, dtype):
+    tensors = {k: v.astype(dtype) for k, v in load_file(checkpoint).items()}
+    bad = rewritten(checkpoint, tmp_path / f"{dtype}.safetensors", tensors, dtype=dtype)
+    commands = (
+        ["inspect", bad], ["evaluate", bad, "--recipe", RECIPE],
+        ["finetune", RECIPE, "--from", bad, "--set", f"export.dir={tmp_path}"],
+        ["export", bad, "--format", "onnx", "--out", tmp_path / "m.onnx"],
+    )  # fmt: skip
+    for command in commands:
+        code, out = zoo_cli(*command)
+        assert code == 2 and f"stem.conv.weight has dtype {dtype}, expected float32" in out, (command, out)
+    assert not (tmp_path / "m.onnx").exists() and not list(tmp_path.glob("cnn-digits*"))
+
+
+def test_integer_counters_of_the_weight_table_stay_accepted(tmp_path):
+    """BatchNorm's num_batches_tracked is int64 in the table, and in a bfloat16 export too."""
+    model = zoo.create_model("convnet-tiny", framework="lightning", seed=0, batch_norm=True)
+    path = zoo.save_checkpoint(model, tmp_path / "bn.safetensors", dtype="bfloat16")
+    found = read_checkpoint(path)
+    counters = {k: v for k, v in found.tensors().items() if k.endswith("num_batches_tracked")}
+    assert counters and all(v.dtype == np.int64 for v in counters.values())
+
+
+# ------------------------------------------------------------ finite weights, outputs overflowing
+
+
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+def test_an_evaluation_whose_loss_overflows_fails_naming_it(checkpoint, tmp_path, framework):
+    huge = {k: np.full_like(v, 3e38) for k, v in load_file(checkpoint).items()}
+    path = rewritten(checkpoint, tmp_path / "huge.safetensors", huge)
+    code, out = zoo_cli("evaluate", path, "--recipe", RECIPE, "--framework", framework)
+    assert code == 1 and "the test loss is nan: the model's outputs overflow float32" in out, out
+    assert "although every weight is finite (the largest: " in out and "3e+38" in out, out
+    code, out = zoo_cli("evaluate", checkpoint, "--recipe", RECIPE, "--framework", framework)
+    assert code == 0 and "test_loss" in out, out  # the same model at its own scale evaluates
+
+
+# ------------------------------------------------------------------ the attention head count
+
+
+def bert_384_12(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
+    """A BERT 384 wide with 12 heads of 32 (MiniLM's shape, one block), weights scaled so that
+    attention is far from uniform, exported as transformers' weights alone (no config.json)."""
+    fields = dict(
+        hidden_size=384, num_heads=12, num_layers=1, intermediate_size=64, vocab_size=40, max_len=16
+    )
+    model = zoo.create_model("bert", framework="lightning", seed=0, **fields)
+    rng = np.random.default_rng(0)
+    load_tensors(
+        model, {k: v + rng.normal(0, 0.3, v.shape).astype(v.dtype) for k, v in model_tensors(model).items()}
+    )
+    export_checkpoint(zoo.save_checkpoint(model, tmp_path / "zoo.safetensors"), "hf", tmp_path / "hf")
+    (tmp_path / "hf" / "config.json").unlink()
+    return model.eval(), tmp_path / "hf"
+
+
+def hidden(model, ids: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return model.eval()(torch.from_numpy(ids)).numpy()
+
+
+def test_bert_weights_without_a_config_take_the_head_count_given_never_a_guess(tmp_path):
+    model, folder = bert_384_12(tmp_path)
+    code, out = zoo_cli("import", folder, "--out", tmp_path / "none")
+    assert code == 2 and "how many attention heads their width-384 BERT has" in out, out
+    assert "pass zoo import --num-heads N" in out and not (tmp_path / "none").exists(), out
+    code, out = zoo_cli("import", folder, "--out", tmp_path / "twelve", "--num-heads", "12")
+    assert code == 0, out
+    ids = model.zoo_config.example_input(2, seed=1)
+    imported = zoo.load_checkpoint(tmp_path / "twelve" / "model.safetensors")
+    assert imported.zoo_config.num_heads == 12 and np.array_equal(hidden(imported, ids), hidden(model, ids))
+    fields, tensors = bert_from_hf(*read_foreign(folder), num_heads=6)  # what width / 64 gave
+    six = registry.get_family("bert").build_torch(registry.resolve_config("bert", **fields))
+    load_tensors(six, tensors)
+    assert np.max(np.abs(hidden(six, ids) - hidden(model, ids))) > 0.1  # the count changes the outputs
+
+
+def test_a_head_count_that_contradicts_the_config_json_is_refused(gpt2_hf, tmp_path):
+    code, out = zoo_cli("import", gpt2_hf, "--out", tmp_path / "z", "--num-heads", "2")
+    assert code == 2 and "--num-heads 2 disagrees with config.json's n_head 4" in out, out
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(gpt2_hf / "model.safetensors", bare / "model.safetensors")
+    code, out = zoo_cli("import", bare, "--out", tmp_path / "z")
+    assert code == 2 and "their width-64 GPT-2 has" in out and "--num-heads" in out, out
+    code, out = zoo_cli("import", bare, "--out", tmp_path / "z", "--num-heads", "4")
+    assert code == 0 and read_checkpoint(tmp_path / "z" / "model.safetensors").config.n_head == 4, out
+    code, out = zoo_cli(
+        "import", bare, "--out", tmp_path / "r", "--num-heads", "4", "--format", "torchvision"
+    )
+    assert code == 2 and "has no attention heads to count (--num-heads)" in out, out
+
+
+def test_a_vit_imported_with_its_head_count_exports_it_to_timm(tmp_path):
+    """384 wide, 12 heads (timm's vit_small has 6 at this width): the count given at import is
+    the count timm's config.json gets on export."""
+    fields = dict(image_size=16, patch_size=4, dim=384, num_heads=12, depth=1, mlp_ratio=0.25, num_classes=3)
+    model = zoo.create_model("vit", framework="lightning", seed=0, **fields)
+    export_checkpoint(zoo.save_checkpoint(model, tmp_path / "zoo.safetensors"), "timm", tmp_path / "timm")
+    (tmp_path / "timm" / "config.json").unlink()
+    code, out = zoo_cli("import", tmp_path / "timm", "--out", tmp_path / "guess")
+    assert code == 2 and "their width-384 ViT has" in out and "--num-heads" in out, out
+    code, out = zoo_cli("import", tmp_path / "timm", "--out", tmp_path / "z", "--num-heads", "12")
+    assert code == 0, out
+    code, out = zoo_cli(
+        "export", tmp_path / "z" / "model.safetensors", "--format", "timm", "--out", tmp_path / "back"
+    )
+    assert code == 0, out
+    written = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert from_timm(load_file(tmp_path / "back" / "model.safetensors"), written)[0]["num_heads"] == 12
+    assert (
+        written["model_args"].get("num_heads", 12) == 12
+        and written["architecture"] != "vit_small_patch16_224"
+    )
+
+
+# ------------------------------------------------------------ config.json fields written back
+
+
+LABELS = {"0": "negative", "1": "neutral", "2": "positive"}
+WRITTEN_BACK = {  # family: (reference script and case, config.json fields set, an activation refused)
+    "gpt2": (
+        ("hf_gpt2.py", "tiny"),
+        dict(activation_function="gelu_pytorch_tanh", bos_token_id=7, eos_token_id=9,
+             task_specific_params={"text-generation": {"max_length": 20}}),
+        ("activation_function", "relu", "activation_function 'relu'"),
+    ),
+    "bert": (
+        ("hf_bert.py", "cls"),
+        dict(id2label=LABELS, label2id={v: int(k) for k, v in LABELS.items()}, pad_token_id=1,
+             problem_type="single_label_classification", tokenizer_class="BertTokenizer"),
+        ("hidden_act", "gelu_new", "hidden_act is 'gelu_new'"),
+    ),
+}  # fmt: skip
+
+
+def edited(folder: Path, out: Path, **fields) -> dict:
+    """A copy of a transformers folder whose config.json has ``fields`` changed."""
+    shutil.copytree(folder, out)
+    config = json.loads((folder / "config.json").read_text()) | fields
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return config
+
+
+@pytest.mark.parametrize("family", list(WRITTEN_BACK))
+def test_an_export_writes_back_the_config_fields_it_was_imported_with(tmp_path, family):
+    """transformers' own config.json (GPT-2's activation named gelu_pytorch_tanh, its bos/eos
+    ids, BERT's label names...) through zoo import and zoo export --format hf: every field as
+    it was. An activation the family does not compute is refused at import, by name."""
+    (script, case), fields, (key, activation, refused) = WRITTEN_BACK[family]
+    reference = reference_env.fixtures(script) / case
+    source = edited(reference, tmp_path / "src", **fields)
+    import_checkpoint(tmp_path / "src", tmp_path / "zoo")
+    export_checkpoint(tmp_path / "zoo" / "model.safetensors", "hf", tmp_path / "back")
+    written = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert {name: written.get(name) for name in source} == source
+    edited(reference, tmp_path / "other", **{key: activation})
+    code, out = zoo_cli("import", tmp_path / "other", "--out", tmp_path / "refused")
+    assert code == 2 and refused in out and not (tmp_path / "refused").exists(), out
+
+
+# ----------------------------------------------------------------- an output that is the input
+
+
+def test_an_export_onto_its_own_checkpoint_is_refused_and_the_checkpoint_kept(gpt2_hf, tmp_path):
+    own = tmp_path / "run" / "model.safetensors"
+    own.parent.mkdir()
+    shutil.copy(gpt2_hf.parent / "zoo.safetensors", own)
+    (tmp_path / "link.safetensors").symlink_to(own)
+    before = digest(own)
+    attempts = (
+        (["--format", "hf", "--out", own], f"--out: {own} is an input of this command"),
+        (["--format", "hf", "--out", own.parent], f"--out: {own} is an input of this command"),
+        (["--format", "hf", "--out", tmp_path / "link.safetensors"], f"resolves to {own}, an input"),
+        (["--format", "savedmodel", "--out", own.parent], f"--out: {own.parent} holds {own}, an input"),
+    )
+    for options, said in attempts:
+        code, out = zoo_cli("export", own, *options, "--overwrite")
+        assert code == 2 and said in out and "choose another --out" in out, (options, out)
+        assert digest(own) == before and sorted(p.name for p in own.parent.iterdir()) == ["model.safetensors"]
+    code, out = zoo_cli("inspect", own)
+    assert code == 0, out
+
+
+def test_an_import_into_the_folder_it_reads_is_refused(gpt2_hf, tmp_path):
+    folder = tmp_path / "hf"
+    shutil.copytree(gpt2_hf, folder)
+    before = {p.name: digest(p) for p in folder.iterdir()}
+    (folder / "tokenizer.json").write_text("{}")  # would be replaced by the imported tokenizer
+    for out, replaced in ((folder, "model.safetensors"), (folder / "zoo.safetensors", "tokenizer.json")):
+        code, said = zoo_cli("import", folder, "--out", out, "--overwrite")
+        assert code == 2 and f"--out: {folder / replaced} is an input of this command" in said, said
+    (folder / "tokenizer.json").unlink()
+    assert {p.name: digest(p) for p in folder.iterdir()} == before
+
+
+def test_a_tokenizer_trained_onto_its_own_text_is_refused(tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 20)
+    before = digest(text)
+    code, out = zoo_cli("tokenizer", "train", text, "-o", text, "--vocab-size", "300")
+    assert code == 2 and f"-o: {text} is an input of this command" in out, out
+    assert digest(text) == before

@@ -1,0 +1,332 @@
+"""Runs under signals and surprises, round 2: SIGTERM (preemption) saves the state where the run
+stops and exits 143, resumed bit-exactly; Ctrl-C says what is kept; a run folder deleted during
+training stops the run; a loss that explodes while staying finite is reported; and the inputs that
+validated but could not run (run names outside export.dir, one-class and huge labels, token ids
+for a classifier of features, a broken plugin) are refused in one line.
+
+Signals are sent by the training process to itself at a chosen batch end (``SIGNAL_AT`` wraps
+the CLI): where the run stops never depends on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FRAMEWORKS, RECIPE, tiny
+from safetensors.numpy import load_file
+from test_hardening_runs import zoo
+from test_plugin_family import write_plugin
+
+from zoo import registry
+from zoo.runs import next_commands, read_metrics, read_run
+from zoo.runs.growth import GROWTH_LIMIT, LOSS_FLOOR, loss_explosion
+from zoo.state import latest_state, step_of
+
+# 1,257 training digits in batches of 128: 10 batches an epoch, 20 in the run.
+SETTINGS = [
+    "model.architecture=convnet-tiny", "model.dropout=0.3", "trainer.max_epochs=2",
+    "trainer.progress_bar=false", "trainer.deterministic=true", "trainer.num_threads=1",
+    "data.batch_size=128",
+]  # fmt: skip
+BATCHES = 10
+
+# The zoo command line, with the process sending itself a signal at the end of its ``count``-th
+# training batch (``train``) or validation batch (``val``), after zoo's per-batch callback ran:
+# a real signal through the real handlers, at a point that never depends on the machine's speed.
+SIGNAL_AT = """
+import os, signal, sys
+
+framework, hook, count, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if framework == "lightning":
+    from zoo.lightning import callbacks
+    method = {"train": "on_train_batch_end", "val": "on_validation_batch_end"}[hook]
+else:
+    from zoo.keras import callbacks
+    method = {"train": "on_train_batch_end", "val": "on_test_batch_end"}[hook]
+original = getattr(callbacks.StopOnNonFiniteLoss, method)
+seen = []
+
+
+def hooked(self, *args, **kwargs):
+    original(self, *args, **kwargs)
+    seen.append(1)
+    if len(seen) == count:
+        os.kill(os.getpid(), getattr(signal, name))
+
+
+setattr(callbacks.StopOnNonFiniteLoss, method, hooked)
+from zoo.cli import main
+
+main(args=sys.argv[5:], prog_name="zoo")
+"""
+
+
+def sets(*overrides: str) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
+
+
+def signalled(
+    tmp_path: Path, framework: str, count: int, name: str, hook: str = "train", *overrides: str
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """A ``zoo train`` of SETTINGS that receives signal ``name`` at its ``count``-th ``hook`` batch end."""
+    script = tmp_path / "signal_at.py"
+    script.write_text(textwrap.dedent(SIGNAL_AT))
+    run = tmp_path / f"{framework}-{name}-{hook}-{count}"
+    where = [f"export.dir={tmp_path}", f"export.run_name={run.name}"]
+    args = ["train", str(RECIPE), "--framework", framework, *sets(*SETTINGS, *overrides, *where)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, str(script), framework, hook, str(count), name, *args],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    return done, run
+
+
+def stopped_on_sigterm(done: subprocess.CompletedProcess, run: Path, step: int) -> None:
+    """Exit 143, the newest state at ``step``, said on stderr and in summary.json, no checkpoint."""
+    assert done.returncode == 143, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    state = latest_state(run)
+    assert state is not None and step_of(state) == step, state
+    expected = (
+        f"the run stopped on SIGTERM; its last training state is kept (state/{state.name}, step {step})"
+    )
+    assert expected in done.stderr and f"zoo resume {run}" in done.stderr, done.stderr[-3000:]
+    assert "training stopped: the run received SIGTERM" in done.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary == {"status": "interrupted", "signal": "SIGTERM", "last_state": str(state), "step": step}
+    assert (
+        read_run(run).status == "interrupted"
+        and next_commands(read_run(run))["resume"] == f"zoo resume {run}"
+    )
+    assert not (run / "model.safetensors").exists()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The run each signalled run must end as, trained once per framework."""
+    root, found = tmp_path_factory.mktemp("whole"), {}
+
+    def run(framework: str) -> Path:
+        if framework not in found:
+            args = sets(*SETTINGS, f"export.dir={root}", f"export.run_name={framework}")
+            code, out = zoo("train", str(RECIPE), "--framework", framework, *args)
+            assert code == 0, out
+            found[framework] = root / framework
+        return found[framework]
+
+    return run
+
+
+def rows_without_time(run: Path) -> list[dict[str, str]]:
+    return [
+        {k: v for k, v in row.items() if k != "epoch_seconds"} for row in read_metrics(run / "metrics.csv")
+    ]
+
+
+@pytest.mark.slow  # a training process per framework and case (TensorFlow's import alone is seconds)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("batch", [7, BATCHES], ids=["mid-epoch", "epoch-end"])
+def test_sigterm_saves_the_state_exits_143_and_resume_is_bit_exact(tmp_path, framework, batch, uninterrupted):
+    done, run = signalled(tmp_path, framework, batch, "SIGTERM")
+    # Mid-epoch it stops after that optimizer step; in an epoch's last step, after the epoch's
+    # validation, metrics row and state.
+    stopped_on_sigterm(done, run, batch)
+    assert [row["epoch"] for row in read_metrics(run / "metrics.csv")] == ["1"] * (batch == BATCHES)
+
+    code, out = zoo("resume", str(run))
+    assert code == 0, out
+    whole = uninterrupted(framework)
+    expected, resumed = load_file(whole / "model.safetensors"), load_file(run / "model.safetensors")
+    assert expected.keys() == resumed.keys()
+    assert all(np.array_equal(expected[k], resumed[k]) for k in expected), "resumed weights differ"
+    assert rows_without_time(run) == rows_without_time(whole)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and "loss_exploded" not in summary
+    # The first batch's loss travelled in the state: the explosion check still has it.
+    first = json.loads((whole / "summary.json").read_text())["metrics"]["train_loss_first_batch"]
+    assert summary["metrics"]["train_loss_first_batch"] == first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize(
+    "hook, count, overrides, step, rows",
+    [("val", 1, (), BATCHES, 1), ("train", 7, ("trainer.accumulate_grad_batches=2",), 4, 0)],
+    ids=["validating", "accumulating"],
+)
+def test_sigterm_lets_a_validating_epoch_or_an_accumulated_step_end_first(
+    tmp_path, framework, hook, count, overrides, step, rows
+):
+    done, run = signalled(tmp_path, framework, count, "SIGTERM", hook, *overrides)
+    stopped_on_sigterm(done, run, step)
+    assert len(read_metrics(run / "metrics.csv")) == rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_ctrl_c_says_what_is_kept_and_how_to_resume(tmp_path, framework):
+    done, run = signalled(tmp_path, framework, BATCHES + 5, "SIGINT")
+    assert done.returncode == 1, done.stderr[-3000:]
+    kept = f"state/step-{BATCHES:09d}.{'ckpt' if framework == 'lightning' else 'safetensors'}"
+    expected = f"the run stopped on Ctrl-C (SIGINT); its last training state is kept ({kept}, step {BATCHES})"
+    assert expected in done.stderr and f"zoo resume {run}" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGINT" and summary["step"] == BATCHES
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_run_folder_deleted_during_training_stops_the_run(tmp_path, framework, monkeypatch):
+    module = "zoo.lightning.callbacks" if framework == "lightning" else "zoo.keras.callbacks"
+    callbacks = __import__(module, fromlist=["StopOnNonFiniteLoss"])
+    original, run = callbacks.StopOnNonFiniteLoss.on_train_batch_end, tmp_path / "doomed"
+
+    def remove_at_batch_3(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if run.exists() and len(read_metrics(run / "metrics.csv")) == 0 and self.last_finite[0] == 3:
+            shutil.rmtree(run)
+
+    monkeypatch.setattr(callbacks.StopOnNonFiniteLoss, "on_train_batch_end", remove_at_batch_3)
+    code, out = zoo("train", str(RECIPE), "--framework", framework,
+                    *sets(*SETTINGS, f"export.dir={tmp_path}", "export.run_name=doomed"))  # fmt: skip
+    assert code == 1, out
+    assert f"the run folder {run} was deleted or moved away while the run trained" in out, out
+    assert not run.exists(), sorted(p.name for p in run.rglob("*"))  # nothing recreated in its place
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_finite_explosion_of_the_loss_is_reported(tmp_path, framework, caplog, uninterrupted):
+    overrides = tiny(tmp_path, "export.run_name=boom", "trainer.max_epochs=1", "optimizer.lr=1e6")
+    code, out = zoo("train", str(RECIPE), "--framework", framework, *sets(*overrides))
+    assert code == 0, out  # it finished: its checkpoint holds numbers, worth nothing
+    summary = json.loads((tmp_path / "boom" / "summary.json").read_text())
+    exploded = summary["loss_exploded"]
+    assert exploded["factor"] > GROWTH_LIMIT and exploded["last_epoch_loss"] > LOSS_FLOOR
+    assert exploded["first_batch_loss"] == summary["metrics"]["train_loss_first_batch"]
+    assert math.isclose(
+        exploded["last_epoch_loss"], float(read_metrics(tmp_path / "boom" / "metrics.csv")[-1]["train_loss"])
+    )
+    (warning,) = [r.getMessage() for r in caplog.records if "the training loss exploded" in r.getMessage()]
+    assert f"{exploded['factor']:.3g} times" in warning and "lower optimizer.lr" in warning
+    # A run that trains is not reported; its first batch is the untrained model's: ln(10) for ten digits.
+    whole = json.loads((uninterrupted(framework) / "summary.json").read_text())
+    assert "loss_exploded" not in whole
+    assert abs(whole["metrics"]["train_loss_first_batch"] - math.log(10)) < 0.1
+
+
+def test_the_explosion_rule_at_its_edges():
+    rows = [{"epoch": "1", "train_loss": "5.0"}, {"epoch": "2", "train_loss": str(GROWTH_LIMIT * 0.5)}]
+    assert loss_explosion(0.5, rows) is None  # exactly GROWTH_LIMIT times: not more
+    rows[-1]["train_loss"] = str(GROWTH_LIMIT * 0.5 * 1.001)
+    assert loss_explosion(0.5, rows)["epoch"] == 2
+    assert loss_explosion(0.001, [{"epoch": "1", "train_loss": str(LOSS_FLOOR)}]) is None  # tiny losses
+    assert loss_explosion(None, rows) is None  # resumed from a state without the first loss
+    assert loss_explosion(0.5, [*rows, {"epoch": "3", "train_loss": ""}])["epoch"] == 2  # an empty cell
+    assert loss_explosion(0.5, [{"epoch": "1", "train_loss": "nan"}]) is None  # NaN stops runs itself
+
+
+@pytest.mark.parametrize("name", ["../../escape", "/tmp/abs-escape", "..", "x" * 300])
+def test_validate_and_train_agree_on_run_names(tmp_path, name):
+    code, out = zoo("validate", str(RECIPE), *sets(f"export.run_name={name}"))
+    assert code == 2 and "export.run_name" in out and ("not a folder name" in out or "bytes long" in out), out
+    line = next(part for part in out.splitlines() if "export.run_name" in part)
+    code, out = zoo("train", str(RECIPE), *sets(*tiny(tmp_path, f"export.run_name={name}")))
+    assert code == 2 and line.split(": ", 1)[-1] in out, out
+    assert list(tmp_path.iterdir()) == [] and not Path("/tmp/abs-escape").exists()
+
+
+def labelled(tmp_path: Path, labels: list) -> Path:
+    words = ["alpha beta", "gamma delta", "epsilon zeta", "eta theta"]
+    path = tmp_path / "labels.csv"
+    path.write_text("text,label\n" + "".join(f"{words[i % 4]} {i},{v}\n" for i, v in enumerate(labels)))
+    return path
+
+
+def train_text(tmp_path: Path, architecture: str, path: Path) -> tuple[int, str]:
+    text = ["data.name=text_classification", "data.tokenizer=char", f"data.path={path}"]
+    return zoo("train", str(RECIPE), *sets(*tiny(tmp_path, f"model.architecture={architecture}", *text)))
+
+
+def token_classifiers() -> list[str]:
+    from zoo.recipe.schema import classifies_token_ids
+
+    return [name for name, family in registry.families().items() if classifies_token_ids(family)]
+
+
+@pytest.mark.parametrize("label, shown", [("0", "0"), ("spam", "'spam'")], ids=["ids", "names"])
+def test_text_classification_with_one_class_is_refused(tmp_path, label, shown):
+    path = labelled(tmp_path, [label] * 40)
+    code, out = train_text(tmp_path, "lstm-small", path)
+    assert code == 2 and f"{path}: all 40 examples have the label {shown};" in out, out
+    assert "needs at least two classes" in out and "Traceback" not in out
+    assert [p.name for p in tmp_path.iterdir()] == ["labels.csv"]
+
+
+@pytest.mark.parametrize("family", token_classifiers())
+def test_a_label_past_the_class_bound_is_refused_with_its_line_in_every_family(tmp_path, family):
+    labels = [i % 2 for i in range(40)]
+    labels[8] = 10**12
+    path = labelled(tmp_path, labels)
+    code, out = train_text(tmp_path, family, path)
+    assert code == 2 and f"{path}, line 10: label '1000000000000' is past 999,999" in out, out
+
+
+def test_every_family_bounds_its_class_count():
+    for name, family in registry.families().items():
+        if "num_classes" not in family.config.model_fields:
+            continue
+        with pytest.raises(ValueError, match="less than or equal to 1000000"):
+            family.config.model_validate({"architecture": name, "num_classes": 10**12})
+
+
+def test_npz_labels_past_the_class_bound_name_the_array_and_index(tmp_path):
+    x = np.zeros((6, 8, 8), np.float32)
+    y = np.array([0, 1, 0, 1, 10**12, 1])
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=y, x_test=x, y_test=y % 2)
+    code, out = zoo(
+        "train", str(RECIPE), *sets(*tiny(tmp_path, "data.name=npz", f"data.path={tmp_path / 'd.npz'}"))
+    )
+    assert code == 2 and "y_train[4] is 1000000000000, past 999,999" in out, out
+
+
+@pytest.mark.parametrize("architecture", ["transformer-tiny", "convnet-tiny"])
+def test_a_classifier_that_cannot_read_token_ids_is_refused_at_validation(architecture):
+    overrides = [f"model.architecture={architecture}", "data.name=text_classification", "data.tokenizer=char"]
+    code, out = zoo("validate", str(RECIPE), *sets(*overrides))
+    works = token_classifiers()
+    assert code == 2 and f"model.architecture: '{architecture}' classifies" in out, out
+    assert "data.name 'text_classification' gives token ids (data.tokenizer 'char')" in out
+    assert f"reads token ids: {', '.join(works)}" in out
+    for family in works:  # what the message offers does validate
+        code, out = zoo("validate", str(RECIPE), *sets(*overrides[1:], f"model.architecture={family}"))
+        assert code == 0, out
+
+
+def test_a_plugin_that_cannot_be_imported_leaves_every_command_working(tmp_path):
+    root = write_plugin(tmp_path, "zoo_broken", {"__init__.py": "import zoo_no_such_module\n"}, "zoo-broken",
+                        "gone = zoo_broken:FAMILY")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+
+    def command(*args):
+        zoo_cli = [sys.executable, "-m", "zoo.cli", *args]
+        return subprocess.run(zoo_cli, env=env, capture_output=True, text=True, timeout=300)
+
+    listed = command("list")
+    assert listed.returncode == 0 and "cnn" in listed.stdout, listed.stderr
+    (warning,) = listed.stderr.splitlines()
+    assert "skipping the architecture family 'gone'" in warning and "cannot be imported" in warning
+    assert "No module named 'zoo_no_such_module'" in warning and "pip uninstall zoo-broken" in warning
+    shown = command("show", "gone")
+    assert shown.returncode == 2 and "the architecture family 'gone' is unavailable" in shown.stderr
+    assert "Traceback" not in shown.stderr and "pip uninstall zoo-broken" in shown.stderr
+    assert command("show", "convnet-tiny").returncode == 0

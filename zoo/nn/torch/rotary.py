@@ -1,0 +1,36 @@
+"""Rotary position embeddings applied to queries and keys (torch; the Keras twin: ``zoo.nn.keras.rotary``).
+
+transformers' arithmetic step for step: the angles ``position * frequency`` in float32 (also
+under autocast), their cosines and sines in the hidden states' dtype, and
+``x * cos + rotate_half(x) * sin`` on each head, where ``rotate_half`` swaps the two halves of
+the head's features and negates the second. The frequencies are ``zoo.nn.rotary``'s numpy
+array, shared with the Keras twin.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def rotary_tables(
+    positions: torch.Tensor, inv_freq: np.ndarray, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, T) integer positions -> cosines and sines (N, T, head_dim) in ``dtype``."""
+    frequencies = torch.from_numpy(inv_freq).to(positions.device)
+    with torch.autocast(positions.device.type, enabled=False):
+        angles = positions.to(torch.float32)[..., None] * frequencies
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """(N, heads, T, head_dim) turned by the (N, T, head_dim) tables (type promotion decides the
+    dtype, as in transformers: a bfloat16 projection under autocast meets float32 tables)."""
+    cos, sin = cos[:, None], sin[:, None]
+    return x * cos + rotate_half(x) * sin
