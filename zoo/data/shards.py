@@ -118,7 +118,6 @@ def class_names(shard: Shard, column: str) -> list[str] | None:
     """The names a Hugging Face ``ClassLabel`` gives the label ids of ``column``, where the
     shard carries its features (a save_to_disk folder's dataset_info.json, or the schema
     metadata datasets writes into Parquet and Arrow files)."""
-    import json
 
     info = Path(shard.path).with_name("dataset_info.json")
     features = None
@@ -127,8 +126,13 @@ def class_names(shard: Shard, column: str) -> list[str] | None:
     elif shard.kind in ("parquet", "arrow"):
         metadata = arrow_schema(shard).metadata or {}
         if b"huggingface" in metadata:
-            features = json.loads(metadata[b"huggingface"]).get("info", {}).get("features")
-    label = (features or {}).get(column) or {}
+            stored = parse_json(
+                metadata[b"huggingface"], f"{shard.path}: its 'huggingface' metadata", error=DataError
+            )
+            written = stored.get("info")
+            features = written.get("features") if isinstance(written, dict) else None
+    label = features.get(column) if isinstance(features, dict) else None
+    label = label if isinstance(label, dict) else {}
     names = label.get("names") if label.get("_type") == "ClassLabel" else None
     return list(names) if isinstance(names, list) else None
 

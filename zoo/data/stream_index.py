@@ -28,6 +28,7 @@ import numpy as np
 
 from zoo.data import DataError
 from zoo.data.shards import LINE_KINDS, BadRecord, BadShard, Shard, parse, raw_rows
+from zoo.limits import read_json
 from zoo.tokenizer import write_atomically
 
 log = logging.getLogger("zoo")
@@ -94,7 +95,8 @@ def corpus_index(shards: Sequence[Shard], survey: Survey, on_bad: str, sized: bo
     folder = cache_folder(shards, survey, sized)
     cached = folder / "index.json"
     if cached.is_file():
-        index = _load(folder, shards, json.loads(cached.read_text()))
+        record = read_json(cached, error=DataError, fix=f"delete {folder} to index the files again")
+        index = _load(folder, shards, record)
     else:
         index = _build(folder, shards, survey, on_bad, sized)
     if index.skipped:
