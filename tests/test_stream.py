@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -327,6 +328,17 @@ def test_the_index_is_read_again_only_when_a_file_changes(tmp_path, monkeypatch)
         shard.write(json.dumps({"text": text_of(80), "label": 80}) + "\n")
     grown = load_dataset(labelled(tmp_path / "c"), "tokens")
     assert len(passes) == 4 and len(grown.train) + len(grown.val) + len(grown.test) == 81
+
+
+def test_a_cached_index_that_is_not_json_is_refused_naming_the_folder_to_delete(tmp_path):
+    write_corpus(tmp_path / "c", [40])
+    load_dataset(labelled(tmp_path / "c"), "tokens")
+    (cached,) = (tmp_path / "cache" / "streams").glob("*/index.json")
+    cached.write_text('{"shards": [')  # as a disk that filled up mid-write would leave it
+    with pytest.raises(DataError, match=rf"{cached} is not JSON .*; delete {cached.parent} to index"):
+        load_dataset(labelled(tmp_path / "c"), "tokens")
+    shutil.rmtree(cached.parent)
+    assert len(load_dataset(labelled(tmp_path / "c"), "tokens").train) == 40 - 2 - 2
 
 
 def test_text_files_are_a_record_a_line_their_newlines_kept(tmp_path):
