@@ -146,7 +146,7 @@ def check_context(config: ArchitectureConfig, dataset: Dataset) -> None:
     from zoo.data import DataError
 
     context = config.context_length()
-    if context is None or dataset.train.mask is None:
+    if context is None or not dataset.train.has_text_inputs:
         return
     width = max(split.x.shape[1] for split in (dataset.train, dataset.val, dataset.test) if len(split))
     if width > context:
