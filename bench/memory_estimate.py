@@ -7,7 +7,8 @@ one row per shape with estimate / measured; the target is within 30 %.
 
     .venv/bin/python bench/memory_estimate.py [--shapes gpt2 bert-base resnet50] [--steps 2]
 
-gpt2 and bert-base compare six models of ~0.5 GB each: run it on a machine with ~12 GB free.
+gpt2 and bert-base compare at least four models of ~0.4 GB each: a gpt2 comparison passed 16 GB resident
+(bench/RESULTS.md); run one shape at a time on a machine with more than 20 GB free.
 """
 
 from __future__ import annotations

@@ -8,18 +8,21 @@ the numbers they give are tested there, the layouts here.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import reference_env
+import safetensors.numpy
 
 import zoo
 from architectures.convnext.formats import timm_to_zoo, torchvision_to_zoo, zoo_to_timm, zoo_to_torchvision
 from zoo import registry
-from zoo.checkpoint import model_tensors
+from zoo.checkpoint import model_tensors, read_checkpoint
 from zoo.foreign import ForeignLayoutError
 from zoo.interchange import InterchangeError, export_checkpoint, import_checkpoint, read_foreign
+from zoo.preprocessing import ImagePreprocessing, Preprocessing
 from zoo.weights import tensor_specs
 
 FAMILY = registry.get_family("convnext")
@@ -183,3 +186,80 @@ def test_zoo_export_reports_a_refused_config(tmp_path):
     assert json.loads((written.parent / "config.json").read_text())["model_args"]["patch_size"] == 1
     again = import_checkpoint(written.parent, tmp_path / "again")
     assert again.config.model_dump(exclude={"preset"}) == config.model_dump(exclude={"preset"})
+
+
+# ------------------------------------------------------------------------------------ preprocessing
+
+
+def test_a_torchvision_import_records_the_eval_transform_of_torchvisions_weights_of_its_shape():
+    """Each size's against ``ConvNeXt_*_Weights.IMAGENET1K_V1.transforms()`` (the resize differs by
+    size); a shape torchvision publishes no weights of records none."""
+    out = reference_env.fixtures("torchvision_image_transforms.py")
+    theirs = json.loads((out / "cases.json").read_text())["convnext_eval"]
+    shapes = {"tiny": "convnext-tiny", "small": "convnext-small", "base": "convnext-base"}
+    read = FAMILY.format("torchvision").read_preprocessing
+    for size, weights in theirs.items():
+        fields = {"depths": [3, 3, 27, 3], "dims": [192, 384, 768, 1536]} if size == "large" else {}
+        config = registry.resolve_config(shapes.get(size, "convnext"), **fields)
+        image = read(config, {}).image
+        assert ([image.size], [image.resize], image.interpolation) == (
+            weights["size"],
+            weights["resize"],
+            weights["interpolation"],
+        ), size
+        assert (list(image.mean), list(image.std)) == (weights["mean"], weights["std"]), size
+    assert read(registry.resolve_config("convnext-micro", patch_size=4), {}) is None
+    assert read(registry.resolve_config("convnext-tiny", image_size=64), {}) is None
+
+
+def test_a_timm_import_records_its_pretrained_cfg_and_label_names(timm_files, tmp_path):
+    """timm's own config.json (a 1-channel model: timm writes one mean and std), read as timm's
+    resolve_data_config reads it, with label names added."""
+    tensors, meta = timm_files
+    folder = tmp_path / "timm"
+    folder.mkdir()
+    safetensors.numpy.save_file(tensors, folder / "model.safetensors")
+    names = [f"class {i}" for i in range(7)]
+    (folder / "config.json").write_text(json.dumps({**meta, "label_names": names}))
+    recorded = read_checkpoint(import_checkpoint(folder, tmp_path / "zoo").path).preprocessing
+    timm = meta["pretrained_cfg"]
+    assert timm["input_size"] == [1, 224, 224] and len(timm["mean"]) == 1
+    assert recorded.image == ImagePreprocessing(
+        size=224,
+        resize=math.floor(224 / timm["crop_pct"]),
+        interpolation=timm["interpolation"],
+        channels="grayscale",
+        mean=tuple(timm["mean"]),
+        std=tuple(timm["std"]),
+    )
+    assert recorded.labels == tuple(names)
+
+
+def test_a_features_backbone_records_the_transform_and_no_label_names(reference):
+    tensors, meta = read_foreign(reference / "timm-micro-features")
+    config = registry.resolve_config("convnext", **timm_to_zoo(tensors, meta)[0])
+    found = FAMILY.format("timm").read_preprocessing(config, {**meta, "label_names": ["a", "b"]})
+    assert found.labels is None and found.image.size == config.image_size
+
+
+def test_a_timm_export_writes_the_checkpoints_mean_std_crop_and_labels(tmp_path):
+    config = registry.resolve_config("convnext-micro", num_classes=3, image_size=32)
+    image = ImagePreprocessing(size=32, resize=40, interpolation="bicubic", mean=(0.5,) * 3, std=(0.25,) * 3)
+    recorded = Preprocessing(source="test", image=image, labels=("cat", "dog", "fox"))
+    checkpoint = zoo.save_checkpoint(
+        FAMILY.build_torch(config), tmp_path / "micro.safetensors", preprocessing=recorded
+    )
+    written = export_checkpoint(checkpoint, "timm", tmp_path / "timm")
+    meta = json.loads((written.parent / "config.json").read_text())
+    pretrained = meta["pretrained_cfg"]
+    assert meta["label_names"] == ["cat", "dog", "fox"]
+    assert (pretrained["mean"], pretrained["std"], pretrained["interpolation"]) == (
+        [0.5] * 3,
+        [0.25] * 3,
+        "bicubic",
+    )
+    assert pretrained["input_size"] == [3, 32, 32] and int(32 / pretrained["crop_pct"]) == 40
+    again = import_checkpoint(written.parent, tmp_path / "again")
+    assert read_checkpoint(again.path).preprocessing == recorded.replace(
+        source="timm config.json (pretrained_cfg)"
+    )

@@ -16,7 +16,8 @@ import zoo
 from zoo import registry
 from zoo.checkpoint import CheckpointError, read_checkpoint
 from zoo.loading import cache_root, locate
-from zoo.preprocessing import ImagePreprocessing, Preprocessing
+from zoo.preprocessing import ImagePreprocessing, Preprocessing, TextPreprocessing
+from zoo.tokenizer import CharTokenizer, tokenizer_of
 
 LABELS = ("cat", "dog", "fox")
 
@@ -155,3 +156,19 @@ def test_a_family_whose_aliases_do_not_fit_is_reported():
         "'vit_huge_patch14_224' -> 'vit-huge', which is neither the family nor one of its" in p
         for p in problems
     )
+
+
+@pytest.mark.parametrize("name", ["gpt2-micro", "llama-micro"])
+def test_a_transformers_language_model_brings_its_tokenizer_into_the_record_and_back(tmp_path, name):
+    """gpt2's and llama's hf folders alike: the tokenizer beside the weights is recorded (with its
+    fingerprint), reads the same ids once imported, and an hf export writes it back."""
+    model = zoo.create_model(name, "lightning", seed=0, vocab_size=40)
+    zoo.export_checkpoint(zoo.save_checkpoint(model, tmp_path / "zoo.safetensors"), "hf", tmp_path / "hf")
+    tokenizer = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    tokenizer.save(tmp_path / "hf")
+    found = locate(tmp_path / "hf")
+    recorded = read_checkpoint(found.checkpoint).preprocessing
+    assert recorded.text == TextPreprocessing(tokenizer="tokenizer.json", fingerprint=tokenizer.fingerprint())
+    assert tokenizer_of(found.checkpoint).encode("a cab.") == tokenizer.encode("a cab.")
+    written = zoo.export_checkpoint(found.checkpoint, "hf", tmp_path / "back")
+    assert written.with_name("tokenizer.json").read_text() == (tmp_path / "hf" / "tokenizer.json").read_text()

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo import registry
+from zoo import peak_memory, registry
 from zoo.backend import backend_for, framework_name
 from zoo.limits import parse_json
 from zoo.plan import RunPlan, plan_run
@@ -215,6 +215,9 @@ def evaluate(
         found.config.bind(dataset.info)
     except ValueError as error:
         raise CheckpointError(f"{checkpoint}: does not fit the recipe's data: {error}") from None
+    peak_memory.check_evaluation(
+        found.family, found.config, dataset.test.x, recipe.data.eval_batch_size, framework
+    )  # before the twin is built and the weights read
     backend = backend_for(framework)
     model = backend.load(found)  # the file read and checked above, not a second time
     metrics = backend.evaluate(model, dataset, recipe.trainer, recipe.data.eval_batch_size)

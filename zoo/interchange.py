@@ -23,6 +23,7 @@ from zoo.family import Family
 from zoo.foreign import ForeignFormat, ForeignLayoutError, Tensors
 from zoo.limits import json_kind, read_json
 from zoo.overwrite import refuse_inputs_as_outputs
+from zoo.peak_memory import check_memory, import_estimate
 from zoo.preprocessing import Preprocessing, PreprocessingError, TextPreprocessing
 from zoo.progress import track
 from zoo.safetensors_io import read_header
@@ -226,6 +227,11 @@ def import_checkpoint(
     refuse_inputs_as_outputs([target, target.parent / TOKENIZER_FILE], import_inputs(src), InterchangeError)
     if target.exists() and not overwrite:
         raise InterchangeError(f"{target}: already exists; choose another --out or pass --overwrite")
+    if src.exists():  # else read_foreign says so
+        weights = _directory_weights(src) if src.is_dir() else [src]
+        check_memory(
+            import_estimate(weights, TORCH_SUFFIXES), ["free some memory, or import on a larger machine"]
+        )
     tensors, meta = read_foreign(src)
     candidates = _candidates(format, architecture)
     failures: list[tuple[Family, ForeignFormat, ForeignLayoutError]] = []

@@ -178,10 +178,72 @@ def evaluate_estimate(family: Family, config: ArchitectureConfig, inputs: Any, f
     })  # fmt: skip
 
 
-def import_estimate(sources: list[Path]) -> Estimate:
-    """The foreign files read whole, their tensors re-laid out, and the checkpoint's bytes."""
+def import_estimate(sources: list[Path], torch_suffixes: tuple[str, ...] = ()) -> Estimate:
+    """The foreign files read whole, their tensors re-laid out, and the checkpoint's bytes;
+    torch's libraries too where a file is a pickled state dict (``torch_suffixes``) torch reads."""
     size = sum(path.stat().st_size for path in sources)
-    return Estimate("zoo import", {"foreign tensors": size, "converted tensors": size, "checkpoint": size})
+    reads_torch = any(path.suffix in torch_suffixes for path in sources)
+    return Estimate("zoo import", {
+        "foreign tensors": size, "converted tensors": size, "checkpoint": size,
+        "framework": RUNTIME_BYTES["torch"] * reads_torch,
+    })  # fmt: skip
+
+
+def first(x: Any, count: int) -> Any:
+    """The first ``count`` examples of a split's inputs (an array, or image files decoded)."""
+    return x[: min(count, len(x))]
+
+
+def check_training(recipe, family: Family, config: ArchitectureConfig, x: Any, *, fine_tune: bool) -> None:
+    """Refuse, before the run folder exists, a run whose estimated peak is more than the
+    machine has available, saying what would fit: a smaller batch, gradient checkpointing."""
+    available = available_bytes()
+    batch = recipe.data.batch_size // max(recipe.trainer.devices * recipe.trainer.num_nodes, 1)
+
+    def estimate(size: int) -> Estimate:
+        return train_estimate(recipe, family, config, first(x, max(size, 1)), fine_tune)
+
+    wanted = estimate(batch)
+    if available is None or wanted.total <= available:
+        return
+    fits = []
+    smaller = next((b for b in _smaller_batches(batch) if estimate(b).total <= available), None)
+    if smaller is not None:
+        fits.append(f"--set data.batch_size={smaller}")
+    if not recipe.trainer.gradient_checkpointing and wanted.parts["activations"] > wanted.total - available:
+        fits.append(
+            f"--set trainer.gradient_checkpointing=true (recomputes the {gib(wanted.parts['activations'])} "
+            "of activations block by block)"
+        )
+    if not fits:
+        fits.append("a machine with more memory: even one example per batch does not fit")
+    check_memory(wanted, fits, available)
+
+
+def check_evaluation(family: Family, config: ArchitectureConfig, x: Any, batch: int, framework: str) -> None:
+    """Refuse, before the checkpoint is loaded into a twin, an evaluation that does not fit."""
+    available = available_bytes()
+
+    def estimate(size: int) -> Estimate:
+        return evaluate_estimate(family, config, first(x, max(size, 1)), framework)
+
+    wanted = estimate(batch)
+    if available is None or wanted.total <= available:
+        return
+    smaller = next((b for b in _smaller_batches(batch) if estimate(b).total <= available), None)
+    fits = [f"--set data.eval_batch_size={smaller}"] if smaller is not None else []
+    check_memory(
+        wanted, fits or ["a machine with more memory: even one example per batch does not fit"], available
+    )
+
+
+def _smaller_batches(batch: int) -> list[int]:
+    """Halvings of ``batch`` down to 1: the batch sizes a refusal tries."""
+    sizes = []
+    while batch > 1:
+        batch //= 2
+        sizes.append(batch)
+    return sizes
 
 
 def available_bytes() -> int | None:

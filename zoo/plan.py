@@ -5,7 +5,8 @@ handed over as one frozen :class:`RunPlan`: the dataset is loaded once (a fine-t
 with its checkpoint's tokenizer the first time round), the checkpoint a fine-tune starts
 from is read once, and every refusal (a machine that cannot run the recipe, data wider than
 the model's context, a checkpoint that does not fit) comes before the run folder exists, so
-a refused run leaves nothing behind.
+a refused run leaves nothing behind. The last of them is memory (zoo.peak_memory): a run whose
+estimated peak is more than the machine has available.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zoo import registry
+from zoo import peak_memory, registry
 from zoo.backend import framework_name
 from zoo.hardware import check_trainer
 from zoo.recipe import Recipe, load_recipe
@@ -80,6 +81,8 @@ def plan_run(
     check_context(config, dataset)
     recipe = recipe.model_copy(update={"model": config})
     preprocessing = _preprocessing(recipe, family, dataset, config, labels)
+    # Last of the refusals: the estimate traces the bound config on the data's own examples.
+    peak_memory.check_training(recipe, family, config, dataset.train.x, fine_tune=init is not None)
     run, state = _place(recipe, framework, resume)
     return RunPlan(recipe, framework, family, config, dataset, init, run, state, preprocessing)
 
@@ -143,7 +146,7 @@ def check_context(config: ArchitectureConfig, dataset: Dataset) -> None:
     from zoo.data import DataError
 
     context = config.context_length()
-    if context is None or dataset.train.mask is None:
+    if context is None or not dataset.train.has_text_inputs:
         return
     width = max(split.x.shape[1] for split in (dataset.train, dataset.val, dataset.test) if len(split))
     if width > context:

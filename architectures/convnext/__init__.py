@@ -26,6 +26,7 @@ FAMILY = Family(
             "a torchvision.models.convnext state dict (.pth or .safetensors): features.* and classifier.*",
             "architectures.convnext.formats:torchvision_to_zoo",
             "architectures.convnext.formats:zoo_to_torchvision",
+            "architectures.convnext.formats:torchvision_preprocessing",
         ),
         ForeignFormat(
             "timm",
@@ -33,6 +34,7 @@ FAMILY = Family(
             "config.json if any; without head.fc (num_classes=0) it is read as task features",
             "architectures.convnext.formats:timm_to_zoo",
             "architectures.convnext.formats:zoo_to_timm",
+            "architectures.convnext.formats:timm_preprocessing",
         ),
     ),
 )

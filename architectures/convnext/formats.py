@@ -22,10 +22,18 @@ MLPs (``conv_mlp``), a first stage that downsamples (timm's patch_size 2), an ML
 that change the network without changing a tensor's shape (another kernel or norm, another
 pooling) are refused by name.
 
+How the images were prepared travels too (zoo.preprocessing): a timm ``config.json``'s
+``pretrained_cfg`` (input size, crop, interpolation, mean, std) and ``label_names`` are read
+as timm reads them (zoo.preprocessing.read_timm_config). A torchvision state dict says nothing
+of its images, but its shape says which of torchvision's ImageNet weights it has the shape of,
+and each has its own eval transform (:data:`TORCHVISION_EVAL`: the resize differs by size);
+a ConvNeXt of another shape is none of them, and records none.
+
 Writing is the reverse, for configs the library builds: torchvision's stem is fixed at 3
 channels and 4x4 patches and always has its classifier; timm reads every config except
 patch_size 2 (its first stage then downsamples). For timm the ``config.json`` is what
-``timm.create_model("local-dir:DIR", pretrained=True)`` reads, or equally
+``timm.create_model("local-dir:DIR", pretrained=True)`` reads (its ``pretrained_cfg``
+carrying the checkpoint's preprocessing, where it records one), or equally
 ``timm.create_model(cfg["architecture"], pretrained=True,
 pretrained_cfg_overlay=dict(cfg["pretrained_cfg"], file=".../model.safetensors"), **cfg["model_args"])``.
 """
@@ -42,6 +50,14 @@ from pydantic import ValidationError
 from architectures.convnext.config import STAGES, ConvNeXtConfig
 from architectures.convnext.weights import table
 from zoo.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
+from zoo.preprocessing import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ImagePreprocessing,
+    Preprocessing,
+    read_timm_config,
+    timm_fields,
+)
 from zoo.weights import tensor_specs
 
 # timm's factories with torchvision's architecture (no conv MLP, no GRN, head after the pool).
@@ -79,6 +95,29 @@ TIMM_DEFAULTS: dict[str, tuple[Any, ...]] = {
 }
 TIMM_IGNORED = ("head_init_scale",)  # ... and those that change only the initialisation
 ONLY_IN_CONFIG = ("ls_init_value", "drop_rate", "drop_path_rate")  # what no tensor shows
+
+
+def _torchvision_eval(resize: int) -> ImagePreprocessing:
+    return ImagePreprocessing(
+        size=224,
+        resize=resize,
+        interpolation="bilinear",
+        channels="rgb",
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+    )
+
+
+# The eval transform of torchvision's ImageNet ConvNeXt weights by their (depths, dims)
+# (``ConvNeXt_{Tiny,Small,Base,Large}_Weights.IMAGENET1K_V1.transforms()``: ImageClassification,
+# crop 224, bilinear, ImageNet's mean and std, and a resize of its own for each size;
+# tests/test_convnext_formats.py checks them against torchvision's own).
+TORCHVISION_EVAL = {
+    ((3, 3, 9, 3), (96, 192, 384, 768)): _torchvision_eval(236),
+    ((3, 3, 27, 3), (96, 192, 384, 768)): _torchvision_eval(230),
+    ((3, 3, 27, 3), (128, 256, 512, 1024)): _torchvision_eval(232),
+    ((3, 3, 27, 3), (192, 384, 768, 1536)): _torchvision_eval(232),
+}
 
 
 # ------------------------------------------------------------------------------------ layouts
@@ -154,6 +193,29 @@ def timm_to_zoo(tensors: Tensors, meta: Mapping[str, Any]) -> tuple[dict[str, An
     if meta:
         fields.update(_check_timm_config(meta, fields))
     return _placed(tensors, fields, TIMM, "timm")
+
+
+def torchvision_preprocessing(config: ConvNeXtConfig, meta: Mapping[str, Any]) -> Preprocessing | None:
+    """What a torchvision state dict's images went through: the eval transform of torchvision's
+    ImageNet weights of its shape (None for a shape torchvision publishes no weights of, or a
+    size other than the 224 they were evaluated at)."""
+    image = TORCHVISION_EVAL.get((tuple(config.depths), tuple(config.dims)))
+    if image is None or config.sample_shape() != (image.channel_count, image.size, image.size):
+        return None
+    return Preprocessing(source="torchvision's ImageNet weights' eval transform", image=image)
+
+
+def timm_preprocessing(config: ConvNeXtConfig, meta: Mapping[str, Any]) -> Preprocessing | None:
+    """What timm's config.json says: its pretrained_cfg, and its label_names for a classifier
+    (a features backbone, timm's num_classes=0, has no classes to name)."""
+    read = dict(meta)
+    if config.task != "classification" and read:
+        read.pop("label_names", None)
+        read["pretrained_cfg"] = {
+            k: v for k, v in (read.get("pretrained_cfg") or {}).items() if k != "label_names"
+        }
+    size = (config.in_channels, config.image_size, config.image_size)
+    return read_timm_config(read, config.num_classes, size)
 
 
 def infer_fields(tensors: Mapping[str, np.ndarray], layout: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -328,8 +390,11 @@ def zoo_to_torchvision(config: ConvNeXtConfig, tensors: Tensors) -> tuple[Tensor
     return out, None
 
 
-def zoo_to_timm(config: ConvNeXtConfig, tensors: Tensors) -> tuple[Tensors, dict[str, Any]]:
-    """Canonical tensors -> a timm ConvNeXt state dict and the ``config.json`` timm builds it from."""
+def zoo_to_timm(
+    config: ConvNeXtConfig, tensors: Tensors, preprocessing: Preprocessing | None = None
+) -> tuple[Tensors, dict[str, Any]]:
+    """Canonical tensors -> a timm ConvNeXt state dict and the ``config.json`` timm builds it from,
+    with the checkpoint's ``preprocessing`` in its ``pretrained_cfg`` (and its label names)."""
     if config.patch_size == 2:
         raise ForeignLayoutError(
             "timm's ConvNeXt gives a 2x2-patch stem a first stage that downsamples again (its rule for "
@@ -354,7 +419,9 @@ def zoo_to_timm(config: ConvNeXtConfig, tensors: Tensors) -> tuple[Tensors, dict
             model_args[key] = getattr(config, field)
     model_args["global_pool"] = "avg"
     side = config.feature_size()
+    pretrained, top = timm_fields(preprocessing)
     meta = {
+        **top,
         "architecture": architecture,
         "num_classes": classes,
         "num_features": config.num_features,
@@ -368,6 +435,7 @@ def zoo_to_timm(config: ConvNeXtConfig, tensors: Tensors) -> tuple[Tensors, dict
             "pool_size": [side, side],
             "first_conv": "stem.0",
             "classifier": "head.fc",
+            **pretrained,
         },
     }
     return {name: tensors[name] for name in _timm_names(config)}, meta

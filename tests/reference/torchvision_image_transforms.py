@@ -6,9 +6,10 @@ Writes OUT/images/*.png|jpg (RGB, RGBA, palette, grayscale, JPEG; odd sizes, bot
 orientations), OUT/cases.json (what was applied to which file) and OUT/<case>.npy (the
 float32 CHW tensor torchvision produced). Eval: Resize (bilinear, and bicubic as timm's models
 are read) + CenterCrop + ToTensor + Normalize; training: F.resized_crop at explicit boxes
-(+ F.hflip), ToTensor, Normalize. cases.json also holds the eval transform of torchvision's
-ImageNet ResNet weights (``ResNet18_Weights.IMAGENET1K_V1.transforms()``: no download), which a
-torchvision import records.
+(+ F.hflip), ToTensor, Normalize. cases.json also holds the eval transforms of torchvision's
+ImageNet ResNet weights (``ResNet18_Weights.IMAGENET1K_V1.transforms()``) and ConvNeXt weights
+(``ConvNeXt_{Tiny,Small,Base,Large}_Weights.IMAGENET1K_V1.transforms()``, by size), which a
+torchvision import records (no download: the transforms are the weights' metadata).
 """
 
 import json
@@ -19,7 +20,13 @@ import numpy as np
 import shim  # noqa: F401  (before torchvision)
 from PIL import Image
 from torchvision import transforms
-from torchvision.models import ResNet18_Weights
+from torchvision.models import (
+    ConvNeXt_Base_Weights,
+    ConvNeXt_Large_Weights,
+    ConvNeXt_Small_Weights,
+    ConvNeXt_Tiny_Weights,
+    ResNet18_Weights,
+)
 from torchvision.transforms import functional as F
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -73,14 +80,25 @@ def main(out: Path) -> None:
                 np.save(out / f"{key}.npy", normalize(tensor).numpy())
                 cases.append({"key": key, "file": name, "mode": mode, "box": [top, left, h, w], "flip": flip,
                               "size": 20})  # fmt: skip
-    weights = ResNet18_Weights.IMAGENET1K_V1.transforms()
-    resnet_eval = {
-        "size": list(weights.crop_size), "resize": list(weights.resize_size),
-        "interpolation": weights.interpolation.value, "mean": list(weights.mean), "std": list(weights.std),
+    convnext_eval = {
+        size: eval_transform(weights.IMAGENET1K_V1)
+        for size, weights in (("tiny", ConvNeXt_Tiny_Weights), ("small", ConvNeXt_Small_Weights),
+                              ("base", ConvNeXt_Base_Weights), ("large", ConvNeXt_Large_Weights))
     }  # fmt: skip
     (out / "cases.json").write_text(json.dumps({"mean": MEAN, "std": STD, "gray_mean": GRAY_MEAN,
                                                 "gray_std": GRAY_STD, "cases": cases,
-                                                "resnet_eval": resnet_eval}))  # fmt: skip
+                                                "resnet_eval": eval_transform(ResNet18_Weights.IMAGENET1K_V1),
+                                                "convnext_eval": convnext_eval}))  # fmt: skip
+
+
+def eval_transform(weights) -> dict:
+    """What a torchvision weights enum's ``transforms()`` does to an image at evaluation."""
+    transform = weights.transforms()
+    return {
+        "size": list(transform.crop_size), "resize": list(transform.resize_size),
+        "interpolation": transform.interpolation.value,
+        "mean": list(transform.mean), "std": list(transform.std),
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

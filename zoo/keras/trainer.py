@@ -103,7 +103,8 @@ def for_batches(model, dataset: Dataset):
     split = dataset.train if len(dataset.train) else dataset.test
     if not split.has_text_inputs:
         return model
-    if split.token_types is not None and "token_type_ids" not in inspect.signature(model.call).parameters:
+    pairs = split.token_types is not None or getattr(split.x, "pairs", False)
+    if pairs and "token_type_ids" not in inspect.signature(model.call).parameters:
         raise DataError(
             f"{type(model).__name__} takes no token_type_ids; sentence pairs need a family whose "
             "twin takes token types"
@@ -197,7 +198,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
 
     from zoo.initial_weights import initial_tensors
     from zoo.keras.callbacks import SaveState, StopOnNonFiniteLoss, load_state, tracking_callbacks
-    from zoo.keras.data import eval_dataset, train_dataset
+    from zoo.keras.data import eval_dataset, per_worker, train_dataset
     from zoo.keras.precision import build_keras
 
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
@@ -235,10 +236,13 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         )
 
     def train(first_epoch: int, last_epoch: int, skip: int, steps: int) -> None:
-        stream = train_dataset(
-            dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, last_epoch, kind,
-            start_epoch=first_epoch, skip=skip,
-        )  # fmt: skip
+        def batches(share: tuple[int, int]):
+            return train_dataset(
+                dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, last_epoch, kind,
+                start_epoch=first_epoch, skip=skip, share=share,
+            )  # fmt: skip
+
+        stream = per_worker(strategy, dataset.train, batches)
         model.fit(
             stream,
             initial_epoch=first_epoch,

@@ -44,6 +44,7 @@ from zoo.recipe.data import (  # noqa: F401 (the data section's classes are part
     ImageFolderData,
     NpzData,
     Section,
+    StreamData,
     TextClassificationData,
     TextData,
     default_tag,
@@ -307,7 +308,7 @@ class Recipe(Section):
             return raw
         data = raw.get("data") or {}
         task = "classification"
-        if isinstance(data, dict) and data.get("name") == "text":
+        if isinstance(data, dict) and data.get("name") in ("text", "stream"):
             task = data.get("task", "language_modeling")
         try:
             family = registry.get_family(raw["model"].get("architecture", ""))
@@ -387,4 +388,4 @@ def classifies_token_ids(family: Family) -> bool:
 
 
 def data_task(data: DataBase) -> str:
-    return getattr(data, "task", "language_modeling") if data.name == "text" else "classification"
+    return getattr(data, "task", "language_modeling") if data.name in ("text", "stream") else "classification"
