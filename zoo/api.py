@@ -31,6 +31,7 @@ log = logging.getLogger("zoo")
 
 
 def list_architectures() -> list[registry.Entry]:
+    """Every family and preset installed (shipped and plugins), as ``zoo list`` shows them."""
     return registry.list_architectures()
 
 
@@ -47,11 +48,16 @@ def create_model(name: str, framework: str = "lightning", seed: int | None = Non
 
 @dataclass(frozen=True)
 class TrainResult:
+    """What a run left: its folder, its checkpoint, the test metrics (with ``train_seconds``), the
+    framework it trained in and its ``metrics.csv`` rows (one per epoch)."""
+
     run_dir: Path
     checkpoint: Path
     metrics: dict[str, float]
     framework: str
     history: list[dict[str, str]] = field(default_factory=list)
+    # resume of a run that had already finished: nothing trained, nothing in its folder touched
+    already_finished: bool = False
 
 
 def train(
@@ -121,6 +127,9 @@ def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
 
     Refused while another process holds the run, when its recipe.yaml was edited since the
     start (unless ``force``), and for a run that diverged (see :func:`zoo.runs.prepare_resume`).
+    A run that finished is said to have finished and returned as it is, ``already_finished``:
+    no file of its folder is written (its lock included), unless its recipe.yaml was edited
+    since (a higher ``trainer.max_epochs``), which ``force`` continues.
     """
     from zoo.checkpoint import CheckpointError
     from zoo.runs import prepare_resume
@@ -128,16 +137,42 @@ def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
     run = RunDir(Path(run_dir))
     if not run.recipe.is_file():
         raise CheckpointError(f"{run_dir}: not a zoo run folder (no recipe.yaml)")
+    recipe = load_recipe(run.recipe)
+    finished = _finished(run, recipe)
+    if finished is not None:
+        return finished
     state = latest_state(run.path)
     if state is None:
         raise CheckpointError(f"{run_dir}: has no saved training state under state/ to resume from")
-    recipe = load_recipe(run.recipe)
     prepare_resume(run, state, recipe.to_dict(), force)
     log.info(f"resuming {run.path} from {state.name}")
     return train(recipe, recipe.trainer.framework, resume=(run, state))
 
 
+def _finished(run: RunDir, recipe: Recipe) -> TrainResult | None:
+    """The result of a run that already finished with the recipe it has now, read from its
+    folder (zoo.runs.read_run: a summary with metrics, its checkpoint, no process holding it);
+    None for a run there is something to resume in."""
+    from zoo.runs import read_metrics, read_run
+
+    info = read_run(run.path)
+    if info.status != "finished" or run.recipe_changes(recipe.to_dict()):
+        return None
+    summary = run.read_summary()
+    log.info(
+        f"{run.path} finished already ({info.epochs} epochs): nothing to resume, nothing changed. To "
+        f"train it longer, raise trainer.max_epochs in {run.recipe} and run zoo resume --force; to "
+        f"train on from its weights, zoo finetune RECIPE --from {info.checkpoint}"
+    )
+    history = read_metrics(run.metrics) if run.metrics.is_file() else []
+    framework = summary.get("framework") or recipe.trainer.framework
+    metrics = summary["metrics"]
+    return TrainResult(run.path, run.checkpoint, metrics, framework, history, already_finished=True)
+
+
 def save_checkpoint(model, path, **kwargs) -> Path:
+    """Write a twin (a torch module or a Keras model zoo built) as the common checkpoint, which
+    either framework loads; ``kwargs`` as :func:`zoo.backend.save_checkpoint` (metrics, recipe)."""
     from zoo.backend import save_checkpoint as save
 
     return save(model, path, **kwargs)
@@ -231,12 +266,15 @@ def refuse_nonfinite_metrics(found, metrics: dict[str, float], test, precision: 
 
 
 def inspect_checkpoint(path) -> dict[str, Any]:
-    """Metadata (JSON fields decoded) and the tensor table of a checkpoint."""
-    from zoo.checkpoint import read_checkpoint
+    """Metadata (JSON fields decoded) and the tensor table of a checkpoint. The metadata comes in
+    the order it is written (keys zoo does not write after, alphabetically), the same every time."""
+    from zoo.checkpoint import METADATA_ORDER, read_checkpoint
 
     checkpoint = read_checkpoint(path)
+    rank = {key: i for i, key in enumerate(METADATA_ORDER)}
     metadata: dict[str, Any] = {}
-    for key, value in checkpoint.metadata.items():
+    for key in sorted(checkpoint.metadata, key=lambda k: (rank.get(k, len(rank)), k)):
+        value = checkpoint.metadata[key]
         metadata[key] = value  # text, unless it is JSON zoo reads
         if value[:1] in "{[":
             with contextlib.suppress(ValueError):

@@ -49,6 +49,12 @@ __all__ = [  # what other modules import from here (some of it lives in safetens
 
 FORMAT = "zoo-checkpoint"
 FORMAT_VERSION = 1
+# The metadata keys in the order write_checkpoint writes them: safetensors hands metadata back in
+# a different order in every process, so anything that shows it puts it in this one.
+METADATA_ORDER = (
+    "format", "format_version", "architecture", "config", "task", "task_info", "framework", "recipe",
+    "metrics", "versions", "created", "dtype", "source", "preprocessing",
+)  # fmt: skip
 FLOAT_DTYPES = ("float32", *LOW_PRECISION, "float64")  # the dtypes a checkpoint's weights may have
 
 

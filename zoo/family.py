@@ -77,6 +77,7 @@ class ArchitectureConfig(BaseModel):
 
     @property
     def language_model(self) -> bool:
+        """Whether the config builds a next-token model (its task is language modeling)."""
         return self.active_task == "language_modeling"
 
     def sample_shape(self) -> tuple[int, ...]:
@@ -125,9 +126,11 @@ class InputSpec:
     padding_mask: bool = False
 
     def dtype(self, task: Task) -> str:
+        """The input's dtype: token ids for token inputs and language models, floats otherwise."""
         return "int64" if self.kind == "tokens" or task == "language_modeling" else "float32"
 
     def layout(self, task: Task, framework: Framework = "lightning") -> str:
+        """The input's axes in ``framework``: images are channels-first in torch, last in Keras."""
         if self.kind == "tokens":
             return "NT"
         if self.kind == "image":
@@ -172,15 +175,19 @@ class Family:
 
     @property
     def input_kind(self) -> InputKind:
+        """What the family reads (image, sequence, tokens), which picks the data it trains on."""
         return self.inputs.kind
 
     def build_torch(self, config: ArchitectureConfig):
+        """The torch twin of ``config`` (with gradient checkpointing where the family declares it)."""
         return self._checked(resolve(self.torch_model)(config), "lightning")
 
     def build_keras(self, config: ArchitectureConfig):
+        """The Keras twin of ``config`` (with gradient checkpointing where the family declares it)."""
         return self._checked(resolve(self.keras_model)(config), "keras")
 
     def supports_grad_checkpointing(self, framework: str) -> bool:
+        """Whether ``trainer.grad_checkpointing`` can recompute this family's blocks in ``framework``."""
         return framework in self.grad_checkpointing
 
     def set_grad_checkpointing(self, model, framework: str, enable: bool) -> None:
@@ -202,6 +209,8 @@ class Family:
         return resolve(self.adapt_tensors)(tensors, old_config, new_config)
 
     def format(self, name: str) -> ForeignFormat:
+        """The family's foreign weight layout called ``name`` (torchvision, timm, hf...), or an error
+        listing the ones it has."""
         for candidate in self.formats:
             if candidate.name == name:
                 return candidate

@@ -82,6 +82,7 @@ class Prediction:
     tokens: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The prediction as ``zoo predict --json`` writes it: the fields this task fills."""
         return {key: value for key, value in self.__dict__.items() if value is not None}
 
     @property

@@ -166,7 +166,9 @@ def _place(
         return (resume[0] if primary else None), resume[1]
     if not primary:
         return None, None
-    name = recipe.export.run_name or RunDir.default_name(recipe.name, framework)
+    name = recipe.export.run_name or RunDir.default_name(
+        recipe.name, framework, recipe.model.preset or recipe.model.architecture, recipe.init.from_
+    )
     run = RunDir.create(recipe.export.dir, name)
     run.write_recipe(recipe.to_dict(), recipe.to_yaml())
     os.environ[RUN_DIR_VARIABLE] = str(run.path)

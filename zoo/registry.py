@@ -27,6 +27,9 @@ log = logging.getLogger("zoo")
 
 
 class UnknownArchitectureError(KeyError):
+    """A name that is no installed family or preset (or a family that failed to load); the
+    message lists the known names or says why the family is unavailable."""
+
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
 
@@ -77,6 +80,7 @@ def unavailable() -> dict[str, str]:
 
 
 def remove_hint(ep: EntryPoint) -> str:
+    """What ends a broken plugin's errors: the package to fix or uninstall."""
     dist = getattr(ep, "dist", None)
     uninstall = f"pip uninstall {dist.name}" if dist is not None else "uninstall the package that declares it"
     return f"fix the package or remove it ({uninstall})"
@@ -88,6 +92,7 @@ def one_line(message: str) -> str:
 
 
 def plugin_name(ep: EntryPoint) -> str:
+    """An entry point as a message names it: group, name, target and the package declaring it."""
     dist = getattr(ep, "dist", None)
     source = f" of the package {dist.name!r}" if dist is not None else ""
     return f"entry point {GROUP}:{ep.name} = {ep.value!r}{source}"
@@ -261,6 +266,7 @@ def presets() -> dict[str, tuple[Family, Preset]]:
 
 
 def names() -> list[str]:
+    """Every family and preset name, families first (what an unknown name's message lists)."""
     return [*families(), *presets()]
 
 
@@ -330,6 +336,7 @@ def expand(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]
 
 
 def resolve_config(name: str, **overrides: Any) -> ArchitectureConfig:
+    """The validated config of a family or preset name with ``overrides`` on top."""
     family = get_family(name)
     return family.config.model_validate(expand(name, overrides))
 

@@ -28,7 +28,7 @@ from zoo.cli.output import emit_json, for_scripts, overrides_option, script_outp
               help="Training steps compared, on the recipe's seeded batch order.")  # fmt: skip
 @click.option("--forward-only", is_flag=True,
               help="Check the weights, forward pass and gradients only: no training, no speed.")  # fmt: skip
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Report folder (default: compare-<recipe>-<time> in export.dir).")  # fmt: skip
 @click.option("--speed-steps", default=50, show_default=True, type=click.IntRange(0),
               help="Timed training steps per framework; 0 skips speed and memory.")  # fmt: skip

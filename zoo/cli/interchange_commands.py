@@ -15,7 +15,7 @@ from zoo.cli.output import FRAMEWORKS, emit_json, for_scripts, script_output
 @click.command("import")
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option(
-    "--out", required=True, type=click.Path(path_type=Path),
+    "-o", "--out", required=True, type=click.Path(path_type=Path),
     help="The zoo checkpoint to write: a .safetensors path, or a directory for model.safetensors.",
 )  # fmt: skip
 @click.option("--format", "format_", default=None, help="Source layout (torchvision, timm...); default: any.")
@@ -62,7 +62,7 @@ def import_(
     "timm, hf...).",
 )  # fmt: skip
 @click.option(
-    "--out", required=True, type=click.Path(path_type=Path),
+    "-o", "--out", required=True, type=click.Path(path_type=Path),
     help="onnx: a .onnx file; savedmodel: a directory; torch-export: a .pt2 file. Weight layouts: a "
     ".safetensors or .pth/.pt file, or a directory (model.safetensors + config.json).",
 )  # fmt: skip

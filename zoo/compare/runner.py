@@ -34,10 +34,12 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
+        """Whether every section agreed within its tolerance (``zoo compare`` exits 1 otherwise)."""
         return all(section.passed for section in self.sections.values())
 
     @property
     def verdicts(self) -> dict[str, str]:
+        """Each section's one-word verdict, by section name."""
         return {name: section.verdict for name, section in self.sections.items()}
 
     def __str__(self) -> str:

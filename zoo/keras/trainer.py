@@ -7,6 +7,7 @@ import time
 
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, resolve_accelerator
+from zoo.progress import EpochLines, bar_on_stderr, training_progress
 from zoo.recipe.capabilities import PRECISIONS
 from zoo.runs import MetricsLog, RunDir, signals
 from zoo.schedule import lr_table, optimizer_steps
@@ -223,8 +224,10 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     val = eval_dataset(dataset.val, data_cfg.eval_batch_size, kind) if len(dataset.val) else None
     losses = StopOnNonFiniteLoss(first=position.get("first_batch_loss"))  # states before it have none
     callbacks = [losses]
+    progress = training_progress(trainer_cfg.progress_bar) if run else "none"
     if run:
-        log = MetricsLog(run.metrics, dataset.task, append=resume is not None)
+        lines = EpochLines(trainer_cfg.max_epochs) if progress == "lines" else None
+        log = MetricsLog(run.metrics, dataset.task, append=resume is not None, echo=lines)
         callbacks += tracking_callbacks(recipe, run.path, log, len(dataset.train))  # CSV, TensorBoard, MLflow
     run_path = run.path if run else None
     if run_path is not None:
@@ -248,12 +251,12 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
             validation_data=val,
             callbacks=callbacks,
             shuffle=False,  # the order is zoo's, already in the dataset
-            verbose="auto" if trainer_cfg.progress_bar and run else 0,
+            verbose=1 if progress == "bar" else 0,
         )
 
     started = time.perf_counter()
     # SaveState stops fit on SIGTERM at a step end, saved; without it (no run folder) it stops at once.
-    with signals.loop_stops() if run_path else contextlib.nullcontext():
+    with bar_on_stderr(progress), signals.loop_stops() if run_path else contextlib.nullcontext():
         if skip:  # the rest of the epoch the state stopped in
             train(epoch, epoch + 1, skip, batches - skip)
             epoch += 1

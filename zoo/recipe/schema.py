@@ -203,7 +203,9 @@ def _folder_name(name: str | None) -> str | None:
 class ExportConfig(Section):
     dir: Path = Field(Path("checkpoints"), description="Run folders are created under this folder.")
     run_name: Annotated[str | None, AfterValidator(_folder_name)] = Field(
-        None, description="Name of the run folder; default '<recipe name>-<framework>-<time>'."
+        None,
+        description="Name of the run folder; default "
+        "'<recipe name>[-<model>][-from-<checkpoint>]-<framework>-<time>'.",
     )
     state_every_n_steps: PositiveInt | None = Field(
         None,
@@ -284,6 +286,9 @@ POSITION_FIELDS = ("max_len", "n_positions", "max_position_embeddings")
 
 
 class Recipe(Section):
+    """A whole training run: model, data, optimizer, schedule, trainer, fine-tuning start, export
+    and tracking, validated in full before anything is built (``zoo.load_recipe`` reads one)."""
+
     name: str = Field("run", description="Name of the recipe; names the run folders.")
     description: str = ""
     model: ModelConfig  # type: ignore[valid-type]
@@ -366,9 +371,11 @@ class Recipe(Section):
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """The recipe as plain JSON values, under the names a YAML file uses."""
         return self.model_dump(mode="json", by_alias=True)
 
     def to_yaml(self) -> str:
+        """The recipe as YAML that loads back to the same recipe (what a run folder keeps)."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
