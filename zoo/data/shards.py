@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zoo.data import DataError
+from zoo.errors import DataError
 from zoo.limits import parse_json, read_json
 
 KINDS = {

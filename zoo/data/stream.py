@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from zoo.data import DataError, Dataset, Split
+from zoo.data.dataset import Dataset, Split
 from zoo.data.shards import SAVED_SPLITS, Shard, class_names, find_shards, parse, raw_rows, saved_splits
 from zoo.data.stream_index import ShardIndex, corpus_index, records
 from zoo.data.stream_order import epoch_stream
 from zoo.data.stream_tasks import ImageExamples, Labels, TextExamples, TokenExamples, Unit, label_lookup
 from zoo.data.text import data_tokenizer, mlm_masking
+from zoo.errors import DataError
 from zoo.nn.errors import GRAPH_END, GRAPH_MARK
 from zoo.tokenizer import CharTokenizer
 

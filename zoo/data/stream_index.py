@@ -26,8 +26,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from zoo.data import DataError
 from zoo.data.shards import LINE_KINDS, BadRecord, BadShard, Shard, parse, raw_rows
+from zoo.errors import DataError
 from zoo.limits import read_json
 from zoo.tokenizer import write_atomically
 

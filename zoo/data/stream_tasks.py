@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from zoo.data import DataError
 from zoo.data.shards import BadRecord, Shard, image_source, parse
 from zoo.data.text_classification import INTEGER, encode_examples, padded
+from zoo.errors import DataError
 
 if TYPE_CHECKING:
     from zoo.data.masking import Masking
