@@ -193,7 +193,9 @@ def read_adapter(path: str | Path) -> AdapterFile:
         raise CheckpointError(f"{path}: no such file")
     refuse_pickles(path)
     if not is_adapter(path):
-        raise CheckpointError(f"{path}: not a zoo LoRA adapter (kind={KIND!r}); zoo train writes one for init.lora")
+        raise CheckpointError(
+            f"{path}: not a zoo LoRA adapter (kind={KIND!r}); zoo train writes one for init.lora"
+        )
     tensors = load_file(str(path))
     from safetensors import safe_open
 

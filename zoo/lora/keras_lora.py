@@ -83,7 +83,9 @@ def attach(model, family, adapter: Adapter, tensors: dict[str, np.ndarray], bias
         elif isinstance(host, Dense):
             _set(host, "lora_adapter", module)
         else:
-            raise TypeError(f"{point.layer} is a {type(host).__name__}, not zoo's Dense: LoRA cannot adapt it")
+            raise TypeError(
+                f"{point.layer} is a {type(host).__name__}, not zoo's Dense: LoRA cannot adapt it"
+            )
     for path, parts in fused.items():
         host = keras_layer(model, path)
         _set(host, "in_proj_delta", FusedDelta(parts, dtype=host.dtype_policy))

@@ -44,7 +44,11 @@ class Adapters(nn.Module):
         self.adapters = nn.ModuleDict(
             {
                 key(p.name): LowRank(
-                    p.in_features, p.out_features, adapter.ranks[p.name], adapter.scales[p.name], adapter.dropout
+                    p.in_features,
+                    p.out_features,
+                    adapter.ranks[p.name],
+                    adapter.scales[p.name],
+                    adapter.dropout,
                 )
                 for p in adapter.points
             }
