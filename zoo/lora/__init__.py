@@ -10,6 +10,7 @@ This module is what the trainers, ``zoo train`` and ``zoo merge``/``export``/``i
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,9 @@ from zoo.lora.adapter import (
 )
 
 __all__ = [
-    "Adapter", "AdapterFile", "attach", "base_digest", "base_tensors", "check_base", "initial_tensors",
-    "is_adapter", "load_adapter", "merged", "read_adapter", "save_adapter", "trained_tensors",
-    "write_adapter",
+    "Adapter", "AdapterFile", "attach", "base_digest", "base_tensors", "check_base", "export_peft",
+    "import_peft", "initial_tensors", "is_adapter", "load_adapter", "merge_adapter", "merged",
+    "read_adapter", "save_adapter", "trained_tensors", "write_adapter",
 ]  # fmt: skip
 
 
@@ -140,3 +141,71 @@ def load_adapter(path: str | Path, framework: str = "lightning", base: str | Pat
         model.eval()
     attach(model, family, config, adapter_file.adapter, 0, adapter_file.tensors)
     return model
+
+
+# ----------------------------------------------------------------- files in and out
+
+
+def _free(path: Path, overwrite: bool) -> Path:
+    from zoo.checkpoint import CheckpointError
+
+    if path.exists() and not overwrite:
+        raise CheckpointError(f"{path}: already exists; choose another --out or pass --overwrite")
+    return path
+
+
+def merge_adapter(path: str | Path, out: str | Path, base: str | Path | None = None, overwrite=False) -> Path:
+    """The adapter folded into its base (``W + scale * B @ A``, its trained biases in place): a
+    full zoo checkpoint that needs no adapter. ``out`` is a file, or a folder for model.safetensors."""
+    from zoo.checkpoint import write_checkpoint
+
+    adapter_file = read_adapter(path)
+    tensors, where = base_of(adapter_file, base)
+    out = Path(out)
+    target = _free(out / "model.safetensors" if out.is_dir() or not out.suffix else out, overwrite)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    vocab = json.loads(adapter_file.metadata.get("task_info", "{}")).get("vocab")
+    return write_checkpoint(
+        target,
+        adapter_file.config,
+        merged(tensors, adapter_file.adapter, adapter_file.tensors),
+        framework=adapter_file.metadata.get("framework", "lightning"),
+        recipe=json.loads(adapter_file.metadata.get("recipe", "{}")),
+        metrics=json.loads(adapter_file.metadata.get("metrics", "{}")),
+        vocab=vocab,
+        source={"merged": str(adapter_file.path), "base": where},
+    )
+
+
+def export_peft(path: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """The adapter as PEFT's ``adapter_model.safetensors`` + ``adapter_config.json`` in ``out``."""
+    from zoo.lora import peft
+
+    out = Path(out)
+    _free(out / peft.WEIGHTS, overwrite)
+    adapter_file = read_adapter(path)
+    return peft.export(adapter_file, out, adapter_file.base.get("path"))
+
+
+def import_peft(src: str | Path, base: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """A PEFT LoRA folder made for ``base``'s model (a zoo checkpoint, e.g. ``zoo import`` of the
+    transformers model) -> a zoo adapter file on that base."""
+    from zoo.checkpoint import read_checkpoint
+    from zoo.lora import peft
+
+    out = Path(out)
+    target = _free(out / "adapter.safetensors" if out.is_dir() or not out.suffix else out, overwrite)
+    checkpoint = read_checkpoint(base)
+    adapter, tensors = peft.read(src, checkpoint.family, checkpoint.config)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = base_digest(checkpoint.float32_tensors())
+    return write_adapter(
+        target,
+        checkpoint.family,
+        checkpoint.config,
+        adapter,
+        tensors,
+        {"path": str(Path(base).resolve()), "sha256": digest},
+        framework="imported",
+        vocab=json.loads(checkpoint.metadata.get("task_info", "{}")).get("vocab"),
+    )
