@@ -1,7 +1,7 @@
 """PEFT as the oracle of zoo's LoRA (run in the reference environment).
 
 ``peft_lora.py OUT MODEL INPUTS [ZOO_ADAPTER]`` loads the transformers model zoo exported to MODEL
-(``AutoModelForCausalLM``, or ``AutoModel`` for a model without a head) and, in eval mode on the
+(the class its config.json names) and, in eval mode on the
 token ids INPUTS (.npy):
 
 - with ZOO_ADAPTER (a PEFT folder ``zoo export --format peft`` wrote): ``PeftModel.from_pretrained``
@@ -20,14 +20,15 @@ from pathlib import Path
 import numpy as np
 import shim  # noqa: F401  (before transformers, which imports torchvision)
 import torch
+import transformers
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from transformers import AutoConfig
 
 
 def load(folder: str):
+    """The model class config.json names (GPT2LMHeadModel, BertForMaskedLM, LlamaForCausalLM...)."""
     config = AutoConfig.from_pretrained(folder)
-    causal = any(name.endswith("ForCausalLM") or name.endswith("LMHeadModel") for name in config.architectures or [])
-    return (AutoModelForCausalLM if causal else AutoModel).from_pretrained(folder).eval()
+    return getattr(transformers, config.architectures[0]).from_pretrained(folder).eval()
 
 
 def logits(model, ids: np.ndarray) -> np.ndarray:

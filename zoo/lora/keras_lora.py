@@ -13,7 +13,7 @@ import keras
 import numpy as np
 from keras import layers, ops
 
-from zoo.lora.adapter import A, B, Adapter
+from zoo.lora.adapter import A, Adapter, B
 from zoo.lora.targets import FUSED
 from zoo.weights import keras_layer
 

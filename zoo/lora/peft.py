@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from zoo.family import ArchitectureConfig, Family
-from zoo.lora.adapter import A, B, Adapter, AdapterFile
+from zoo.lora.adapter import A, Adapter, AdapterFile, B
 from zoo.lora.targets import Point, points
 from zoo.safetensors_io import CheckpointError
 from zoo.weights import tensor_specs
@@ -132,7 +132,9 @@ def export(adapter_file: AdapterFile, out: str | Path, base_name: str | None = N
         if r_m != rank:
             rank_pattern[name], alpha_pattern[name] = r_m, alpha_m
     if len(conv1d) > 1:
-        raise CheckpointError("the adapted modules mix Linear and Conv1D layouts; PEFT's fan_in_fan_out is one flag")
+        raise CheckpointError(
+            "the adapted modules mix Linear and Conv1D layouts; PEFT's fan_in_fan_out is one flag"
+        )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = {
@@ -159,7 +161,9 @@ def export(adapter_file: AdapterFile, out: str | Path, base_name: str | None = N
 # ---------------------------------------------------------------------------- import
 
 
-def read(src: str | Path, family: Family, config: ArchitectureConfig) -> tuple[Adapter, dict[str, np.ndarray]]:
+def read(
+    src: str | Path, family: Family, config: ArchitectureConfig
+) -> tuple[Adapter, dict[str, np.ndarray]]:
     """A PEFT LoRA folder as zoo's adapter on ``config``'s model (the base it was made for)."""
     from safetensors.numpy import load_file
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.lora.adapter import A, B, Adapter
+from zoo.lora.adapter import A, Adapter, B
 from zoo.lora.targets import FUSED
 
 PREFIX = "lora.adapters."
