@@ -194,6 +194,11 @@ def build_twins(
     family = setup.family
     precision = precision or setup.precision
     torch_model = seeded_torch_model(family, config, setup.recipe.trainer.seed)
+    lora = setup.recipe.init.lora
+    if lora is not None:  # adapters on the frozen base: they are the model's trainable tensors
+        from zoo.lora import attach
+
+        attach(torch_model, family, config, lora, setup.recipe.trainer.seed)
     if initial is None:
         initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
     dtype = torch_parameter_dtype(precision)
@@ -201,6 +206,11 @@ def build_twins(
         torch_model = torch_model.to(dtype)
     keras_model = build_keras(family, config, precision, initial)
     table = family.weight_table(config)
+    if lora is not None:
+        from zoo.lora.adapter import ports
+
+        adapter = attach(keras_model, family, config, lora, setup.recipe.trainer.seed)
+        table = ports(adapter, table, set(adapter.bias_names(family, config)))
     twins = Twins(setup, config, precision, torch_model, keras_model, table, initial)
     twins.reset()  # the torch twin too, where ``initial`` came from elsewhere
     if setup.gradient_checkpointing:

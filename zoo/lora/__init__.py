@@ -41,6 +41,8 @@ def attach(model: Any, family, config, lora, seed: int, tensors: dict[str, np.nd
     from ``seed``. Returns the adapter."""
     from zoo.model_io import framework_of
 
+    if getattr(model, "zoo_lora", None) is not None:  # adapted already (zoo compare's twins)
+        return model.zoo_lora
     adapter = lora if isinstance(lora, Adapter) else Adapter.from_recipe(family, config, lora)
     tensors = initial_tensors(adapter, seed) if tensors is None else tensors
     biases = adapter.bias_names(family, config)

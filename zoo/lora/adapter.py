@@ -67,6 +67,42 @@ class Adapter:
         return [f"{p.name}.{part}" for p in self.points for part in (A, B)]
 
 
+def key(point_name: str) -> str:
+    """The torch twin's module key of a point's adapter (module names may not contain dots)."""
+    return point_name.replace(".", "__")
+
+
+TORCH_PREFIX = "lora.adapters."  # the torch twin's state_dict names: lora.adapters.<key>.lora_A
+
+
+def ports(adapter: Adapter, frozen: list, trained: set[str]) -> list:
+    """A weight table for an adapted twin: ``frozen`` (the family's table) with only ``trained``
+    tensors trainable, then one port per adapter, torch ``lora.adapters.<key>.lora_A/B`` <->
+    the Keras adapter's ``lora_A``/``lora_B`` (transposed), so tools built on tables (zoo compare)
+    see the adapters as tensors of the model."""
+    from dataclasses import replace
+
+    from zoo.weights import Port, TensorSpec
+
+    def transposed(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        return tuple(a.T for a in arrays)
+
+    table = [
+        replace(port, tensors=tuple(replace(s, trainable=s.name in trained) for s in port.tensors))
+        for port in frozen
+    ]
+    for point in adapter.points:
+        r, name = adapter.ranks[point.name], TORCH_PREFIX + key(point.name)
+        specs = (
+            TensorSpec(f"{name}.{A}", (r, point.in_features)),
+            TensorSpec(f"{name}.{B}", (point.out_features, r)),
+        )
+        part = point.name.rsplit(".", 1)[1]
+        layer = f"{point.layer}.in_proj_delta.{part}" if point.fused else f"{point.layer}.lora_adapter"
+        table.append(Port(specs, layer, (A, B), transposed, transposed))
+    return table
+
+
 def initial_tensors(adapter: Adapter, seed: int) -> dict[str, np.ndarray]:
     """A and B as PEFT's ``reset_lora_parameters`` draws them: A Kaiming-uniform (a = sqrt(5)),
     B zero, A by A in point order from a torch generator of ``seed``. Both twins start from

@@ -41,11 +41,13 @@ class FusedDelta(layers.Layer):
 
     def __init__(self, parts: dict[str, LowRank], **kw):
         super().__init__(**kw)
-        self.parts = parts
+        self.names = tuple(parts)
+        for name, module in parts.items():  # attributes q, k, v: the weight table's paths
+            setattr(self, name, module)
         self.built = True
 
     def call(self, x, training=False):
-        outputs = {name: module(x, training=training) for name, module in self.parts.items()}
+        outputs = {name: getattr(self, name)(x, training=training) for name in self.names}
         like = next(iter(outputs.values()))
         return ops.concatenate([outputs.get(name, ops.zeros_like(like)) for name in FUSED], axis=-1)
 
@@ -121,5 +123,5 @@ def adapter_tensors(model, family, adapter: Adapter, bias_names: list[str]) -> d
 def _module(model, point) -> LowRank:
     host = keras_layer(model, point.layer)
     if point.fused:
-        return host.in_proj_delta.parts[point.name.rsplit(".", 1)[1]]
+        return getattr(host.in_proj_delta, point.name.rsplit(".", 1)[1])
     return host.lora_adapter

@@ -13,15 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.lora.adapter import A, Adapter, B
+from zoo.lora.adapter import A, Adapter, B, key
 from zoo.lora.targets import FUSED
-
-PREFIX = "lora.adapters."
-
-
-def key(point_name: str) -> str:
-    """A ModuleDict key for a point (module names may not contain dots)."""
-    return point_name.replace(".", "__")
 
 
 class LowRank(nn.Module):
