@@ -314,3 +314,54 @@ def read_rows(run_dir: Path) -> list[str]:
     rows = (run_dir / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
     return list(range(int(rows[1].split(",")[header.index("step")])))
+
+
+RECIPE = Path(__file__).parent.parent / "recipes" / "gpt2-micro-lora-pydocs.yaml"
+
+
+def test_compare_passes_on_the_shipped_lora_recipe(tmp_path):
+    """Both twins from the same base and adapter init, the same batches: outputs, the gradients
+    of the trainable tensors (the adapters alone) and training agree."""
+    from compare_cases import SECTIONS
+
+    from zoo.compare import compare
+
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat. a dog ran in the fog. " * 40)
+    overrides = ["data.seq_len=16", "data.batch_size=8", "model.n_layer=2", f"data.path={text}",
+                 "data.tokenizer=char", f"export.dir={tmp_path}"]  # fmt: skip
+    result = compare(RECIPE, steps=4, out=tmp_path / "report", overrides=overrides, speed_steps=0)
+    assert result.verdicts == dict.fromkeys(SECTIONS, "PASS"), result.text
+    assert "lora.adapters." in result.text  # the gradients' worst tensor is an adapter's
+
+
+@pytest.mark.slow
+def test_the_shipped_recipe_fine_tunes_a_base_in_both_frameworks(tmp_path):
+    """The README's commands: zoo finetune RECIPE --from BASE [--framework keras], then the PEFT
+    files and the merged checkpoint from the adapter."""
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat. a dog ran in the fog. " * 40)
+    sets = [f"data.path={text}", "data.seq_len=16", "data.batch_size=8", "trainer.max_epochs=1",
+            "trainer.progress_bar=false", "tracking.tensorboard=false",
+            f"export.dir={tmp_path / 'runs'}"]  # fmt: skip
+    flags = [a for s in sets for a in ("--set", s)]
+    base_recipe = RECIPE.parent / "gpt2-micro-pydocs.yaml"
+    made = CliRunner().invoke(main, ["train", str(base_recipe), "--json", *flags])
+    assert made.exit_code == 0, made.output
+    base_path = Path(json.loads(made.stdout)["checkpoint"])
+    adapters = {}
+    for framework in FRAMEWORKS:
+        args = ["finetune", str(RECIPE), "--from", str(base_path), "--framework", framework, "--json", *flags]
+        tuned = CliRunner().invoke(main, args)
+        assert tuned.exit_code == 0, tuned.output
+        adapters[framework] = read_adapter(json.loads(tuned.stdout)["checkpoint"])
+        assert adapters[framework].base["path"] == str(base_path.resolve())
+        assert (Path(adapters[framework].path).parent / "tokenizer.json").is_file()
+    assert adapters["lightning"].base["sha256"] == adapters["keras"].base["sha256"]
+    for verb in (
+        ["export", "--format", "peft", "--out", str(tmp_path / "peft")],
+        ["merge", "--out", str(tmp_path / "m")],
+    ):
+        done = CliRunner().invoke(main, [verb[0], str(adapters["keras"].path), *verb[1:]])
+        assert done.exit_code == 0, done.output
+    assert read_checkpoint(tmp_path / "m" / "model.safetensors").config == read_checkpoint(base_path).config
