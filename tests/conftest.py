@@ -81,6 +81,24 @@ def small_input(config) -> dict:
     return {"image_size": SMALL_IMAGE}
 
 
+def twins(name: str, tensors: dict[str, np.ndarray] | None = None, **fields):
+    """(config, torch twin, Keras twin) of a preset or family with ``fields``, both holding
+    ``tensors`` (default: the torch twin's init after ``torch.manual_seed(0)``)."""
+    import torch
+
+    from zoo.checkpoint import load_tensors, model_tensors
+
+    config = registry.resolve_config(name, **fields)
+    family = registry.get_family(name)
+    torch.manual_seed(0)
+    torch_model = family.build_torch(config)
+    keras_model = family.build_keras(config)
+    tensors = model_tensors(torch_model) if tensors is None else tensors
+    load_tensors(torch_model, tensors)
+    load_tensors(keras_model, tensors)
+    return config, torch_model, keras_model
+
+
 def forward_torch(model, x: np.ndarray, training: bool) -> np.ndarray:
     """A torch twin's output for a canonical-layout input, in train or eval mode."""
     import torch

@@ -57,7 +57,7 @@ def config(root, **fields) -> ImageFolderData:
 def test_classes_are_sorted_folder_names_and_every_image_is_found(folder):
     data = load_dataset(config(folder, val_fraction=0.0, test_fraction=0.1), "image")
     assert data.classes == CLASSES
-    assert data.info == {"in_channels": 3, "image_size": 16, "num_classes": 3}
+    assert data.info == {"task": "classification", "in_channels": 3, "image_size": 16, "num_classes": 3}
     splits = (data.train, data.val, data.test)
     assert sum(len(s) for s in splits) == 30 and len(data.val) == 0
     for split in splits:
@@ -350,5 +350,5 @@ def test_without_a_root_the_embedded_digits_are_the_folder(tmp_path, monkeypatch
     monkeypatch.setenv("ZOO_CACHE", str(tmp_path))
     dataset = load_dataset(ImageFolderData(image_size=16, classes=["3", "8"]), "image")
     assert (tmp_path / "digits-16px" / ".complete").is_file()
-    assert dataset.info == {"in_channels": 3, "image_size": 16, "num_classes": 2}
+    assert dataset.info == {"task": "classification", "in_channels": 3, "image_size": 16, "num_classes": 2}
     assert dataset.train.x[np.arange(2)].shape == (2, 3, 16, 16)

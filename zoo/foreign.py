@@ -74,6 +74,18 @@ def _takes(function: Callable[..., Any], keyword: str) -> bool:
     return keyword in inspect.signature(function).parameters
 
 
+def timm_variant(meta: Mapping[str, Any], variants: Iterable[str], reads: str) -> str:
+    """The timm factory a ``config.json`` names, without its pretrained tag ("resnet50.a1_in1k" ->
+    "resnet50"), if it is one of ``variants``; refused otherwise, saying what the family ``reads``."""
+    architecture = str(meta.get("architecture", ""))
+    name = architecture.split(".")[0]
+    if name not in variants:
+        raise ForeignLayoutError(
+            f"config.json names the timm architecture {architecture!r}; {reads}: {', '.join(variants)}"
+        )
+    return name
+
+
 def renamed(
     tensors: Mapping[str, np.ndarray],
     names: Mapping[str, str],

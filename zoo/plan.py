@@ -69,7 +69,7 @@ def plan_run(
     check_launch(recipe.trainer)  # a scheduler's RANK/WORLD_SIZE/SLURM_*/TF_CONFIG against the recipe
     family = registry.get_family(recipe.model.architecture)
     if recipe.init.from_ is not None:
-        dataset, config, init = _fine_tune_start(recipe, family)
+        dataset, config, init = fine_tune_start(recipe, family)
         log.info(init.describe())
     else:
         dataset, config, init = _fresh_start(recipe, family)
@@ -88,7 +88,7 @@ def _fresh_start(recipe: Recipe, family: Family) -> tuple[Dataset, ArchitectureC
     return dataset, recipe.model.bind(dataset.info), None
 
 
-def _fine_tune_start(recipe: Recipe, family: Family) -> tuple[Dataset, ArchitectureConfig, InitPlan]:
+def fine_tune_start(recipe: Recipe, family: Family) -> tuple[Dataset, ArchitectureConfig, InitPlan]:
     """The data as the checkpoint's model reads it (its tokenizer's ids, not the recipe's),
     and the checkpoint's config bound to that data."""
     from zoo import finetune

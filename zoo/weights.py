@@ -106,6 +106,22 @@ def conv2d(name: str, in_channels: int, out_channels: int, kernel_size: int, *, 
     )
 
 
+def depthwise_conv2d(name: str, channels: int, kernel_size: int, *, bias: bool = True) -> Port:
+    """``nn.Conv2d(C, C, k, groups=C)`` (C, 1, kh, kw) <-> ``keras.layers.DepthwiseConv2D`` (kh, kw, C, 1)."""
+    tensors = [_t(f"{name}.weight", (channels, 1, kernel_size, kernel_size))]
+    variables = ["kernel"]
+    if bias:
+        tensors.append(_t(f"{name}.bias", (channels,)))
+        variables.append("bias")
+    return Port(
+        tuple(tensors),
+        name,
+        tuple(variables),
+        lambda w, *rest: (w.transpose(2, 3, 0, 1), *rest),
+        lambda k, *rest: (k.transpose(2, 3, 0, 1), *rest),
+    )
+
+
 def batchnorm(name: str, channels: int) -> Port:
     """``nn.BatchNorm*d`` <-> zoo's Keras ``BatchNorm`` (torch semantics, same five tensors)."""
     tensors = (

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from architectures.resnet.config import STAGES, ResNetConfig
 from architectures.resnet.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.foreign import ForeignLayoutError, Tensors, renamed, timm_variant
 from zoo.weights import tensor_specs
 
 # timm's ResNets with torchvision's architecture (plain 7x7 stem, 1x1 conv shortcuts): (block, layers).
@@ -135,13 +135,10 @@ def infer_fields(tensors: Mapping[str, np.ndarray], source: str) -> dict[str, An
 
 def _check_timm_config(meta: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
     """Check a timm ``config.json`` against the inferred fields; return the fields it adds (dropout)."""
-    architecture = str(meta.get("architecture", ""))
-    name = architecture.split(".")[0]  # "resnet50.a1_in1k" -> "resnet50"
-    if name not in TIMM_PLAIN:
-        raise ForeignLayoutError(
-            f"config.json names the timm architecture {architecture!r}; zoo's resnet reads timm's plain "
-            f"ResNets with torchvision's structure: {', '.join(TIMM_PLAIN)}"
-        )
+    name = timm_variant(
+        meta, TIMM_PLAIN, "zoo's resnet reads timm's plain ResNets with torchvision's structure"
+    )
+    architecture = meta["architecture"]
     args = dict(meta.get("model_args") or {})
     unknown = {k: args[k] for k in sorted(set(args) - TIMM_ARGS)}
     if unknown:

@@ -1,4 +1,4 @@
-"""Keras' Dense and Conv2D with the bias added in float32: the products of zoo's Keras twins.
+"""Keras' Dense, Conv2D and DepthwiseConv2D with the bias added in float32: the products of zoo's Keras twins.
 
 Under mixed precision TensorFlow adds a 1-D bias with ``BiasAdd``, and on the CPU the
 gradient of a bfloat16 ``BiasAdd`` (a sum over every row of the batch, and every time step
@@ -60,6 +60,25 @@ class Conv2D(keras.layers.Conv2D):
 
     def call(self, inputs):
         y = self.convolution_op(inputs, self.kernel)
+        if self.use_bias:
+            y = add_bias(y, self.bias)
+        return y if self.activation is None else self.activation(y)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class DepthwiseConv2D(keras.layers.DepthwiseConv2D):
+    """``keras.layers.DepthwiseConv2D`` (channels last) with :func:`add_bias`: torch's
+    ``nn.Conv2d(C, C * m, k, groups=C)``, its (C * m, 1, k, k) weight a (k, k, C, m) kernel."""
+
+    def call(self, inputs):
+        y = ops.depthwise_conv(
+            inputs,
+            self.kernel,
+            strides=self.strides,
+            padding=self.padding,
+            dilation_rate=self.dilation_rate,
+            data_format=self.data_format,
+        )
         if self.use_bias:
             y = add_bias(y, self.bias)
         return y if self.activation is None else self.activation(y)
