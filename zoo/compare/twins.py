@@ -204,15 +204,18 @@ def build_twins(
     family = setup.family
     precision = precision or setup.precision
     torch_model = seeded_torch_model(family, config, setup.recipe.trainer.seed)
-    lora = setup.recipe.init.lora
-    if lora is not None:  # adapters on the frozen base: they are the model's trainable tensors
-        from zoo.lora import attach
-
-        attach(torch_model, family, config, lora, setup.recipe.trainer.seed)
     if initial is None:
         initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
         if setup.init is not None:  # the checkpoint's, where the data leaves the shapes as they were
             initial = merged_tensors(setup.init, initial)
+    lora = setup.recipe.init.lora
+    if lora is not None:  # adapters on the frozen base: they are the model's trainable tensors
+        from zoo.lora import attach
+        from zoo.lora.adapter import TORCH_PREFIX
+
+        attach(torch_model, family, config, lora, setup.recipe.trainer.seed)
+        drawn = {k: v for k, v in model_tensors(torch_model).items() if k.startswith(TORCH_PREFIX)}
+        initial = {**drawn, **initial}  # the adapters' init, unless ``initial`` holds them already
     dtype = torch_parameter_dtype(precision)
     if dtype is not None:
         torch_model = torch_model.to(dtype)
