@@ -139,6 +139,10 @@ def test_peft_loads_zoos_adapter_and_zoo_imports_peft_s(family_name, tmp_path):
         np.abs(logits(load_adapter(tmp_path / "imp" / "adapter.safetensors", "keras"), ids) - made).max()
         <= PEFT
     )
+    if family_name != "gpt2":  # one transformers module per zoo projection: PEFT's parameter count
+        imported_tensors = read_adapter(tmp_path / "imp" / "adapter.safetensors").tensors
+        count = sum(v.size for k, v in imported_tensors.items() if k.endswith(("lora_A", "lora_B")))
+        assert count == json.loads((ref / "made.json").read_text())["trainable"]
 
 
 def test_merged_equals_unmerged_and_another_base_is_refused(tmp_path):
