@@ -166,7 +166,7 @@ class Family:
     # follows the data over to new data instead of re-initialising them when fine-tuning (a
     # ViT's position embedding at another image size). It returns only the tensors it carried.
     adapt_tensors: str | None = None
-    # The projections LoRA adapts when a recipe's init.lora names none (zoo.lora.targets' names).
+    # The projections LoRA adapts when a recipe's init.lora names none (zoo.recipe.lora_targets' names).
     lora_targets: tuple[str, ...] = ()
 
     @property

@@ -1,6 +1,6 @@
 """LoRA: low-rank adapters trained on a frozen base in either twin, saved alone, PEFT-compatible.
 
-- :mod:`zoo.lora.targets`: the adaptable projections of a model, from its weight table (pure).
+- :mod:`zoo.recipe.lora_targets`: the adaptable projections of a model, from its weight table (pure).
 - :mod:`zoo.lora.adapter`: the adapter as numpy (PEFT's init, merge, base digest) and its file.
 - :mod:`zoo.lora.torch_lora`, :mod:`zoo.lora.keras_lora`: the adapters in each twin.
 - :mod:`zoo.lora.peft`: PEFT's ``adapter_model.safetensors`` + ``adapter_config.json``, both ways.

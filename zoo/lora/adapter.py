@@ -1,6 +1,6 @@
 """A LoRA adapter as both twins hold it, and as zoo writes it: framework-neutral numpy.
 
-An adapter is, per point (zoo.lora.targets), A (rank x in) and B (out x rank) in the canonical
+An adapter is, per point (zoo.recipe.lora_targets), A (rank x in) and B (out x rank) in the canonical
 (torch) layout, a scale, and the base biases it trains (``train_bias``). Its file is a zoo
 safetensors of kind ``adapter``: those tensors, the base model's config, and the base named by
 path and by a digest of its tensors, so that it is never put on another base by mistake.
@@ -20,7 +20,7 @@ import numpy as np
 
 from zoo import registry
 from zoo.family import ArchitectureConfig, Family
-from zoo.lora.targets import Point, select
+from zoo.recipe.lora_targets import Point, select
 from zoo.safetensors_io import CheckpointError, check_finite, refuse_pickles, write_safetensors
 
 KIND = "adapter"

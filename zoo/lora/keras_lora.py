@@ -14,7 +14,7 @@ import numpy as np
 from keras import layers, ops
 
 from zoo.lora.adapter import A, Adapter, B
-from zoo.lora.targets import FUSED
+from zoo.recipe.lora_targets import FUSED
 from zoo.weights import keras_layer
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from zoo.family import ArchitectureConfig, Family
 from zoo.lora.adapter import A, Adapter, AdapterFile, B
-from zoo.lora.targets import Point, points
+from zoo.recipe.lora_targets import Point, points
 from zoo.safetensors_io import CheckpointError
 from zoo.weights import tensor_specs
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.lora.adapter import A, Adapter, B, key
-from zoo.lora.targets import FUSED
+from zoo.recipe.lora_targets import FUSED
 
 
 class LowRank(nn.Module):

@@ -375,9 +375,9 @@ class Recipe(Section):
 
     @model_validator(mode="after")
     def _lora_targets(self):
-        """Every ``init.lora.target`` must name a projection of this model (zoo.lora.targets)."""
+        """Every ``init.lora.target`` must name a projection of this model (zoo.recipe.lora_targets)."""
         if self.init.lora is not None:
-            from zoo.lora.targets import select
+            from zoo.recipe.lora_targets import select
 
             family = registry.get_family(self.model.architecture)
             select(family, self.model, self.init.lora.target)

@@ -4,7 +4,8 @@ Every dense matrix of the table is a point (``layers.0.self_attn.q_proj``, ``h.0
 fused self-attention projection (``in_proj_weight``, query, key and value stacked) is three
 points, one per row block (``h.0.attn.q``, ``.k``, ``.v``), plus its ``out_proj``. So a recipe
 names q, k and v separately whether the twins fuse them or not, as PEFT's targets do on a model
-that keeps them apart. Pure: no framework is imported (``zoo validate`` checks the names).
+that keeps them apart. Pure, and part of the recipe layer: ``zoo validate`` checks the names
+without importing a framework (or anything above zoo.recipe).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import re
 from dataclasses import dataclass
 
 from zoo.family import ArchitectureConfig, Family
-from zoo.nn.ports import SELF_ATTENTION_VARIABLES
 
 FUSED = ("q", "k", "v")
 
@@ -46,7 +46,7 @@ def points(family: Family, config: ArchitectureConfig) -> list[Point]:
     found = []
     for port in family.weight_table(config):
         specs = {s.name: s for s in port.tensors}
-        if port.variables == SELF_ATTENTION_VARIABLES:
+        if port.tensors[0].name.endswith(".in_proj_weight"):  # zoo.nn.ports.self_attention
             weight, bias, out_weight, out_bias = (s.name for s in port.tensors)
             embed = specs[weight].shape[1]
             module = weight.removesuffix(".in_proj_weight")
