@@ -98,15 +98,26 @@ def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         return TrainResult(plan.folder, plan.folder / "model.safetensors", metrics, plan.framework)
     check_run_folder(run.path)  # a folder deleted under the run is not recreated to hold its checkpoint
-    checkpoint = save_checkpoint(
-        model,
-        run.checkpoint,
-        recipe=recipe.to_dict(),
-        metrics=metrics,
-        vocab=plan.dataset.vocab,
-        dtype=recipe.export.dtype,
-        preprocessing=plan.preprocessing,
-    )
+    if recipe.init.lora is not None:  # the adapter alone, naming its base
+        from zoo.lora import save_adapter
+
+        base = (
+            {"path": str(recipe.init.from_.resolve())} if recipe.init.from_ else {"seed": recipe.trainer.seed}
+        )
+        checkpoint = save_adapter(
+            model, run.path / "adapter.safetensors", base,
+            recipe=recipe.to_dict(), metrics=metrics, vocab=plan.dataset.vocab,
+        )  # fmt: skip
+    else:
+        checkpoint = save_checkpoint(
+            model,
+            run.checkpoint,
+            recipe=recipe.to_dict(),
+            metrics=metrics,
+            vocab=plan.dataset.vocab,
+            dtype=recipe.export.dtype,
+            preprocessing=plan.preprocessing,
+        )
     if plan.dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
         plan.dataset.tokenizer.save(checkpoint.parent)
     history = read_metrics(run.metrics)

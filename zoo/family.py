@@ -172,6 +172,8 @@ class Family:
     # Other libraries' names of the family's models (timm's "vit_tiny_patch16_224", transformers'
     # "bert-base-uncased") -> the family or preset of the same shape: ``zoo.load`` takes them.
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # The projections LoRA adapts when a recipe's init.lora names none (zoo.recipe.lora_targets' names).
+    lora_targets: tuple[str, ...] = ()
 
     @property
     def input_kind(self) -> InputKind:

@@ -19,6 +19,7 @@ FAMILY = Family(
     torch_model="architectures.bert.torch_model:build",
     keras_model="architectures.bert.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
+    lora_targets=("attn.q", "attn.k", "attn.v", "attn.out_proj"),
     presets=PRESETS,
     aliases=ALIASES,
     formats=(

@@ -18,6 +18,7 @@ FAMILY = Family(
     torch_model="architectures.gpt2.torch_model:build",
     keras_model="architectures.gpt2.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
+    lora_targets=("attn.q", "attn.k", "attn.v", "attn.out_proj"),
     presets=PRESETS,
     aliases=ALIASES,
     formats=(

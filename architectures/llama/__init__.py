@@ -19,6 +19,7 @@ FAMILY = Family(
     torch_model="architectures.llama.torch_model:build",
     keras_model="architectures.llama.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
+    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
     presets=PRESETS,
     aliases=ALIASES,
     formats=(

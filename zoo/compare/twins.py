@@ -208,11 +208,24 @@ def build_twins(
         initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
         if setup.init is not None:  # the checkpoint's, where the data leaves the shapes as they were
             initial = merged_tensors(setup.init, initial)
+    lora = setup.recipe.init.lora
+    if lora is not None:  # adapters on the frozen base: they are the model's trainable tensors
+        from zoo.lora import attach
+        from zoo.lora.adapter import TORCH_PREFIX
+
+        attach(torch_model, family, config, lora, setup.recipe.trainer.seed)
+        drawn = {k: v for k, v in model_tensors(torch_model).items() if k.startswith(TORCH_PREFIX)}
+        initial = {**drawn, **initial}  # the adapters' init, unless ``initial`` holds them already
     dtype = torch_parameter_dtype(precision)
     if dtype is not None:
         torch_model = torch_model.to(dtype)
     keras_model = build_keras(family, config, precision, initial)
     table = family.weight_table(config)
+    if lora is not None:
+        from zoo.lora.adapter import ports
+
+        adapter = attach(keras_model, family, config, lora, setup.recipe.trainer.seed)
+        table = ports(adapter, table, set(adapter.bias_names(family, config)))
     twins = Twins(setup, config, precision, torch_model, keras_model, table, initial)
     twins.reset()  # the torch twin too, where ``initial`` came from elsewhere
     if setup.gradient_checkpointing:

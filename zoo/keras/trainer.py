@@ -156,6 +156,10 @@ def compiled_for_training(
 
     trainer_cfg = recipe.trainer
     head_rates = initialise(model, family, init)
+    if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
+        from zoo.lora import attach
+
+        attach(model, family, model.zoo_config, recipe.init.lora, trainer_cfg.seed)
     multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
     optimizer = build_optimizer(
         recipe.optimizer,

@@ -169,6 +169,11 @@ def build_task(recipe, family, config, task: str, model: torch.nn.Module, table,
     optimizer's parameter groups (a fine-tuned head's rate, a frozen backbone, the tensors
     exempt from weight decay). ``zoo compare`` steps the same module (``compiled=False``)."""
     groups = initialise(model, init)
+    if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
+        from zoo.lora import attach
+
+        attach(model, family, config, recipe.init.lora, recipe.trainer.seed)
+        groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
     if not recipe.optimizer.decay_biases_and_norms:
         groups = without_decay(groups, model, family.weight_table(config))
     compiled = recipe.trainer.compile if compiled is None else compiled

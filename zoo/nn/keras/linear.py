@@ -25,12 +25,18 @@ def add_bias(y, bias):
 
 @keras.saving.register_keras_serializable(package="zoo")
 class Dense(keras.layers.Dense):
-    """``keras.layers.Dense`` (no LoRA, no quantisation) with :func:`add_bias`."""
+    """``keras.layers.Dense`` (no quantisation, not Keras' own LoRA) with :func:`add_bias`.
+    ``lora_adapter`` is zoo's (zoo.lora.keras_lora): its output is added to the product, as
+    PEFT adds to a Linear's."""
+
+    lora_adapter = None
 
     def call(self, inputs, training=None):
         y = ops.matmul(inputs, self.kernel)
         if self.bias is not None:
             y = add_bias(y, self.bias)
+        if self.lora_adapter is not None:
+            y = y + self.lora_adapter(inputs, training=training)
         return y if self.activation is None else self.activation(y)
 
 
