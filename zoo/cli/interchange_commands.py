@@ -148,7 +148,7 @@ def export(
 @click.command("merge")
 @click.argument("adapter", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--out", required=True, type=click.Path(path_type=Path),
+    "-o", "--out", required=True, type=click.Path(path_type=Path),
     help="The full checkpoint to write: a .safetensors path, or a directory for model.safetensors.",
 )  # fmt: skip
 @click.option(
