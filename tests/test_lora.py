@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import reference_env
 from click.testing import CliRunner
+from conftest import max_diff
 
 from zoo import registry
 from zoo.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
@@ -369,3 +370,42 @@ def test_the_shipped_recipe_fine_tunes_a_base_in_both_frameworks(tmp_path):
         done = CliRunner().invoke(main, [verb[0], str(adapters["keras"].path), *verb[1:]])
         assert done.exit_code == 0, done.output
     assert read_checkpoint(tmp_path / "m" / "model.safetensors").config == read_checkpoint(base_path).config
+
+
+@pytest.mark.parametrize(
+    ("framework", "strategy"),
+    [("lightning", "ddp"), pytest.param("keras", "mirrored", marks=pytest.mark.slow)],
+)
+def test_two_replicas_train_the_one_device_adapter(framework, strategy, tmp_path):
+    """As tests/test_distributed.py for full training (SGD, no dropout): Lightning DDP over two
+    processes and Keras' MirroredStrategy over two logical CPUs end with the adapter of one
+    device, written alone by rank 0, on a base that did not move."""
+    import yaml
+
+    raw = tiny_recipe(tmp_path, None, seed=3, num_threads=1, framework=framework)
+    raw["model"] |= {"resid_dropout": 0.0, "embd_dropout": 0.0, "attn_dropout": 0.0}  # one mask per replica
+    raw["optimizer"] = {"name": "sgd", "lr": 0.05, "momentum": 0.9}  # (0.5 amplifies float32 rounding)
+    raw["init"]["lora"]["train_bias"] = "none"
+    (tmp_path / "text.txt").write_text("the cat sat on the mat. a dog ran in the fog. " * 39)
+    raw["data"]["batch_size"] = 10  # 100 training sequences: every batch splits evenly over two replicas
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(raw))
+    env = {**os.environ, "ZOO_DDP_TIMEOUT_S": "60", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    adapters, runs = {}, {"single": [], "parallel": [f"trainer.strategy={strategy}", "trainer.devices=2"]}
+    for name, sets in runs.items():
+        args = [a for s in [f"export.run_name={name}", *sets] for a in ("--set", s)]
+        done = subprocess.run([sys.executable, "-m", "zoo.cli", "train", str(recipe), *args],
+                              env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        run_dir = tmp_path / "runs" / name
+        assert not (run_dir / "model.safetensors").exists() and (run_dir / "adapter.safetensors").is_file()
+        adapters[name] = read_adapter(run_dir / "adapter.safetensors")
+        replicas = json.loads((run_dir / "summary.json").read_text())["metrics"]["replicas"]
+        assert replicas == (2 if sets else 1)
+    assert not (tmp_path / "runs" / "parallel-2").exists(), "the second rank must not create a run folder"
+    single, parallel = adapters["single"], adapters["parallel"]
+    family, config = single.family, single.config
+    assert single.base["sha256"] == parallel.base["sha256"] == base_digest(seeded(family, config, 3))
+    assert single.tensors.keys() == parallel.tensors.keys() == set(single.adapter.tensor_names())
+    assert all(np.abs(parallel.tensors[f"{p.name}.lora_B"]).max() > 0 for p in parallel.adapter.points)
+    assert max(max_diff(single.tensors[k], parallel.tensors[k]) for k in single.tensors) <= 1e-5
