@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
-from zoo.family import ArchitectureConfig
+from zoo.family import MAX_CLASSES, ArchitectureConfig
 
 STAGES = 4  # timm's ConvNeXt always has four; torchvision's published ones too
 KERNEL_SIZE = 7  # the depthwise convolution of every block
@@ -48,7 +48,9 @@ class ConvNeXtConfig(ArchitectureConfig):
     image_size: PositiveInt = Field(
         224, le=8192, description="Height and width of the square input (from the data)."
     )
-    num_classes: int = Field(1000, ge=2, description="Classes of the classifier head (from the data).")
+    num_classes: int = Field(
+        1000, ge=2, le=MAX_CLASSES, description="Classes of the classifier head (from the data)."
+    )
     depths: list[Annotated[int, Field(ge=1, le=64)]] = Field(
         [3, 3, 9, 3],
         min_length=STAGES,
