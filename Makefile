@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: train test bench lint setup clean
+.PHONY: train test test-heavy bench lint setup clean
 
 setup: $(STAMP)
 
@@ -24,7 +24,11 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not heavy"
+
+# The registry-wide tests of the entries over 400M parameters, one process (~16 GB at its peak).
+test-heavy: $(STAMP)
+	$(BIN)/python -m pytest -q -m heavy
 
 # Every speed table of bench/RESULTS.md at one commit (bench/all.py): ~90 min on 2 quiet cores
 # at 2 rounds, 53 min with BENCH_ROUNDS=1. Run it with nothing else on the machine.

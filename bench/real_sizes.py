@@ -63,6 +63,7 @@ PRESETS: dict[str, dict] = {
     "resnet18": {"kind": "image", "size": 32, "batch": 64, "classes": 10},
     "resnet50": {"kind": "image", "size": 224, "batch": 8, "classes": 1000},
     "vit-tiny": {"kind": "image", "size": 224, "batch": 16, "classes": 1000},
+    "convnext-tiny": {"kind": "image", "size": 224, "batch": 8, "classes": 1000},
     "gpt2": {"kind": "language_modeling", "seq": 256, "batch": 4, "vocab": 50257},
     "smollm-135m": {"kind": "language_modeling", "seq": 256, "batch": 4, "vocab": 49152},
     "bert-base": {"kind": "masked_language_modeling", "seq": 128, "batch": 8, "vocab": 30522},

@@ -258,9 +258,10 @@ def _sized_value(annotation: Any, metadata: list[Any], size: int) -> Any:
     if annotation is int:
         lo, hi = _int_range(metadata)
         return max(lo, size) if hi is None else min(hi, max(lo, size))
-    if origin is list:
+    if origin is list:  # as many items as the list must have (a ResNet's or ConvNeXt's four stages)
         item = _sized_value(typing.get_args(annotation)[0], [], size)
-        return None if item is None else [item]
+        shortest = max([1, *(n.min_length for n in metadata if isinstance(n, at.MinLen))])
+        return None if item is None else [item] * shortest
     return None
 
 

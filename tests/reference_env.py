@@ -42,8 +42,12 @@ def python() -> Path:
     """The reference environment's interpreter, built (or rebuilt for new pins) on first use."""
     want = _digest(*(path.read_bytes() for path in PINS))
     stamp, interpreter = VENV / ".installed", VENV / "bin" / "python"
+    # One stamp per pin set that the environment satisfies: a package added to the pins and
+    # installed into it (peft) leaves the stamp of the pins before, which older checkouts sharing
+    # the environment read, where it is: neither rebuilds it from scratch for the other.
+    satisfied = VENV / f".installed-{want}"
     with _locked("venv"):
-        if stamp.is_file() and stamp.read_text() == want:
+        if satisfied.is_file() or (stamp.is_file() and stamp.read_text() == want):
             return interpreter
         pip = [str(interpreter), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         constraints = ["-c", str(SCRIPTS / "constraints.txt")]
@@ -57,6 +61,7 @@ def python() -> Path:
             if done.returncode:
                 raise RuntimeError(f"building {VENV} failed at {' '.join(command)}:\n{done.stderr[-4000:]}")
         stamp.write_text(want)
+        satisfied.touch()
     return interpreter
 
 

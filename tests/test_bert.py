@@ -34,6 +34,7 @@ from zoo.checkpoint import load_tensors, model_tensors, read_checkpoint
 from zoo.foreign import ForeignLayoutError
 from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
 from zoo.nn.errors import InputError
+from zoo.preprocessing import Preprocessing
 from zoo.weights import count_parameters, keras_layer, tensor_specs, tensors_to_keras
 
 REFERENCE = 1e-4  # relative, max norm: zoo's twins against transformers
@@ -188,6 +189,9 @@ def _randomised(config, seed: int = 0):
     return model
 
 
+LABEL_NAMES = ("sun", "rain", "snow", "fog", "hail", "wind", "calm")
+
+
 def test_export_loads_strictly_in_transformers(tmp_path):
     """One zoo model per task (3 x 48, 4 heads of 12, 3 token types, 7 classes, vocabulary 90),
     randomised, exported: transformers' class for the task loads every tensor as written (the MLM
@@ -205,12 +209,16 @@ def test_export_loads_strictly_in_transformers(tmp_path):
     expected = {}
     for task in TASKS:
         model = _randomised(registry.resolve_config("bert", task=task, **fields))
-        checkpoint = zoo.save_checkpoint(model, tmp_path / f"{task}.safetensors")
+        labelled = task in ("classification", "token_classification")
+        recorded = Preprocessing(source="test", labels=LABEL_NAMES) if labelled else None
+        checkpoint = zoo.save_checkpoint(model, tmp_path / f"{task}.safetensors", preprocessing=recorded)
         written = export_checkpoint(checkpoint, "hf", root / task)
         assert written == root / task / "model.safetensors"
         expected[task] = outputs(model, "lightning", ids, padding, types)["out"]
     out = reference_env.run("hf_bert.py", tmp_path / "ref", "exported", str(root))
     loaded = json.loads((out / "loaded.json").read_text())
+    for task in ("classification", "token_classification"):  # the checkpoint's label names
+        assert loaded[task].pop("id2label") == {str(i): name for i, name in enumerate(LABEL_NAMES)}, task
     for task in TASKS:
         assert {k: v for k, v in loaded[task].items() if k != "tied"} == {
             "missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []

@@ -47,6 +47,25 @@ def test_metadata_says_what_is_needed_to_reuse_the_model(saved):
     assert ("head.fc.weight", (10, 32), "float32") in info["tensors"]
 
 
+def test_inspect_shows_the_metadata_in_the_written_order(saved, tmp_path):
+    """safetensors returns metadata in a different order in every process; inspect (text and
+    --json) keeps write_checkpoint's order, and keys zoo does not write go last, alphabetically."""
+    from click.testing import CliRunner
+
+    from zoo.checkpoint import METADATA_ORDER
+    from zoo.cli import main
+
+    extra = _rewrite(saved, tmp_path / "extra.safetensors", edit_metadata=lambda m: m.update(zz="1", aa="2"))
+    shown = list(zoo.inspect_checkpoint(extra)["metadata"])
+    written = [key for key in METADATA_ORDER if key in shown]  # a trained model has no source
+    assert written[:4] == ["format", "format_version", "architecture", "config"]
+    assert shown == [*written, "aa", "zz"]
+    printed = CliRunner().invoke(main, ["inspect", str(extra)])
+    assert printed.exit_code == 0, printed.output
+    keys = [line.split(":")[0] for line in printed.output.split("\n\n")[0].splitlines()]
+    assert keys == [*written, "aa", "zz"]
+
+
 def test_wrong_architecture_is_named(saved):
     with pytest.raises(CheckpointError, match=r"is a 'cnn' checkpoint, but a 'rnn' model|not a registered"):
         read_checkpoint(saved, architecture="rnn")

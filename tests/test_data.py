@@ -15,7 +15,7 @@ def test_digits_split_is_fixed_stratified_and_disjoint():
     assert (len(data.train), len(data.val), len(data.test)) == (1257, 180, 360)
     assert data.train.x.shape[1:] == (1, 8, 8) and data.train.x.dtype == np.float32
     assert data.train.x.min() >= 0.0 and data.train.x.max() <= 1.0
-    assert data.info == {"in_channels": 1, "image_size": 8, "num_classes": 10}
+    assert data.info == {"task": "classification", "in_channels": 1, "image_size": 8, "num_classes": 10}
     counts = np.bincount(data.test.y)
     assert counts.min() >= 35 and counts.max() <= 37  # stratified: ~36 of each digit
     again = load_dataset(DigitsData(), "sequence")
@@ -85,7 +85,7 @@ def test_npz_data(tmp_path):
              x_test=rng.normal(size=(10, 12, 12)), y_test=rng.integers(0, 3, 10))  # fmt: skip
     data = load_dataset(NpzData(path=path, val_fraction=0.2), "image")
     assert (len(data.train), len(data.val), len(data.test)) == (40, 10, 10)
-    assert data.info == {"in_channels": 1, "image_size": 12, "num_classes": 3}
+    assert data.info == {"task": "classification", "in_channels": 1, "image_size": 12, "num_classes": 3}
 
 
 def test_npz_errors_name_the_problem(tmp_path):

@@ -77,6 +77,37 @@ def test_another_width_is_refused_naming_the_tensors(sources, tmp_path):
         in message
     )
     assert "Only the data (class count, vocabulary) may change tensor shapes" in message
+    # The exact option that makes the recipe's model the checkpoint's, and it works.
+    suggested = message.rsplit("to train the checkpoint's model, add: ", 1)[1]
+    assert suggested == "--set 'model.channels=[8,16]'."
+    fixed = tiny(tmp_path, "model.channels=[8,24]", f"init.from={sources['keras']}", "model.channels=[8,16]")
+    assert zoo.train(RECIPE, "lightning", fixed).checkpoint.is_file()
+
+
+def test_a_shipped_preset_recipe_on_another_size_suggests_the_fields(tmp_path):
+    """An imported gpt2 of another size under recipes/gpt2-micro-pydocs.yaml (which names a
+    preset, so there is no field in it to remove): the message names the --set options, fewest
+    that fit (not the dropouts or heads that agree), and with them the plan fits."""
+    from zoo import registry
+    from zoo.finetune import base_config, plan
+
+    config = {"n_layer": 3, "n_embd": 96, "n_head": 4, "vocab_size": 300}
+    model = zoo.create_model("gpt2-micro", "lightning", seed=0, **config)
+    checkpoint = zoo.save_checkpoint(model, tmp_path / "imported.safetensors")
+    shipped = RECIPE.parent / "gpt2-micro-pydocs.yaml"
+
+    def fine_tune(*overrides):
+        recipe = zoo.load_recipe(shipped, [f"init.from={checkpoint}", *overrides])
+        family = registry.get_family(recipe.model.architecture)
+        found, base = base_config(recipe, family)
+        return plan(recipe, family, found, base.model_copy(update={"vocab_size": 300}))  # the data's
+
+    with pytest.raises(CheckpointError) as caught:
+        fine_tune()
+    assert str(caught.value).endswith(
+        "to train the checkpoint's model, add: --set model.n_embd=96 --set model.n_layer=3."
+    )
+    assert fine_tune("model.n_embd=96", "model.n_layer=3").reinitialised == []
 
 
 @pytest.mark.parametrize("source", FRAMEWORKS)

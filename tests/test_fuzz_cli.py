@@ -22,7 +22,7 @@ from zoo.cli import main
 COMMANDS = [
     ["list"], ["show"], ["validate"], ["schema"], ["inspect"], ["evaluate"], ["sample"], ["runs"],
     ["runs", "show"], ["plot"], ["import"], ["export"], ["tokenizer", "encode"], ["tokenizer", "train"],
-    ["train"], ["finetune"], ["resume"], ["compare"],
+    ["train"], ["finetune"], ["resume"], ["compare"], ["predict"],
 ]  # fmt: skip
 OPTIONS = [
     "--json", "--quiet", "--set", "-o", "--out", "--format", "--framework", "--steps", "--checkpoint",

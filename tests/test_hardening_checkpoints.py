@@ -390,7 +390,7 @@ def test_an_import_into_the_folder_it_reads_is_refused(gpt2_hf, tmp_path):
 
 
 def test_a_tokenizer_trained_onto_its_own_text_is_refused(tmp_path):
-    text = tmp_path / "corpus.txt"
+    text = tmp_path / "corpus.json"  # a name -o would write a tokenizer to
     text.write_text("the quick brown fox jumps over the lazy dog\n" * 20)
     before = digest(text)
     code, out = zoo_cli("tokenizer", "train", text, "-o", text, "--vocab-size", "300")

@@ -57,7 +57,7 @@ def config(root, **fields) -> ImageFolderData:
 def test_classes_are_sorted_folder_names_and_every_image_is_found(folder):
     data = load_dataset(config(folder, val_fraction=0.0, test_fraction=0.1), "image")
     assert data.classes == CLASSES
-    assert data.info == {"in_channels": 3, "image_size": 16, "num_classes": 3}
+    assert data.info == {"task": "classification", "in_channels": 3, "image_size": 16, "num_classes": 3}
     splits = (data.train, data.val, data.test)
     assert sum(len(s) for s in splits) == 30 and len(data.val) == 0
     for split in splits:
@@ -164,12 +164,20 @@ def test_normalisation_is_torchvision_arithmetic(tmp_path):
 
 
 def test_pixels_match_torchvision():
-    """Eval (Resize + CenterCrop) and training crops (resized_crop + hflip) against torchvision's
-    own output on RGB, RGBA, palette, grayscale and JPEG files: the same float32 values."""
+    """Eval (Resize + CenterCrop, bilinear and bicubic) and training crops (resized_crop + hflip)
+    against torchvision's own output on RGB, RGBA, palette, grayscale and JPEG files: the same
+    float32 values. The eval transform a torchvision import records is that of torchvision's
+    ImageNet ResNet weights."""
     import reference_env
+
+    from architectures.resnet.formats import TORCHVISION_EVAL
 
     out = reference_env.fixtures("torchvision_image_transforms.py")
     spec = json.loads((out / "cases.json").read_text())
+    weights = spec["resnet_eval"]
+    assert weights["size"] == [TORCHVISION_EVAL.size] and weights["resize"] == [TORCHVISION_EVAL.resize]
+    assert weights["interpolation"] == TORCHVISION_EVAL.interpolation
+    assert tuple(weights["mean"]) == TORCHVISION_EVAL.mean and tuple(weights["std"]) == TORCHVISION_EVAL.std
     for case in spec["cases"]:
         gray = case["mode"] == "L"
         pixels = px.Pixels(
@@ -178,6 +186,7 @@ def test_pixels_match_torchvision():
             mode=case["mode"],
             mean=tuple(spec["gray_mean" if gray else "mean"]),
             std=tuple(spec["gray_std" if gray else "std"]),
+            interpolation=case.get("interpolation", "bilinear"),
         )
         image = px.open_image(out / "images" / case["file"], case["mode"])
         if "box" in case:
@@ -350,5 +359,5 @@ def test_without_a_root_the_embedded_digits_are_the_folder(tmp_path, monkeypatch
     monkeypatch.setenv("ZOO_CACHE", str(tmp_path))
     dataset = load_dataset(ImageFolderData(image_size=16, classes=["3", "8"]), "image")
     assert (tmp_path / "digits-16px" / ".complete").is_file()
-    assert dataset.info == {"in_channels": 3, "image_size": 16, "num_classes": 2}
+    assert dataset.info == {"task": "classification", "in_channels": 3, "image_size": 16, "num_classes": 2}
     assert dataset.train.x[np.arange(2)].shape == (2, 3, 16, 16)

@@ -25,7 +25,7 @@ import pytest
 import reference_env
 import safetensors.numpy
 import torch
-from conftest import forward_keras, forward_torch, relative_error
+from conftest import forward_keras, forward_torch, relative_error, twins
 
 import zoo
 from zoo import registry
@@ -69,18 +69,6 @@ def randomise_batchnorm(tensors: dict[str, np.ndarray], seed: int) -> dict[str, 
             centre = 1.0 if name.endswith(".weight") else 0.0
             out[name] = (centre + 0.2 * rng.normal(size=value.shape)).astype(np.float32)
     return out
-
-
-def twins(name: str, tensors: dict[str, np.ndarray] | None = None, **fields):
-    """Both twins of a preset or config, holding ``tensors`` (default: the torch twin's seeded init)."""
-    config = registry.resolve_config(name, **fields)
-    torch.manual_seed(0)
-    torch_model = FAMILY.build_torch(config)
-    keras_model = FAMILY.build_keras(config)
-    tensors = model_tensors(torch_model) if tensors is None else tensors
-    load_tensors(torch_model, tensors)
-    load_tensors(keras_model, tensors)
-    return config, torch_model, keras_model
 
 
 # ------------------------------------------------------------------------- against the reference

@@ -144,8 +144,8 @@ def test_timm_export_names_the_architecture_timm_builds(tmp_path):
         2,
         2,
     ]
-    fields, back = timm_to_zoo(tensors, meta)  # what zoo writes, it reads
-    assert registry.resolve_config("resnet", **fields, image_size=64) == custom
+    fields, back = timm_to_zoo(tensors, meta)  # what zoo writes, it reads (the image size included)
+    assert fields["image_size"] == 64 and registry.resolve_config("resnet", **fields) == custom
     assert list(back) == list(tensors)
 
 

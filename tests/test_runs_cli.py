@@ -127,11 +127,54 @@ def test_runs_show_and_plot_for_scripts(export_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {
         "path": str(out), "runs": [str(export_dir / "done-lightning"), str(export_dir / "nan-keras")],
-        "panels": ["loss", "accuracy", "lr"],
+        "panels": ["loss", "accuracy"],  # both runs' learning rate is constant: no panel for it
     }  # fmt: skip
     assert out.read_bytes()[:8] == PNG
     quiet = invoke("plot", "done-lightning", "--dir", export_dir, "-o", out, "--quiet")
     assert quiet.exit_code == 0 and quiet.stdout == f"{out}\n"
+
+
+def test_plot_has_one_legend_short_labels_a_log_loss_axis_and_a_changing_lr(export_dir, tmp_path):
+    """One legend for the figure (each run once, then train/val), --label names the runs,
+    --log-loss draws the loss panel on a log scale, and a learning rate that changes gets its panel."""
+    import matplotlib.pyplot as plt
+
+    from zoo.plot import draw
+
+    decayed = export_dir / "decayed"
+    fake_run(export_dir, "decayed", epochs=3)
+    rows = (decayed / "metrics.csv").read_text().splitlines()
+    column = rows[0].split(",").index("lr")
+    edited = [rows[0]] + [
+        ",".join(f"{0.001 / (i + 1)}" if c == column else v for c, v in enumerate(row.split(",")))
+        for i, row in enumerate(rows[1:])
+    ]
+    (decayed / "metrics.csv").write_text("\n".join(edited) + "\n")
+    runs = [export_dir / "done-lightning", decayed]
+    figure, names = draw(runs, None, ["base", "decay"], log_loss=True)
+    try:
+        assert names == ["loss", "accuracy", "lr"]
+        axes = figure.axes
+        assert [axis.get_yscale() for axis in axes] == ["log", "linear", "linear"]
+        assert all(axis.get_legend() is None for axis in axes) and len(figure.legends) == 1
+        assert [t.get_text() for t in figure.legends[0].get_texts()] == ["base", "decay", "train", "val"]
+    finally:
+        plt.close(figure)
+    constant, _ = draw(runs[:1], None, None, log_loss=False)
+    try:
+        assert [axis.get_title() for axis in constant.axes] == ["loss", "accuracy"]
+        assert [t.get_text() for t in constant.legends[0].get_texts()] == ["done-lightning", "train", "val"]
+        assert constant.axes[0].get_yscale() == "linear"
+    finally:
+        plt.close(constant)
+    out = tmp_path / "labelled.png"
+    args = ["plot", *runs, "-o", out, "--label", "base", "--label", "decay", "--log-loss", "--json"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["panels"] == ["loss", "accuracy", "lr"] and out.read_bytes()[:8] == PNG
+    wrong = invoke("plot", *runs, "-o", out, "--label", "only-one")
+    assert wrong.exit_code == 2
+    assert "error: --label: 1 labels for 2 runs; give one per run, in order" in wrong.output
 
 
 def test_plot_refuses_a_run_without_metrics(export_dir, tmp_path):

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import char_checkpoint
 
 import zoo
-from zoo import registry
 from zoo.cli import main
 from zoo.sample import PromptError, Sampling
 
@@ -54,14 +54,7 @@ def test_a_seed_repeats_its_draws_and_bad_settings_are_refused():
 
 def _checkpoint(tmp_path, name: str, **fields):
     """A character LM of ``name`` with random weights (all of them non-trivial), saved with VOCAB."""
-    config = registry.resolve_config(name, vocab_size=len(VOCAB), **fields)
-    torch.manual_seed(0)
-    model = registry.get_family(config.architecture).build_torch(config)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
-    return zoo.save_checkpoint(model, tmp_path / f"{name}.safetensors", vocab=VOCAB)
+    return char_checkpoint(tmp_path, name, VOCAB, **fields)
 
 
 @pytest.mark.parametrize(

@@ -150,6 +150,60 @@ def test_zoo_tokenizer_train_writes_a_tokenizer_json(tmp_path):
     assert result.exit_code == 2 and "use at least" in result.output
 
 
+def test_zoo_tokenizer_train_into_a_folder_reads_back(tmp_path):
+    """-o DIR/ (created) or an existing folder holds tokenizer.json, which zoo reads back by the
+    folder's name; a path zoo would not read back is refused before any training."""
+    from zoo.cli import main
+
+    text = tmp_path / "a.txt"
+    text.write_text(TEXT)
+    for given, written in ((f"{tmp_path}/my-bpe/", tmp_path / "my-bpe"), (str(tmp_path), tmp_path)):
+        result = CliRunner().invoke(
+            main, ["tokenizer", "train", str(text), "-o", given, "--vocab-size", "300"]
+        )
+        assert result.exit_code == 0, result.output
+        assert (written / "tokenizer.json").is_file()
+        assert f"wrote {written / 'tokenizer.json'}" in result.stdout
+        trained = load_tokenizer(written)
+        assert trained.vocab_size == 300 and trained.decode(trained.encode(SAMPLE)) == SAMPLE
+        encoded = CliRunner().invoke(main, ["tokenizer", "encode", given, "the if", "--quiet"])
+        assert encoded.exit_code == 0 and encoded.stdout.split() == [str(i) for i in trained.encode("the if")]
+
+    old = CliRunner().invoke(main, ["tokenizer", "train", str(text), "--output", f"{tmp_path}/old.json",
+                                    "--vocab-size", "300", "--quiet"])  # fmt: skip
+    assert old.exit_code == 0 and old.stdout.strip() == f"{tmp_path}/old.json"
+
+    refused = CliRunner().invoke(main, ["tokenizer", "train", str(text), "-o", f"{tmp_path}/plain"])
+    assert refused.exit_code == 2
+    assert f"give {tmp_path}/plain.json for a file, or {tmp_path}/plain/ for a folder" in refused.stderr
+    assert not (tmp_path / "plain").exists()
+
+
+def test_a_vocabulary_smaller_than_asked_is_said(tmp_path):
+    from zoo.cli import main
+
+    text = tmp_path / "a.txt"
+    text.write_text(TEXT)
+    out = tmp_path / "tok.json"
+    result = CliRunner().invoke(
+        main, ["tokenizer", "train", str(text), "-o", str(out), "--vocab-size", "5000"]
+    )
+    assert result.exit_code == 0, result.output
+    got = load_tokenizer(out).vocab_size
+    assert got < 5000
+    assert f"{got} tokens (5000 asked)" in result.stdout
+    assert f"has {got} tokens, not the 5000 asked" in result.stderr and "--min-frequency 2" in result.stderr
+    scripted = CliRunner().invoke(
+        main, ["tokenizer", "train", str(text), "-o", str(out), "--vocab-size", "5000", "--json"]
+    )
+    document = json.loads(scripted.stdout)
+    assert (document["vocab_size"], document["vocab_size_asked"]) == (got, 5000)
+    asked_what_it_gets = CliRunner().invoke(
+        main, ["tokenizer", "train", str(text), "-o", str(out), "--vocab-size", str(got)]
+    )
+    assert asked_what_it_gets.exit_code == 0 and "asked" not in asked_what_it_gets.output
+
+
 def tiny_checkpoint(path, vocab: str | None = None, vocab_size: int = 16):
     from zoo import registry
     from zoo.initial_weights import initial_tensors

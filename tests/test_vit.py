@@ -38,6 +38,7 @@ from zoo.foreign import ForeignLayoutError
 from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
 from zoo.keras.data import keras_layout
 from zoo.nn.errors import InputError
+from zoo.preprocessing import ImagePreprocessing, Preprocessing
 from zoo.weights import tensor_specs
 
 REFERENCE = 1e-4  # relative, max norm: zoo's twins against timm
@@ -197,7 +198,10 @@ def test_export_loads_strictly_in_timm(tmp_path):
     load_tensors(
         model, {k: v + rng.normal(0, 0.1, v.shape).astype(v.dtype) for k, v in model_tensors(model).items()}
     )
-    checkpoint = zoo.save_checkpoint(model, tmp_path / "zoo.safetensors")
+    image = ImagePreprocessing(size=32, resize=36, interpolation="bicubic", channels="grayscale", mean=(0.3,),
+                               std=(0.2,))  # fmt: skip
+    recorded = Preprocessing(source="test", image=image)
+    checkpoint = zoo.save_checkpoint(model, tmp_path / "zoo.safetensors", preprocessing=recorded)
     export_checkpoint(checkpoint, "timm", tmp_path / "timm")
     x = config.example_input(2, seed=1)
     np.save(tmp_path / "inputs.npy", x)
@@ -206,6 +210,16 @@ def test_export_loads_strictly_in_timm(tmp_path):
     expected = forward_torch(model, x, training=False)
     for route in ("local-dir", "file"):
         assert relative_error(np.load(out / f"{route}.npy"), expected) <= REFERENCE, route
+    # timm's own data config and eval transform of the export are the checkpoint's preprocessing.
+    data = json.loads((out / "data_config.json").read_text())
+    for route in ("local-dir", "file"):
+        found = data[route]
+        assert (found["input_size"], found["interpolation"], found["crop_mode"]) == (
+            [1, 32, 32],
+            "bicubic",
+            "center",
+        )
+        assert (found["mean"], found["std"], found["resize"]) == ([0.3], [0.2], 36), route
 
 
 def _small(**fields):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo import registry
+from zoo import peak_memory, registry
 from zoo.backend import backend_for, framework_name
 from zoo.limits import parse_json
 from zoo.plan import RunPlan, plan_run
@@ -31,6 +31,7 @@ log = logging.getLogger("zoo")
 
 
 def list_architectures() -> list[registry.Entry]:
+    """Every family and preset installed (shipped and plugins), as ``zoo list`` shows them."""
     return registry.list_architectures()
 
 
@@ -47,11 +48,16 @@ def create_model(name: str, framework: str = "lightning", seed: int | None = Non
 
 @dataclass(frozen=True)
 class TrainResult:
+    """What a run left: its folder, its checkpoint, the test metrics (with ``train_seconds``), the
+    framework it trained in and its ``metrics.csv`` rows (one per epoch)."""
+
     run_dir: Path
     checkpoint: Path
     metrics: dict[str, float]
     framework: str
     history: list[dict[str, str]] = field(default_factory=list)
+    # resume of a run that had already finished: nothing trained, nothing in its folder touched
+    already_finished: bool = False
 
 
 def train(
@@ -92,14 +98,26 @@ def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         return TrainResult(plan.folder, plan.folder / "model.safetensors", metrics, plan.framework)
     check_run_folder(run.path)  # a folder deleted under the run is not recreated to hold its checkpoint
-    checkpoint = save_checkpoint(
-        model,
-        run.checkpoint,
-        recipe=recipe.to_dict(),
-        metrics=metrics,
-        vocab=plan.dataset.vocab,
-        dtype=recipe.export.dtype,
-    )
+    if recipe.init.lora is not None:  # the adapter alone, naming its base
+        from zoo.lora import save_adapter
+
+        base = (
+            {"path": str(recipe.init.from_.resolve())} if recipe.init.from_ else {"seed": recipe.trainer.seed}
+        )
+        checkpoint = save_adapter(
+            model, run.path / "adapter.safetensors", base,
+            recipe=recipe.to_dict(), metrics=metrics, vocab=plan.dataset.vocab,
+        )  # fmt: skip
+    else:
+        checkpoint = save_checkpoint(
+            model,
+            run.checkpoint,
+            recipe=recipe.to_dict(),
+            metrics=metrics,
+            vocab=plan.dataset.vocab,
+            dtype=recipe.export.dtype,
+            preprocessing=plan.preprocessing,
+        )
     if plan.dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
         plan.dataset.tokenizer.save(checkpoint.parent)
     history = read_metrics(run.metrics)
@@ -120,6 +138,9 @@ def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
 
     Refused while another process holds the run, when its recipe.yaml was edited since the
     start (unless ``force``), and for a run that diverged (see :func:`zoo.runs.prepare_resume`).
+    A run that finished is said to have finished and returned as it is, ``already_finished``:
+    no file of its folder is written (its lock included), unless its recipe.yaml was edited
+    since (a higher ``trainer.max_epochs``), which ``force`` continues.
     """
     from zoo.checkpoint import CheckpointError
     from zoo.runs import prepare_resume
@@ -127,24 +148,58 @@ def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
     run = RunDir(Path(run_dir))
     if not run.recipe.is_file():
         raise CheckpointError(f"{run_dir}: not a zoo run folder (no recipe.yaml)")
+    recipe = load_recipe(run.recipe)
+    finished = _finished(run, recipe)
+    if finished is not None:
+        return finished
     state = latest_state(run.path)
     if state is None:
         raise CheckpointError(f"{run_dir}: has no saved training state under state/ to resume from")
-    recipe = load_recipe(run.recipe)
     prepare_resume(run, state, recipe.to_dict(), force)
     log.info(f"resuming {run.path} from {state.name}")
     return train(recipe, recipe.trainer.framework, resume=(run, state))
 
 
+def _finished(run: RunDir, recipe: Recipe) -> TrainResult | None:
+    """The result of a run that already finished with the recipe it has now, read from its
+    folder (zoo.runs.read_run: a summary with metrics, its checkpoint, no process holding it);
+    None for a run there is something to resume in."""
+    from zoo.runs import read_metrics, read_run
+
+    info = read_run(run.path)
+    if info.status != "finished" or run.recipe_changes(recipe.to_dict()):
+        return None
+    summary = run.read_summary()
+    log.info(
+        f"{run.path} finished already ({info.epochs} epochs): nothing to resume, nothing changed. To "
+        f"train it longer, raise trainer.max_epochs in {run.recipe} and run zoo resume --force; to "
+        f"train on from its weights, zoo finetune RECIPE --from {info.checkpoint}"
+    )
+    history = read_metrics(run.metrics) if run.metrics.is_file() else []
+    framework = summary.get("framework") or recipe.trainer.framework
+    metrics = summary["metrics"]
+    return TrainResult(run.path, run.checkpoint, metrics, framework, history, already_finished=True)
+
+
 def save_checkpoint(model, path, **kwargs) -> Path:
+    """Write a twin (a torch module or a Keras model zoo built) as the common checkpoint, which
+    either framework loads; ``kwargs`` as :func:`zoo.backend.save_checkpoint` (metrics, recipe)."""
     from zoo.backend import save_checkpoint as save
 
     return save(model, path, **kwargs)
 
 
 def load_checkpoint(path, framework: str = "lightning", architecture: str | None = None):
+    """The twin of ``framework`` holding a checkpoint file's weights (``architecture``, a family
+    or preset name, is what the file must hold). A folder is refused, saying what it holds and
+    what to call instead: :func:`zoo.load` takes run folders and foreign folders."""
     from zoo.backend import load_checkpoint as load
 
+    if Path(path).is_dir():
+        from zoo.checkpoint import CheckpointError
+        from zoo.loading import describe_directory
+
+        raise CheckpointError(f"{path}: a folder, not a checkpoint file: {describe_directory(Path(path))}")
     return load(path, framework_name(framework), architecture)
 
 
@@ -171,6 +226,9 @@ def evaluate(
         found.config.bind(dataset.info)
     except ValueError as error:
         raise CheckpointError(f"{checkpoint}: does not fit the recipe's data: {error}") from None
+    peak_memory.check_evaluation(
+        found.family, found.config, dataset.test.x, recipe.data.eval_batch_size, framework
+    )  # before the twin is built and the weights read
     backend = backend_for(framework)
     model = backend.load(found)  # the file read and checked above, not a second time
     metrics = backend.evaluate(model, dataset, recipe.trainer, recipe.data.eval_batch_size)
@@ -219,12 +277,15 @@ def refuse_nonfinite_metrics(found, metrics: dict[str, float], test, precision: 
 
 
 def inspect_checkpoint(path) -> dict[str, Any]:
-    """Metadata (JSON fields decoded) and the tensor table of a checkpoint."""
-    from zoo.checkpoint import read_checkpoint
+    """Metadata (JSON fields decoded) and the tensor table of a checkpoint. The metadata comes in
+    the order it is written (keys zoo does not write after, alphabetically), the same every time."""
+    from zoo.checkpoint import METADATA_ORDER, read_checkpoint
 
     checkpoint = read_checkpoint(path)
+    rank = {key: i for i, key in enumerate(METADATA_ORDER)}
     metadata: dict[str, Any] = {}
-    for key, value in checkpoint.metadata.items():
+    for key in sorted(checkpoint.metadata, key=lambda k: (rank.get(k, len(rank)), k)):
+        value = checkpoint.metadata[key]
         metadata[key] = value  # text, unless it is JSON zoo reads
         if value[:1] in "{[":
             with contextlib.suppress(ValueError):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from zoo.data import Dataset
     from zoo.family import ArchitectureConfig, Family
     from zoo.plan import RunPlan
+    from zoo.preprocessing import Preprocessing
 
 # framework name (the recipe's trainer.framework) -> "module:class" of its adapter
 BACKENDS = {
@@ -131,12 +132,15 @@ def save_checkpoint(
     metrics: dict[str, float] | None = None,
     vocab: str | None = None,
     dtype: str = "float32",
+    preprocessing: Preprocessing | None = None,
 ) -> Path:
     """Export a zoo model (either twin) as the common checkpoint, recording the versions of its
     backend's libraries.
 
     ``vocab`` is a language model's characters in id order: without it the token ids
-    of the checkpoint mean nothing, so it travels in the metadata.
+    of the checkpoint mean nothing, so it travels in the metadata. ``preprocessing``
+    (zoo.preprocessing) is what the model's inputs went through: image size, mean and std,
+    tokenizer, label names.
     """
     from zoo.checkpoint import write_checkpoint
     from zoo.model_io import framework_of, tensors_to_save
@@ -144,7 +148,8 @@ def save_checkpoint(
     framework = framework_of(model)
     return write_checkpoint(
         path, model.zoo_config, tensors_to_save(model), framework=framework, recipe=recipe,
-        metrics=metrics, vocab=vocab, dtype=dtype, packages=backend_for(framework).packages,
+        metrics=metrics, vocab=vocab, dtype=dtype, preprocessing=preprocessing,
+        packages=backend_for(framework).packages,
     )  # fmt: skip
 
 

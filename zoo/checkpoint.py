@@ -25,6 +25,7 @@ from zoo import registry
 from zoo.family import ArchitectureConfig, Family
 from zoo.limits import parse_json
 from zoo.model_io import framework_of, load_keras, load_tensors, load_torch, meta_tensors, model_tensors
+from zoo.preprocessing import NewerPreprocessing, Preprocessing, PreprocessingError, parse_preprocessing
 from zoo.safetensors_io import (
     LOW_PRECISION,
     SAFETENSORS_DTYPES,
@@ -50,6 +51,12 @@ __all__ = [  # what other modules import from here (some of it lives in safetens
 
 FORMAT = "zoo-checkpoint"
 FORMAT_VERSION = 1
+# The metadata keys in the order write_checkpoint writes them: safetensors hands metadata back in
+# a different order in every process, so anything that shows it puts it in this one.
+METADATA_ORDER = (
+    "format", "format_version", "architecture", "config", "task", "task_info", "framework", "recipe",
+    "metrics", "versions", "created", "dtype", "source", "preprocessing",
+)  # fmt: skip
 FLOAT_DTYPES = ("float32", *LOW_PRECISION, "float64")  # the dtypes a checkpoint's weights may have
 
 
@@ -67,6 +74,20 @@ class Checkpoint:
     def json(self, key: str, default: Any = None) -> Any:
         text = self.metadata.get(key)
         return default if text is None else json.loads(text)
+
+    @property
+    def preprocessing(self) -> Preprocessing | None:
+        """What its inputs went through (zoo.preprocessing), or None where it records none
+        (checkpoints written before the record existed, a model saved by hand). One of a newer
+        version than this zoo reads is refused here, not when the file is opened: its weights
+        load all the same."""
+        text = self.metadata.get("preprocessing")
+        if text is None:
+            return None
+        try:
+            return parse_preprocessing(text, f"{self.path}: its preprocessing metadata")
+        except PreprocessingError as error:
+            raise CheckpointError(str(error)) from None
 
     def tensors(self) -> dict[str, np.ndarray]:
         """Every tensor, as stored (float32 or the export dtype), checked finite."""
@@ -99,6 +120,7 @@ def write_checkpoint(
     vocab: str | None = None,
     dtype: str = "float32",
     source: dict[str, str] | None = None,
+    preprocessing: Preprocessing | None = None,
     packages: tuple[str, ...] = (),
 ) -> Path:
     """Canonical tensors and the metadata that rebuilds their model, as one checkpoint file.
@@ -107,7 +129,8 @@ def write_checkpoint(
     saying which foreign file and format they came from. Non-finite tensors are refused
     (named after ``source``'s file, or ``path``) and the file is left as it was. ``packages``
     are the writing framework's libraries (its backend's, :func:`zoo.backend.save_checkpoint`
-    passes them), whose versions the file records beside zoo's own.
+    passes them), whose versions the file records beside zoo's own. ``preprocessing`` is
+    what the model's inputs went through (zoo.preprocessing), recorded for whoever uses it.
     """
     task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     metadata = {
@@ -126,6 +149,9 @@ def write_checkpoint(
     }
     if source is not None:
         metadata["source"] = json.dumps(source)
+    if preprocessing is not None:
+        _check_labels(path, preprocessing, config)
+        metadata["preprocessing"] = preprocessing.to_json()
     checked = source["file"] if source and "file" in source else path
     return write_safetensors(path, tensors, metadata, finite_source=checked, float_dtype=_export_dtype(dtype))
 
@@ -206,10 +232,18 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
         config = family.config.model_validate_json(metadata.get("config", "{}"))
     except ValueError as error:
         raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
-    for key in ("task_info", "recipe", "metrics", "versions", "source"):  # an object each: looked up
+    for key in (
+        "task_info",
+        "recipe",
+        "metrics",
+        "versions",
+        "source",
+        "preprocessing",
+    ):  # objects, looked up
         source = f"{path}: its {key} metadata"
         parse_json(metadata.get(key, "{}"), source, error=CheckpointError, fix="the file is damaged")
     _check_task(path, metadata, config)
+    _check_preprocessing(path, metadata, config)
     _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
     return Checkpoint(path, metadata, family, config)
 
@@ -233,6 +267,33 @@ def _check_task(path: Path, metadata: dict[str, str], config: ArchitectureConfig
     if differ:
         raise CheckpointError(
             f"{path}: its metadata contradicts itself: {'; '.join(differ)}; the file is damaged"
+        )
+
+
+def _check_preprocessing(path: Path, metadata: dict[str, str], config: ArchitectureConfig) -> None:
+    """The preprocessing record, where there is one of a version this zoo reads: valid, and
+    naming as many labels as the model has classes. A newer one is left for its users to refuse
+    (:attr:`Checkpoint.preprocessing`): the weights load all the same."""
+    text = metadata.get("preprocessing")
+    if text is None:
+        return
+    try:
+        preprocessing = parse_preprocessing(text, f"{path}: its preprocessing metadata")
+    except NewerPreprocessing:
+        return
+    except PreprocessingError as error:
+        raise CheckpointError(f"{error}; the file is damaged") from None
+    _check_labels(path, preprocessing, config)
+
+
+def _check_labels(path: Path | str, preprocessing: Preprocessing, config: ArchitectureConfig) -> None:
+    classes = getattr(config, "num_classes", None) if config.active_task.endswith("classification") else None
+    labels = preprocessing.labels
+    if labels is not None and len(labels) != classes:
+        has = f"{classes} classes" if classes is not None else f"no classes (task {config.active_task})"
+        raise CheckpointError(
+            f"{path}: its preprocessing names {len(labels)} labels but the model has {has}; the labels "
+            "belong to another model"
         )
 
 

@@ -77,6 +77,7 @@ class ArchitectureConfig(BaseModel):
 
     @property
     def language_model(self) -> bool:
+        """Whether the config builds a next-token model (its task is language modeling)."""
         return self.active_task == "language_modeling"
 
     def sample_shape(self) -> tuple[int, ...]:
@@ -125,9 +126,11 @@ class InputSpec:
     padding_mask: bool = False
 
     def dtype(self, task: Task) -> str:
+        """The input's dtype: token ids for token inputs and language models, floats otherwise."""
         return "int64" if self.kind == "tokens" or task == "language_modeling" else "float32"
 
     def layout(self, task: Task, framework: Framework = "lightning") -> str:
+        """The input's axes in ``framework``: images are channels-first in torch, last in Keras."""
         if self.kind == "tokens":
             return "NT"
         if self.kind == "image":
@@ -166,18 +169,27 @@ class Family:
     # follows the data over to new data instead of re-initialising them when fine-tuning (a
     # ViT's position embedding at another image size). It returns only the tensors it carried.
     adapt_tensors: str | None = None
+    # Other libraries' names of the family's models (timm's "vit_tiny_patch16_224", transformers'
+    # "bert-base-uncased") -> the family or preset of the same shape: ``zoo.load`` takes them.
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    # The projections LoRA adapts when a recipe's init.lora names none (zoo.recipe.lora_targets' names).
+    lora_targets: tuple[str, ...] = ()
 
     @property
     def input_kind(self) -> InputKind:
+        """What the family reads (image, sequence, tokens), which picks the data it trains on."""
         return self.inputs.kind
 
     def build_torch(self, config: ArchitectureConfig):
+        """The torch twin of ``config`` (with gradient checkpointing where the family declares it)."""
         return self._checked(resolve(self.torch_model)(config), "lightning")
 
     def build_keras(self, config: ArchitectureConfig):
+        """The Keras twin of ``config`` (with gradient checkpointing where the family declares it)."""
         return self._checked(resolve(self.keras_model)(config), "keras")
 
     def supports_grad_checkpointing(self, framework: str) -> bool:
+        """Whether ``trainer.grad_checkpointing`` can recompute this family's blocks in ``framework``."""
         return framework in self.grad_checkpointing
 
     def set_grad_checkpointing(self, model, framework: str, enable: bool) -> None:
@@ -199,6 +211,8 @@ class Family:
         return resolve(self.adapt_tensors)(tensors, old_config, new_config)
 
     def format(self, name: str) -> ForeignFormat:
+        """The family's foreign weight layout called ``name`` (torchvision, timm, hf...), or an error
+        listing the ones it has."""
         for candidate in self.formats:
             if candidate.name == name:
                 return candidate

@@ -13,11 +13,14 @@ family, another width) is refused before training.
 
 from __future__ import annotations
 
+import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from zoo.checkpoint import CheckpointError, read_checkpoint
 from zoo.family import ArchitectureConfig, Family
@@ -72,19 +75,13 @@ def plan(recipe, family: Family, checkpoint, config: ArchitectureConfig) -> Init
     source = recipe.init.from_
     new = tensor_specs(family.weight_table(config))
     old = tensor_specs(family.weight_table(checkpoint.config))
-    data_fields = {k: getattr(checkpoint.config, k) for k in family.config.DATA_FIELDS}
-    same_data = tensor_specs(family.weight_table(config.model_copy(update=data_fields)))
-    backbone_changes = [
-        f"{name} {list(spec.shape)} -> {list(new[name].shape) if name in new else 'absent'}"
-        for name, spec in old.items()
-        if name not in same_data or same_data[name].shape != spec.shape
-    ] + [f"{name} (new)" for name in same_data if name not in old]
+    backbone_changes = _backbone_changes(family, checkpoint.config, config, new)
     if backbone_changes:
         raise CheckpointError(
             f"{source}: the recipe's model does not fit the checkpoint's backbone: "
             + "; ".join(backbone_changes[:5])
             + ". Only the data (class count, vocabulary) may change tensor shapes when fine-tuning; "
-            "remove the model fields that change the architecture."
+            + _fitting_overrides(recipe, family, checkpoint.config, config)
         )
     # Another task (from the data) keeps the backbone and swaps what is the task's own.
     added = {name for name in new if name not in old}
@@ -106,6 +103,61 @@ def plan(recipe, family: Family, checkpoint, config: ArchitectureConfig) -> Init
         adapted=adapted,
         dropped=dropped,
     )
+
+
+def _backbone_changes(
+    family: Family, old_config: ArchitectureConfig, config: ArchitectureConfig, new: dict[str, TensorSpec]
+) -> list[str]:
+    """The checkpoint's tensors that ``config`` shapes otherwise, the data aside."""
+    old = tensor_specs(family.weight_table(old_config))
+    data_fields = {k: getattr(old_config, k) for k in family.config.DATA_FIELDS}
+    same_data = tensor_specs(family.weight_table(config.model_copy(update=data_fields)))
+    return [
+        f"{name} {list(spec.shape)} -> {list(new[name].shape) if name in new else 'absent'}"
+        for name, spec in old.items()
+        if name not in same_data or same_data[name].shape != spec.shape
+    ] + [f"{name} (new)" for name in same_data if name not in old]
+
+
+def _fitting_overrides(
+    recipe, family: Family, old_config: ArchitectureConfig, config: ArchitectureConfig
+) -> str:
+    """The ``--set`` options that make the recipe's model the checkpoint's: the recipe's model
+    fields (its own or its preset's) that differ from the checkpoint's, fewest that fit. A shipped
+    recipe names a preset, so "remove the fields" alone would leave the user searching."""
+    ignored = {"architecture", "preset", *family.config.DATA_FIELDS}
+    differing = {
+        name: getattr(old_config, name)
+        for name in sorted(recipe.model.model_fields_set - ignored)
+        if getattr(config, name) != getattr(old_config, name)
+    }
+
+    def fits(reverted: dict[str, Any]) -> bool:
+        try:
+            candidate = family.config.model_validate({**config.model_dump(), **reverted})
+        except ValueError:  # fields that only validate together (heads that divide a width)
+            return False
+        return not _backbone_changes(
+            family, old_config, candidate, tensor_specs(family.weight_table(candidate))
+        )
+
+    if not differing or not fits(differing):
+        return "remove the model fields that change the architecture."
+    needed = dict(differing)
+    for name in differing:  # drop what is not needed to fit, one at a time
+        trial = {k: v for k, v in needed.items() if k != name}
+        if fits(trial):
+            needed = trial
+    options = [f"--set {shlex.quote(f'model.{k}={_yaml_value(v)}')}" for k, v in needed.items()]
+    return f"to train the checkpoint's model, add: {' '.join(options)}."
+
+
+def _yaml_value(value: Any) -> str:
+    """A value as ``--set`` reads it back (YAML): JSON for numbers, lists and null, a plain word
+    for a string that YAML would not read as something else."""
+    if isinstance(value, str) and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value, separators=(",", ":"))
 
 
 def adapted_tensors(

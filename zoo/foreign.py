@@ -15,7 +15,14 @@ used:
   the foreign library wants beside the weights (or ``None``). A format that writes a
   ``config.json`` may take ``source=`` as well: the ``config.json`` the checkpoint was imported
   from (in its ``source`` metadata), whose fields zoo's config does not model (an activation's
-  name, token ids, label names) it writes back as they were.
+  name, token ids, label names) it writes back as they were; and ``preprocessing=``: the
+  checkpoint's :class:`zoo.preprocessing.Preprocessing` (or None), whose mean, std, crop and label
+  names it writes where the foreign config has a place for them (timm's ``pretrained_cfg``,
+  transformers' ``id2label``).
+- ``preprocessing(config, meta) -> Preprocessing | None`` (optional): what the foreign files say
+  the inputs went through (timm's ``pretrained_cfg``, torchvision's eval transform, transformers'
+  ``id2label``), which ``zoo import`` records in the checkpoint. A config.json that asks for a
+  transform zoo does not compute raises :class:`zoo.preprocessing.PreprocessingError`.
 
 Reading files and writing zoo checkpoints is :mod:`zoo.interchange`'s; a format only maps.
 """
@@ -48,7 +55,8 @@ class ForeignFormat:
     name: str  # what users pass to --format: "torchvision", "timm", "hf"
     description: str
     to_zoo: str  # "module:callable(tensors, meta[, num_heads=]) -> (config_fields, tensors)"
-    from_zoo: str  # "module:callable(config, tensors[, source=]) -> (tensors, meta | None)"
+    from_zoo: str  # "module:callable(config, tensors[, source=, preprocessing=]) -> (tensors, meta | None)"
+    preprocessing: str | None = None  # "module:callable(config, meta) -> Preprocessing | None"
 
     def read(
         self, tensors: Tensors, meta: Mapping[str, Any], num_heads: int | None = None
@@ -61,17 +69,40 @@ class ForeignFormat:
         return reader(tensors, meta, num_heads=num_heads)
 
     def write(
-        self, config: Any, tensors: Tensors, source: Mapping[str, Any] | None = None
+        self,
+        config: Any,
+        tensors: Tensors,
+        source: Mapping[str, Any] | None = None,
+        preprocessing: Any = None,
     ) -> tuple[Tensors, dict[str, Any] | None]:
         writer = resolve(self.from_zoo)
+        extra: dict[str, Any] = {}
         if source and _takes(writer, "source"):
-            return writer(config, tensors, source=source)
-        return writer(config, tensors)
+            extra["source"] = source
+        if preprocessing is not None and _takes(writer, "preprocessing"):
+            extra["preprocessing"] = preprocessing
+        return writer(config, tensors, **extra)
+
+    def read_preprocessing(self, config: Any, meta: Mapping[str, Any]) -> Any:
+        """What the foreign files say the inputs went through, or None where the format says nothing."""
+        return None if self.preprocessing is None else resolve(self.preprocessing)(config, meta)
 
 
 def _takes(function: Callable[..., Any], keyword: str) -> bool:
     """Whether a format's callable accepts ``keyword`` (the contract's optional arguments)."""
     return keyword in inspect.signature(function).parameters
+
+
+def timm_variant(meta: Mapping[str, Any], variants: Iterable[str], reads: str) -> str:
+    """The timm factory a ``config.json`` names, without its pretrained tag ("resnet50.a1_in1k" ->
+    "resnet50"), if it is one of ``variants``; refused otherwise, saying what the family ``reads``."""
+    architecture = str(meta.get("architecture", ""))
+    name = architecture.split(".")[0]
+    if name not in variants:
+        raise ForeignLayoutError(
+            f"config.json names the timm architecture {architecture!r}; {reads}: {', '.join(variants)}"
+        )
+    return name
 
 
 def renamed(
@@ -100,6 +131,30 @@ def renamed(
             missing,
         )
     return {target: tensors[source] for source, target in names.items()}
+
+
+def check_shapes(
+    placed: Mapping[str, np.ndarray],
+    shapes: Mapping[str, tuple[int, ...]],
+    what: str,
+    *,
+    theirs: Callable[[str], str] = lambda key: key,
+    their_shape: Callable[[str, tuple[int, ...]], tuple[int, ...]] = lambda name, shape: shape,
+) -> None:
+    """Refuses renamed weights whose shapes are not the config's, naming up to five by the
+    source's names (``theirs``) and the shape the source would have had (``their_shape``)."""
+    wrong = [
+        f"{theirs(k)} {tuple(np.shape(v))} (expected {their_shape(theirs(k), shapes[k])})"
+        for k, v in placed.items()
+        if tuple(np.shape(v)) != tuple(shapes[k])
+    ]
+    if wrong:
+        raise ForeignLayoutError(
+            f"these {what} have other shapes than that config's: "
+            + "; ".join(wrong[:5])
+            + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""),
+            unplaced=[w.split(" ")[0] for w in wrong],
+        )
 
 
 def head_count(said: int | None, where: str, given: int | None, width: int, model: str, config: str) -> int:

@@ -5,13 +5,27 @@ not wherever it is read; a run checks the machine when it starts (:func:`check_t
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 
 class SetupError(RuntimeError):
     """The machine cannot do what the recipe asks (a GPU that is not there, ...)."""
+
+
+def require_extra(extra: str, modules: Sequence[str], what: str, otherwise: str = "") -> None:
+    """Before the work starts: the optional packages ``what`` needs, found without importing them,
+    so a missing one is named with the extra that installs it rather than surfacing as an
+    exporter's ``ModuleNotFoundError`` halfway through."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SetupError(
+            f"{what} needs {', '.join(missing)}, not installed here; pip install 'zoo[{extra}]'"
+            + (f" ({otherwise})" if otherwise else "")
+        )
 
 
 @functools.cache

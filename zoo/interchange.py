@@ -23,6 +23,8 @@ from zoo.family import Family
 from zoo.foreign import ForeignFormat, ForeignLayoutError, Tensors
 from zoo.limits import json_kind, read_json
 from zoo.overwrite import refuse_inputs_as_outputs
+from zoo.peak_memory import check_memory, import_estimate
+from zoo.preprocessing import Preprocessing, PreprocessingError, TextPreprocessing
 from zoo.progress import track
 from zoo.safetensors_io import read_header
 from zoo.tokenizer import TOKENIZER_FILE
@@ -222,9 +224,14 @@ def import_checkpoint(
     does not model.
     """
     src, target = Path(src), _target(out)
-    refuse_inputs_as_outputs([target, target.parent / TOKENIZER_FILE], _inputs(src), InterchangeError)
+    refuse_inputs_as_outputs([target, target.parent / TOKENIZER_FILE], import_inputs(src), InterchangeError)
     if target.exists() and not overwrite:
         raise InterchangeError(f"{target}: already exists; choose another --out or pass --overwrite")
+    if src.exists():  # else read_foreign says so
+        weights = _directory_weights(src) if src.is_dir() else [src]
+        check_memory(
+            import_estimate(weights, TORCH_SUFFIXES), ["free some memory, or import on a larger machine"]
+        )
     tensors, meta = read_foreign(src)
     candidates = _candidates(format, architecture)
     failures: list[tuple[Family, ForeignFormat, ForeignLayoutError]] = []
@@ -237,8 +244,11 @@ def import_checkpoint(
         config = _config(family, fields, architecture, src, fmt)
         _check_placed(family, config, canonical, fmt)
         tokenizer = _source_tokenizer(src, config)  # checked before anything is written
+        preprocessing = _source_preprocessing(src, fmt, config, meta, tokenizer)
         source = {"file": str(src.resolve()), "format": fmt.name} | ({"config": meta} if meta else {})
-        path = write_checkpoint(target, config, canonical, framework="imported", source=source)
+        path = write_checkpoint(
+            target, config, canonical, framework="imported", source=source, preprocessing=preprocessing
+        )
         saved = tokenizer.save(path.parent) if tokenizer is not None else None
         return Imported(path, family, fmt, config, len(canonical), saved)
     raise InterchangeError(_nothing_fits(src, tensors, failures))
@@ -249,7 +259,7 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt")
 SIDE_FILES = ("config.json", "model.safetensors.index.json", "tokenizer_config.json", "merges.txt")
 
 
-def _inputs(src: Path) -> list[Path]:
+def import_inputs(src: Path) -> list[Path]:
     """Every file an import of ``src`` reads."""
     if not src.is_dir():
         return [src]
@@ -282,6 +292,30 @@ def _source_tokenizer(src: Path, config):
             f"has {vocab}; the tokenizer files belong to another model"
         )
     return tokenizer
+
+
+def _source_preprocessing(src: Path, fmt: ForeignFormat, config, meta: dict[str, Any], tokenizer):
+    """What the foreign files say the inputs went through (the format's reading of its config:
+    timm's pretrained_cfg, transformers' id2label, torchvision's eval transform), with the
+    tokenizer imported beside the checkpoint; checked against the model it is recorded for."""
+    try:
+        found = fmt.read_preprocessing(config, meta)
+    except PreprocessingError as error:
+        raise InterchangeError(f"{src}: {error}") from None
+    if tokenizer is not None:
+        text = TextPreprocessing(tokenizer="tokenizer.json", fingerprint=tokenizer.fingerprint())
+        found = (
+            found.replace(text=text)
+            if found
+            else Preprocessing(source=f"{fmt.name} tokenizer files", text=text)
+        )
+    image = found.image if found is not None else None
+    if image is not None and (image.channel_count, image.size, image.size) != config.sample_shape():
+        raise InterchangeError(
+            f"{src}: its config says images are {image.channel_count} x {image.size} x {image.size} "
+            f"but the weights read {' x '.join(map(str, config.sample_shape()))}"
+        )
+    return found
 
 
 def _target(out: str | Path) -> Path:
@@ -377,8 +411,10 @@ def export_checkpoint(
     canonical = {k: _float32(v) for k, v in reading}
     source = ckpt.json("source", {})
     imported = source.get("config") if source.get("format") == format else None  # what zoo does not model
+    from zoo.data.preprocessing import of_checkpoint
+
     try:
-        tensors, meta = fmt.write(ckpt.config, canonical, imported)
+        tensors, meta = fmt.write(ckpt.config, canonical, imported, of_checkpoint(ckpt))
     except ForeignLayoutError as error:  # a config the foreign library has no equivalent of
         raise InterchangeError(f"{checkpoint}: cannot be written as {format}: {error}") from None
     for target in (path, *(() if is_file or meta is None else (out / "config.json",))):

@@ -5,7 +5,8 @@ handed over as one frozen :class:`RunPlan`: the dataset is loaded once (a fine-t
 with its checkpoint's tokenizer the first time round), the checkpoint a fine-tune starts
 from is read once, and every refusal (a machine that cannot run the recipe, data wider than
 the model's context, a checkpoint that does not fit) comes before the run folder exists, so
-a refused run leaves nothing behind.
+a refused run leaves nothing behind. The last of them is memory (zoo.peak_memory): a run whose
+estimated peak is more than the machine has available.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zoo import registry
+from zoo import peak_memory, registry
 from zoo.backend import framework_name
 from zoo.hardware import check_trainer
 from zoo.recipe import Recipe, load_recipe
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from zoo.data import Dataset
     from zoo.family import ArchitectureConfig, Family
     from zoo.finetune import InitPlan
+    from zoo.preprocessing import Preprocessing
 
 log = logging.getLogger("zoo")
 RUN_DIR_VARIABLE = "ZOO_RUN_DIR"  # tells processes launched later (DDP ranks) where the run is
@@ -43,6 +45,7 @@ class RunPlan:
     init: InitPlan | None  # the fine-tuning start (init.from); None trains from the seed's init
     run: RunDir | None  # None on the other ranks of a data-parallel job: rank 0 writes the files
     resume: Path | None = None  # a training state of ``run`` to continue from
+    preprocessing: Preprocessing | None = None  # what the checkpoint records of the inputs
 
     @property
     def folder(self) -> Path:
@@ -69,16 +72,19 @@ def plan_run(
     check_launch(recipe.trainer)  # a scheduler's RANK/WORLD_SIZE/SLURM_*/TF_CONFIG against the recipe
     family = registry.get_family(recipe.model.architecture)
     if recipe.init.from_ is not None:
-        dataset, config, init = _fine_tune_start(recipe, family)
+        recipe, dataset, config, init, labels = fine_tune_start(recipe, family)
         log.info(init.describe())
     else:
-        dataset, config, init = _fresh_start(recipe, family)
+        (dataset, config, init), labels = _fresh_start(recipe, family), ()
     for note in dataset.notes:
         log.warning(note)
     check_context(config, dataset)
     recipe = recipe.model_copy(update={"model": config})
+    preprocessing = _preprocessing(recipe, family, dataset, config, labels)
+    # Last of the refusals: the estimate traces the bound config on the data's own examples.
+    peak_memory.check_training(recipe, family, config, dataset.train.x, fine_tune=init is not None)
     run, state = _place(recipe, framework, resume)
-    return RunPlan(recipe, framework, family, config, dataset, init, run, state)
+    return RunPlan(recipe, framework, family, config, dataset, init, run, state, preprocessing)
 
 
 def _fresh_start(recipe: Recipe, family: Family) -> tuple[Dataset, ArchitectureConfig, None]:
@@ -88,14 +94,23 @@ def _fresh_start(recipe: Recipe, family: Family) -> tuple[Dataset, ArchitectureC
     return dataset, recipe.model.bind(dataset.info), None
 
 
-def _fine_tune_start(recipe: Recipe, family: Family) -> tuple[Dataset, ArchitectureConfig, InitPlan]:
-    """The data as the checkpoint's model reads it (its tokenizer's ids, not the recipe's),
-    and the checkpoint's config bound to that data."""
+def fine_tune_start(
+    recipe: Recipe, family: Family
+) -> tuple[Recipe, Dataset, ArchitectureConfig, InitPlan, tuple[str, ...]]:
+    """The recipe with the checkpoint's image preprocessing where it leaves it open, the data as
+    the checkpoint's model reads it (its tokenizer's ids, not the recipe's), the checkpoint's
+    config bound to that data, and the checkpoint's label names where its head carries over as
+    it is (``zoo compare`` of a fine-tune starts here too)."""
     from zoo import finetune
     from zoo.data import load_dataset
+    from zoo.data.preprocessing import fine_tune_data, of_checkpoint
     from zoo.tokenizer import saved_tokenizer
 
     checkpoint, base = finetune.base_config(recipe, family)
+    recorded = of_checkpoint(checkpoint)
+    data = fine_tune_data(recipe.data, recorded, str(recipe.init.from_))
+    if data is not recipe.data:
+        recipe = recipe.model_copy(update={"data": data})
     tokenizer = saved_tokenizer(checkpoint)
     if tokenizer is not None and getattr(recipe.data, "tokenizer", None) not in (None, "char"):
         log.info(f"tokenizing with the tokenizer of {recipe.init.from_}, not data.tokenizer")
@@ -106,7 +121,24 @@ def _fine_tune_start(recipe: Recipe, family: Family) -> tuple[Dataset, Architect
         # tokens, a vocabulary padded to a multiple of 64): the table stays as it is.
         dataset.info["vocab_size"] = model_vocab
     config = base.bind(dataset.info)
-    return dataset, config, finetune.plan(recipe, family, checkpoint, config)
+    init = finetune.plan(recipe, family, checkpoint, config)
+    head = finetune.head_tensors(family, config)
+    kept = recorded is not None and recorded.labels and not head & set(init.reinitialised)
+    return recipe, dataset, config, init, (recorded.labels if kept else ())
+
+
+def _preprocessing(
+    recipe: Recipe, family: Family, dataset: Dataset, config: ArchitectureConfig, labels: tuple[str, ...]
+) -> Preprocessing | None:
+    """What the run's checkpoint records of its inputs: the data's class names, else those of
+    the checkpoint it fine-tunes (``labels``, where its head carries over as it is)."""
+    from zoo.data.preprocessing import fitting_labels, named_classes, of_recipe_data
+
+    data = recipe.data.model_dump(mode="json")
+    names = dataset.classes or named_classes(data) or labels
+    return fitting_labels(
+        of_recipe_data(data, family.input_kind, labels=names, tokenizer=dataset.tokenizer), config
+    )
 
 
 def check_context(config: ArchitectureConfig, dataset: Dataset) -> None:
@@ -114,7 +146,7 @@ def check_context(config: ArchitectureConfig, dataset: Dataset) -> None:
     from zoo.data import DataError
 
     context = config.context_length()
-    if context is None or dataset.train.mask is None:
+    if context is None or not dataset.train.has_text_inputs:
         return
     width = max(split.x.shape[1] for split in (dataset.train, dataset.val, dataset.test) if len(split))
     if width > context:
@@ -134,7 +166,9 @@ def _place(
         return (resume[0] if primary else None), resume[1]
     if not primary:
         return None, None
-    name = recipe.export.run_name or RunDir.default_name(recipe.name, framework)
+    name = recipe.export.run_name or RunDir.default_name(
+        recipe.name, framework, recipe.model.preset or recipe.model.architecture, recipe.init.from_
+    )
     run = RunDir.create(recipe.export.dir, name)
     run.write_recipe(recipe.to_dict(), recipe.to_yaml())
     os.environ[RUN_DIR_VARIABLE] = str(run.path)

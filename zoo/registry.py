@@ -9,9 +9,11 @@ every command, and a recipe or command that names its family says why it is unav
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal, get_args, get_origin
@@ -25,6 +27,9 @@ log = logging.getLogger("zoo")
 
 
 class UnknownArchitectureError(KeyError):
+    """A name that is no installed family or preset (or a family that failed to load); the
+    message lists the known names or says why the family is unavailable."""
+
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
 
@@ -75,6 +80,7 @@ def unavailable() -> dict[str, str]:
 
 
 def remove_hint(ep: EntryPoint) -> str:
+    """What ends a broken plugin's errors: the package to fix or uninstall."""
     dist = getattr(ep, "dist", None)
     uninstall = f"pip uninstall {dist.name}" if dist is not None else "uninstall the package that declares it"
     return f"fix the package or remove it ({uninstall})"
@@ -86,6 +92,7 @@ def one_line(message: str) -> str:
 
 
 def plugin_name(ep: EntryPoint) -> str:
+    """An entry point as a message names it: group, name, target and the package declaring it."""
     dist = getattr(ep, "dist", None)
     source = f" of the package {dist.name!r}" if dist is not None else ""
     return f"entry point {GROUP}:{ep.name} = {ep.value!r}{source}"
@@ -136,6 +143,8 @@ def check_family(family: Family) -> list[str]:
         problems.append(f"weight_table: {family.weight_table!r} is not callable (config -> list[Port])")
     if not isinstance(family.presets, tuple) or not all(isinstance(p, Preset) for p in family.presets):
         problems.append("presets: not a tuple of zoo.family.Preset")
+    else:
+        problems += _check_aliases(family)
     if not (inspect.isclass(family.config) and issubclass(family.config, ArchitectureConfig)):
         problems.append(f"config: {family.config!r} is not a subclass of zoo.family.ArchitectureConfig")
         return problems
@@ -154,12 +163,31 @@ def _check_formats(formats: Any) -> list[str]:
     problems = [
         f"formats: {fmt.name!r}.{piece} {getattr(fmt, piece)!r} is not a 'module:callable' string"
         for fmt in formats
-        for piece in ("to_zoo", "from_zoo")
-        if not _is_target(getattr(fmt, piece))
+        for piece in ("to_zoo", "from_zoo", "preprocessing")
+        if not _is_target(getattr(fmt, piece)) and (piece != "preprocessing" or fmt.preprocessing is not None)
     ]
     names = [fmt.name for fmt in formats]
     if len(set(names)) != len(names):
         problems.append(f"formats: names {names} repeat one")
+    return problems
+
+
+def _check_aliases(family: Family) -> list[str]:
+    """Each alias a name of its own (not one of the family's) for the family or one of its presets."""
+    if not isinstance(family.aliases, Mapping):
+        return [f"aliases: {family.aliases!r} is not a mapping of other libraries' names to zoo's"]
+    own = {family.name, *(p.name for p in family.presets)}
+    problems = []
+    for alias, target in family.aliases.items():
+        if not isinstance(alias, str) or not alias or alias in own:
+            problems.append(
+                f"aliases: {alias!r} is not another name (an empty or non-string key, or zoo's own)"
+            )
+        elif target not in own:
+            problems.append(
+                f"aliases: {alias!r} -> {target!r}, which is neither the family nor one of its presets "
+                f"({', '.join(sorted(own))})"
+            )
     return problems
 
 
@@ -238,7 +266,42 @@ def presets() -> dict[str, tuple[Family, Preset]]:
 
 
 def names() -> list[str]:
+    """Every family and preset name, families first (what an unknown name's message lists)."""
     return [*families(), *presets()]
+
+
+def aliases() -> dict[str, str]:
+    """Other libraries' names -> the zoo family or preset of that shape, from every family (read
+    from the cached families each time: a plugin installed meanwhile counts)."""
+    found: dict[str, str] = {}
+    taken = set(names())
+    for family in families().values():
+        for alias, target in family.aliases.items():
+            if alias in found or alias in taken:
+                raise ValueError(f"the alias {alias!r} ({family.name}) is registered twice or is a zoo name")
+            found[alias] = target
+    return found
+
+
+def canonical_name(name: str) -> str:
+    """The zoo family or preset ``name`` stands for: itself, the target of an alias
+    (``vit_tiny_patch16_224`` -> ``vit-tiny``), or, for timm's ``model.tag`` names
+    (``resnet50.tv_in1k``), that of the name before the tag. Anything else is refused with the
+    names it is closest to."""
+    for candidate in (name, name.partition(".")[0] if "." in name else None):
+        if candidate in names():
+            return candidate
+        if candidate in aliases():
+            return aliases()[candidate]
+    close = difflib.get_close_matches(name, [*names(), *aliases()], n=3, cutoff=0.6)
+    hint = (
+        f"did you mean {' or '.join(repr(c) for c in close)}?"
+        if close
+        else f"known: {', '.join(names())} (zoo list), and other libraries' names: {', '.join(aliases())}"
+    )
+    raise UnknownArchitectureError(
+        f"{name!r} is neither a zoo architecture or preset nor another library's name of one; {hint}"
+    )
 
 
 def get_family(name: str) -> Family:
@@ -247,6 +310,10 @@ def get_family(name: str) -> Family:
         return families()[name]
     if name in presets():
         return presets()[name][0]
+    if name in aliases():
+        raise UnknownArchitectureError(
+            f"{name!r} is another library's name of zoo's {aliases()[name]!r}; use {aliases()[name]!r}"
+        )
     broken = unavailable()
     if name in broken:
         raise UnknownArchitectureError(f"the architecture family {name!r} is unavailable: {broken[name]}")
@@ -269,6 +336,7 @@ def expand(name: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]
 
 
 def resolve_config(name: str, **overrides: Any) -> ArchitectureConfig:
+    """The validated config of a family or preset name with ``overrides`` on top."""
     family = get_family(name)
     return family.config.model_validate(expand(name, overrides))
 

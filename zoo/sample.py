@@ -140,7 +140,7 @@ def sample_tokens(
     except TokenizerError as error:
         raise PromptError(f"the prompt cannot be encoded by the model's tokenizer: {error}") from None
     if not ids:
-        ids = [_start_id(tokenizer)]
+        ids = [start_id(tokenizer)]
     model = load_checkpoint(path, framework)
     window = checkpoint.config.context_length() or UNBOUNDED_WINDOW
     generated = generate(model, np.asarray([ids], dtype=np.int64), length, sampling, window)[0].tolist()
@@ -152,7 +152,7 @@ def check_length(length: int) -> None:
         raise PromptError(f"length must lie in 1 .. {MAX_SAMPLE_LENGTH:,} tokens, got {length:,}")
 
 
-def _start_id(tokenizer) -> int:
+def start_id(tokenizer) -> int:
     """What an empty prompt starts from: end-of-text (GPT-2's document separator), else a
     newline, else id 0."""
     if tokenizer.eos_id is not None:

@@ -316,7 +316,8 @@ def train_bpe(
         special_tokens=list(special_tokens),
         show_progress=False,
     )
-    return Tokenizer(implementation._tokenizer, f"byte-level BPE, {vocab_size} tokens")
+    trained = implementation._tokenizer
+    return Tokenizer(trained, f"byte-level BPE, {trained.get_vocab_size()} tokens")
 
 
 def cached_bpe(texts: Sequence[str], vocab_size: int, special_tokens: Sequence[str]) -> Tokenizer:

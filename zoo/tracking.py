@@ -33,7 +33,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Protocol
 
-from zoo.hardware import SetupError
+from zoo.hardware import SetupError, require_extra
 from zoo.limits import read_json
 
 log = logging.getLogger("zoo")
@@ -140,13 +140,11 @@ def open_tracker(recipe, run_dir: Path | None, samples_per_epoch: int, writer_fa
 
 
 def _mlflow():
-    try:
-        import mlflow
-    except ImportError:
-        raise SetupError(
-            "tracking.mlflow is on but MLflow is not installed here; pip install 'zoo[mlflow]' "
-            "(mlflow-skinny with SQLAlchemy for the default sqlite store), or set tracking.mlflow false"
-        ) from None
+    require_extra(
+        "mlflow", ("mlflow", "sqlalchemy", "alembic"), "tracking.mlflow", "or set tracking.mlflow false"
+    )
+    import mlflow
+
     for name in ("mlflow", "alembic"):  # table creation and migrations say a lot at INFO
         logging.getLogger(name).setLevel(logging.WARNING)
     return mlflow

@@ -96,17 +96,29 @@ def dense(
 
 def conv2d(name: str, in_channels: int, out_channels: int, kernel_size: int, *, bias: bool = True) -> Port:
     """``nn.Conv2d`` (O, I, kh, kw) <-> ``keras.layers.Conv2D`` (kh, kw, I, O)."""
-    tensors = [_t(f"{name}.weight", (out_channels, in_channels, kernel_size, kernel_size))]
+    shape = (out_channels, in_channels, kernel_size, kernel_size)
+    return _kernel(name, shape, bias, to_keras=(2, 3, 1, 0), to_torch=(3, 2, 0, 1))
+
+
+def depthwise_conv2d(name: str, channels: int, kernel_size: int, *, bias: bool = True) -> Port:
+    """``nn.Conv2d(C, C, k, groups=C)`` (C, 1, kh, kw) <-> ``keras.layers.DepthwiseConv2D`` (kh, kw, C, 1)."""
+    shape = (channels, 1, kernel_size, kernel_size)
+    return _kernel(name, shape, bias, to_keras=(2, 3, 0, 1), to_torch=(2, 3, 0, 1))
+
+
+def _kernel(name: str, shape: tuple[int, ...], bias: bool, *, to_keras, to_torch) -> Port:
+    """A convolution's weight (and bias, of its first axis), the kernel transposed by the axes given."""
+    tensors = [_t(f"{name}.weight", shape)]
     variables = ["kernel"]
     if bias:
-        tensors.append(_t(f"{name}.bias", (out_channels,)))
+        tensors.append(_t(f"{name}.bias", (shape[0],)))
         variables.append("bias")
     return Port(
         tuple(tensors),
         name,
         tuple(variables),
-        lambda w, *rest: (w.transpose(2, 3, 1, 0), *rest),
-        lambda k, *rest: (k.transpose(3, 2, 0, 1), *rest),
+        lambda w, *rest: (w.transpose(*to_keras), *rest),
+        lambda k, *rest: (k.transpose(*to_torch), *rest),
     )
 
 

@@ -2,7 +2,7 @@
 heads, exactly, in both frameworks."""
 
 from architectures.bert.config import BertConfig
-from architectures.bert.presets import PRESETS
+from architectures.bert.presets import ALIASES, PRESETS
 from architectures.bert.weights import table
 from zoo.family import Family, InputSpec
 from zoo.foreign import ForeignFormat
@@ -19,7 +19,9 @@ FAMILY = Family(
     torch_model="architectures.bert.torch_model:build",
     keras_model="architectures.bert.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
+    lora_targets=("attn.q", "attn.k", "attn.v", "attn.out_proj"),
     presets=PRESETS,
+    aliases=ALIASES,
     formats=(
         ForeignFormat(
             "hf",
@@ -27,6 +29,7 @@ FAMILY = Family(
             "BertForMaskedLM, BertForSequenceClassification and BertForTokenClassification, with config.json",
             to_zoo="architectures.bert.formats:from_hf",
             from_zoo="architectures.bert.formats:to_hf",
+            preprocessing="architectures.bert.formats:hf_preprocessing",
         ),
     ),
 )

@@ -36,7 +36,9 @@ Writing: the names above for the task's class, and the ``config.json`` its
 ``from_pretrained`` reads; the tied decoder is written once, as the word embedding, and
 transformers re-ties it on load (``tie_word_embeddings``). A checkpoint imported from this
 layout gets back the fields of its ``config.json`` that zoo's config does not model (label
-names, token ids, the tokenizer class...) as they were read.
+names, token ids, the tokenizer class...) as they were read. A classifier's label names are
+the checkpoint's own (its preprocessing record: ``id2label`` at import, the data's class names
+when zoo trained it), written as ``id2label``/``label2id``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import numpy as np
 
 from architectures.bert.config import HF_CLASSES, BertConfig
 from zoo.foreign import ForeignLayoutError, Tensors, head_count, renamed, with_source
+from zoo.preprocessing import Preprocessing, label_names
 
 log = logging.getLogger("zoo")
 
@@ -333,11 +336,24 @@ def _check_shapes(cfg: BertConfig, found: Mapping[str, np.ndarray]) -> None:
 # ---------------------------------------------------------------------------- zoo -> transformers
 
 
+def hf_preprocessing(cfg: BertConfig, meta: Mapping[str, Any]) -> Preprocessing | None:
+    """A classifier's label names, from config.json's ``id2label`` (transformers' defaults
+    LABEL_0, LABEL_1... included: they are what transformers names them)."""
+    if cfg.task not in ("classification", "token_classification"):
+        return None
+    labels = label_names(meta.get("id2label"), cfg.num_classes, "config.json's id2label")
+    return Preprocessing(source="transformers config.json", labels=labels) if labels else None
+
+
 def to_hf(
-    cfg: BertConfig, tensors: Mapping[str, np.ndarray], source: Mapping[str, Any] | None = None
+    cfg: BertConfig,
+    tensors: Mapping[str, np.ndarray],
+    source: Mapping[str, Any] | None = None,
+    preprocessing: Preprocessing | None = None,
 ) -> tuple[Tensors, dict[str, Any]]:
     """zoo's tensors -> the state dict transformers' class for the task saves, and its ``config.json``
-    (with what ``source``, the one imported, says and zoo's config does not model)."""
+    (with what ``source``, the one imported, says and zoo's config does not model, and the label
+    names ``preprocessing`` records)."""
     prefix = "" if cfg.task == "features" else "bert."
     names = {ours: prefix + theirs for ours, theirs in _backbone_names(cfg).items()} | _head_names(cfg)
     stacked = {f"blocks.{i}.attn.in_proj_{p}" for i in range(cfg.num_layers) for p in ("weight", "bias")}
@@ -351,11 +367,14 @@ def to_hf(
             for part, value in zip(_QKV, parts, strict=True):
                 out[f"{prefix}encoder.layer.{i}.attention.self.{part}.{p}"] = np.ascontiguousarray(value)
     labels = (source or {}).get("id2label") or {}
-    relabelled = cfg.task in ("classification", "token_classification") and len(labels) != cfg.num_classes
-    return out, with_source(hf_config(cfg), source, MODELLED + (_LABELS if relabelled else ()))
+    named = preprocessing.labels if preprocessing is not None else None
+    relabelled = cfg.task in ("classification", "token_classification") and (
+        named is not None or len(labels) != cfg.num_classes
+    )
+    return out, with_source(hf_config(cfg, named), source, MODELLED + (_LABELS if relabelled else ()))
 
 
-def hf_config(cfg: BertConfig) -> dict[str, Any]:
+def hf_config(cfg: BertConfig, labels: tuple[str, ...] | None = None) -> dict[str, Any]:
     """transformers' ``config.json`` for a model of ``cfg`` (``BertConfig``'s fields)."""
     config: dict[str, Any] = {
         "architectures": [HF_CLASSES[cfg.task]],
@@ -380,6 +399,7 @@ def hf_config(cfg: BertConfig) -> dict[str, Any]:
         "dtype": "float32",
     }
     if cfg.task in ("classification", "token_classification"):
-        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(cfg.num_classes)}
-        config["label2id"] = {f"LABEL_{i}": i for i in range(cfg.num_classes)}
+        names = labels or [f"LABEL_{i}" for i in range(cfg.num_classes)]
+        config["id2label"] = {str(i): name for i, name in enumerate(names)}
+        config["label2id"] = {name: i for i, name in enumerate(names)}
     return config

@@ -56,3 +56,14 @@ PRESETS = (
         _shape(12, 768),
     ),
 )
+
+# transformers' hub names of these shapes at the uncased 30,522-token vocabulary (the cased
+# models' vocabulary differs, so they are no alias).
+ALIASES = {
+    "bert-base-uncased": "bert-base",
+    "google-bert/bert-base-uncased": "bert-base",
+    "google/bert_uncased_L-2_H-128_A-2": "bert-tiny",
+    "google/bert_uncased_L-4_H-256_A-4": "bert-mini",
+    "google/bert_uncased_L-4_H-512_A-8": "bert-small",
+    "sentence-transformers/all-MiniLM-L6-v2": "bert-minilm-l6",
+}

@@ -1,7 +1,7 @@
 """GPT-2 family: transformers' ``GPT2LMHeadModel`` (and ``GPT2Model``), exactly, in both frameworks."""
 
 from architectures.gpt2.config import GPT2Config
-from architectures.gpt2.presets import PRESETS
+from architectures.gpt2.presets import ALIASES, PRESETS
 from architectures.gpt2.weights import table
 from zoo.family import Family, InputSpec
 from zoo.foreign import ForeignFormat
@@ -18,7 +18,9 @@ FAMILY = Family(
     torch_model="architectures.gpt2.torch_model:build",
     keras_model="architectures.gpt2.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
+    lora_targets=("attn.q", "attn.k", "attn.v", "attn.out_proj"),
     presets=PRESETS,
+    aliases=ALIASES,
     formats=(
         ForeignFormat(
             "hf",

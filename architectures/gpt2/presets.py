@@ -20,3 +20,9 @@ PRESETS = (
         {"n_layer": 24, "n_embd": 1024, "n_head": 16, "n_positions": 1024},
     ),
 )
+
+# transformers' hub names (``gpt2`` and ``gpt2-medium`` are zoo's own names too).
+ALIASES = {
+    "openai-community/gpt2": "gpt2",
+    "openai-community/gpt2-medium": "gpt2-medium",
+}

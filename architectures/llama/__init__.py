@@ -2,7 +2,7 @@
 same decoder), exactly, in both frameworks."""
 
 from architectures.llama.config import LlamaConfig
-from architectures.llama.presets import PRESETS
+from architectures.llama.presets import ALIASES, PRESETS
 from architectures.llama.weights import table
 from zoo.family import Family, InputSpec
 from zoo.foreign import ForeignFormat
@@ -19,7 +19,9 @@ FAMILY = Family(
     torch_model="architectures.llama.torch_model:build",
     keras_model="architectures.llama.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
+    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
     presets=PRESETS,
+    aliases=ALIASES,
     formats=(
         ForeignFormat(
             "hf",

@@ -109,3 +109,15 @@ PRESETS = (
         },
     ),
 )
+
+# transformers' hub names of these shapes (``zoo.load("HuggingFaceTB/SmolLM-135M")`` builds the
+# shape with fresh weights; nothing is downloaded). The instruct models share their base's shape.
+ALIASES = {
+    "HuggingFaceTB/SmolLM-135M": "smollm-135m",
+    "HuggingFaceTB/SmolLM-135M-Instruct": "smollm-135m",
+    "HuggingFaceTB/SmolLM-360M": "smollm-360m",
+    "HuggingFaceTB/SmolLM-360M-Instruct": "smollm-360m",
+    "Qwen/Qwen2-0.5B": "qwen2-0.5b",
+    "Qwen/Qwen2-0.5B-Instruct": "qwen2-0.5b",
+    "meta-llama/Llama-3.2-1B": "llama-3.2-1b",
+}

@@ -2,7 +2,7 @@
 writes torchvision and timm weights."""
 
 from architectures.resnet.config import ResNetConfig
-from architectures.resnet.presets import PRESETS
+from architectures.resnet.presets import ALIASES, PRESETS
 from architectures.resnet.weights import table
 from zoo.family import Family, InputSpec
 from zoo.foreign import ForeignFormat
@@ -18,18 +18,21 @@ FAMILY = Family(
     keras_model="architectures.resnet.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
     presets=PRESETS,
+    aliases=ALIASES,
     formats=(
         ForeignFormat(
             "torchvision",
             "a torchvision.models.resnet state dict (.pth or .safetensors): the same names as zoo's",
             "architectures.resnet.formats:torchvision_to_zoo",
             "architectures.resnet.formats:zoo_to_torchvision",
+            "architectures.resnet.formats:torchvision_preprocessing",
         ),
         ForeignFormat(
             "timm",
             "a timm ResNet (resnet18/26/34/50/101/152/200) state dict, with its config.json if any",
             "architectures.resnet.formats:timm_to_zoo",
             "architectures.resnet.formats:zoo_to_timm",
+            "architectures.resnet.formats:timm_preprocessing",
         ),
     ),
 )

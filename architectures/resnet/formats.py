@@ -11,12 +11,17 @@ weights predate it) the counters start at 0, and a counter saved with shape (1,)
 
 timm keeps a ``config.json`` beside its weights; where one comes with them, its
 ``architecture`` and ``model_args`` must describe the same plain ResNet, since arguments such
-as ``output_stride`` change the network without changing a single tensor.
+as ``output_stride`` change the network without changing a single tensor. Its
+``pretrained_cfg`` says how images were prepared (input size, crop, interpolation, mean, std)
+and its ``label_names`` what each class is: the import records both
+(zoo.preprocessing.read_timm_config). A torchvision state dict says neither; the import records the
+eval transform of torchvision's own ImageNet weights (:data:`TORCHVISION_EVAL`).
 
 Writing is the reverse, for configs the libraries can build: the ImageNet stem, width 64,
 BatchNorm epsilon 1e-5 (and 3 input channels for torchvision, whose ``conv1`` fixes them).
 For timm the ``config.json`` is what ``timm.create_model("local-dir:DIR", pretrained=True)``
-reads, or equally ``timm.create_model(cfg["architecture"], pretrained=True,
+reads (its ``pretrained_cfg`` carrying the checkpoint's preprocessing, where it records one), or
+equally ``timm.create_model(cfg["architecture"], pretrained=True,
 pretrained_cfg_overlay=dict(cfg["pretrained_cfg"], file=".../model.safetensors"),
 **cfg["model_args"])``.
 """
@@ -32,7 +37,15 @@ from pydantic import ValidationError
 
 from architectures.resnet.config import STAGES, ResNetConfig
 from architectures.resnet.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
+from zoo.preprocessing import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ImagePreprocessing,
+    Preprocessing,
+    read_timm_config,
+    timm_fields,
+)
 from zoo.weights import tensor_specs
 
 # timm's ResNets with torchvision's architecture (plain 7x7 stem, 1x1 conv shortcuts): (block, layers).
@@ -48,6 +61,13 @@ TIMM_PLAIN = {
 # model_args of a timm config.json that describe nothing beyond the tensors and zoo's config.
 TIMM_ARGS = frozenset({"num_classes", "in_chans", "layers", "drop_rate", "global_pool", "zero_init_last"})
 STEM_KERNELS = {7: "imagenet", 3: "small"}
+# The eval transform of torchvision's ImageNet ResNet weights (``ResNet*_Weights.IMAGENET1K_V1
+# .transforms()``: ImageClassification(crop_size=224, resize_size=256), bilinear, ImageNet's mean
+# and std; tests/test_image_folder.py checks it against torchvision's own). The V2 weights
+# resize to 232 instead: no state dict says which, so set data.resize when fine-tuning those.
+TORCHVISION_EVAL = ImagePreprocessing(
+    size=224, resize=256, interpolation="bilinear", channels="rgb", mean=IMAGENET_MEAN, std=IMAGENET_STD
+)
 BLOCK_KEY = re.compile(r"layer([1-9]\d*)\.(\d+)\.")
 
 
@@ -73,6 +93,20 @@ def timm_to_zoo(tensors: Tensors, meta: Mapping[str, Any]) -> tuple[dict[str, An
     if meta:
         fields.update(_check_timm_config(meta, fields))
     return _placed(tensors, fields, "timm")
+
+
+def torchvision_preprocessing(config: ResNetConfig, meta: Mapping[str, Any]) -> Preprocessing | None:
+    """What a torchvision state dict's images went through: torchvision's ImageNet eval
+    transform, for the 3-channel nets its weights are."""
+    if config.in_channels != 3:
+        return None
+    return Preprocessing(source="torchvision's ImageNet weights' eval transform", image=TORCHVISION_EVAL)
+
+
+def timm_preprocessing(config: ResNetConfig, meta: Mapping[str, Any]) -> Preprocessing | None:
+    """What timm's config.json says: its pretrained_cfg and label_names (none without one)."""
+    size = (config.in_channels, config.image_size, config.image_size)
+    return read_timm_config(meta, config.num_classes, size)
 
 
 def infer_fields(tensors: Mapping[str, np.ndarray], source: str) -> dict[str, Any]:
@@ -135,13 +169,10 @@ def infer_fields(tensors: Mapping[str, np.ndarray], source: str) -> dict[str, An
 
 def _check_timm_config(meta: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
     """Check a timm ``config.json`` against the inferred fields; return the fields it adds (dropout)."""
-    architecture = str(meta.get("architecture", ""))
-    name = architecture.split(".")[0]  # "resnet50.a1_in1k" -> "resnet50"
-    if name not in TIMM_PLAIN:
-        raise ForeignLayoutError(
-            f"config.json names the timm architecture {architecture!r}; zoo's resnet reads timm's plain "
-            f"ResNets with torchvision's structure: {', '.join(TIMM_PLAIN)}"
-        )
+    name = timm_variant(
+        meta, TIMM_PLAIN, "zoo's resnet reads timm's plain ResNets with torchvision's structure"
+    )
+    architecture = meta["architecture"]
     args = dict(meta.get("model_args") or {})
     unknown = {k: args[k] for k in sorted(set(args) - TIMM_ARGS)}
     if unknown:
@@ -169,7 +200,11 @@ def _check_timm_config(meta: Mapping[str, Any], fields: dict[str, Any]) -> dict[
             + " but the weights hold "
             + ", ".join(f"{k}={held!r}" for k, (_, held) in differ.items())
         )
-    return {"dropout": float(args["drop_rate"])} if args.get("drop_rate") else {}
+    added: dict[str, Any] = {"dropout": float(args["drop_rate"])} if args.get("drop_rate") else {}
+    input_size = (meta.get("pretrained_cfg") or {}).get("input_size")
+    if input_size and len(input_size) == 3 and input_size[1] == input_size[2]:
+        added["image_size"] = int(input_size[1])  # the size its preprocessing crops
+    return added
 
 
 def _placed(tensors: Tensors, fields: dict[str, Any], source: str) -> tuple[dict[str, Any], Tensors]:
@@ -192,18 +227,9 @@ def _placed(tensors: Tensors, fields: dict[str, Any], source: str) -> tuple[dict
     placed = {
         k: np.reshape(v, ()) if specs[k].shape == () and np.shape(v) == (1,) else v for k, v in placed.items()
     }
-    wrong = [
-        f"{k} {tuple(np.shape(v))} (expected {spec.shape})"
-        for k, v in placed.items()
-        if tuple(np.shape(v)) != (spec := specs[k]).shape
-    ]
-    if wrong:
-        raise ForeignLayoutError(
-            f"these {source} ResNet weights ({_describe(fields)}) have other shapes than that config's: "
-            + "; ".join(wrong[:5])
-            + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""),
-            unplaced=[w.split(" ")[0] for w in wrong],
-        )
+    check_shapes(
+        placed, {k: spec.shape for k, spec in specs.items()}, f"{source} ResNet weights ({_describe(fields)})"
+    )
     return fields, {k: np.asarray(v).astype(specs[k].dtype, copy=False) for k, v in placed.items()}
 
 
@@ -234,8 +260,11 @@ def zoo_to_torchvision(config: ResNetConfig, tensors: Tensors) -> tuple[Tensors,
     return _in_table_order(config, tensors), None
 
 
-def zoo_to_timm(config: ResNetConfig, tensors: Tensors) -> tuple[Tensors, dict[str, Any]]:
-    """Canonical tensors -> a timm ResNet state dict and the ``config.json`` timm builds it from."""
+def zoo_to_timm(
+    config: ResNetConfig, tensors: Tensors, preprocessing: Preprocessing | None = None
+) -> tuple[Tensors, dict[str, Any]]:
+    """Canonical tensors -> a timm ResNet state dict and the ``config.json`` timm builds it from,
+    with the checkpoint's ``preprocessing`` in its ``pretrained_cfg`` (and its label names)."""
     _check_exportable(config, "timm")
     wanted = (config.block, config.layers)
     named = [name for name, (block, layers) in TIMM_PLAIN.items() if (block, layers) == wanted]
@@ -247,7 +276,9 @@ def zoo_to_timm(config: ResNetConfig, tensors: Tensors) -> tuple[Tensors, dict[s
         model_args["drop_rate"] = config.dropout
     model_args["global_pool"] = "avg"
     side = config.feature_size()
+    pretrained, top = timm_fields(preprocessing)
     meta = {
+        **top,
         "architecture": architecture,
         "num_classes": config.num_classes,
         "num_features": config.num_features,
@@ -261,6 +292,7 @@ def zoo_to_timm(config: ResNetConfig, tensors: Tensors) -> tuple[Tensors, dict[s
             "pool_size": [side, side],
             "first_conv": "conv1",
             "classifier": "fc",
+            **pretrained,
         },
     }
     return _in_table_order(config, tensors), meta

@@ -31,3 +31,11 @@ PRESETS = (
         {"block": "basic", "layers": [1, 1, 1, 1], "width": 8, "stem": "small"},
     ),
 )
+
+# torchvision's and timm's names are zoo's (``resnet50``, and timm's ``resnet50.tv_in1k`` with its
+# tag left out by the registry); these are timm's older names of torchvision's weights.
+ALIASES = {
+    "tv_resnet34": "resnet34",
+    "tv_resnet50": "resnet50",
+    "tv_resnet101": "resnet101",
+}

@@ -1,7 +1,7 @@
 """ViT family: timm's Vision Transformer (``vit_*_patch16_224``), exactly, in both frameworks."""
 
 from architectures.vit.config import ViTConfig
-from architectures.vit.presets import PRESETS
+from architectures.vit.presets import ALIASES, PRESETS
 from architectures.vit.weights import table
 from zoo.family import Family, InputSpec
 from zoo.foreign import ForeignFormat
@@ -18,6 +18,7 @@ FAMILY = Family(
     keras_model="architectures.vit.keras_model:build",
     grad_checkpointing=("lightning", "keras"),
     presets=PRESETS,
+    aliases=ALIASES,
     formats=(
         ForeignFormat(
             "timm",
@@ -25,6 +26,7 @@ FAMILY = Family(
             "with timm's config.json",
             to_zoo="architectures.vit.formats:from_timm",
             from_zoo="architectures.vit.formats:to_timm",
+            preprocessing="architectures.vit.formats:timm_preprocessing",
         ),
     ),
     adapt_tensors="architectures.vit.resize:adapt_tensors",

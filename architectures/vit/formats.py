@@ -19,6 +19,10 @@ place for (a register token, layer scale, an ``fc_norm`` of average pooling, CLI
 ``norm_pre``) and ``model_args`` that change what the tensors mean (another pooling,
 activation or norm) are refused by name.
 
+The ``pretrained_cfg`` says how the images were prepared (crop, interpolation, mean, std) and
+``label_names`` what each class is; the import records both (zoo.preprocessing.read_timm_config), and
+the export writes a checkpoint's preprocessing back there.
+
 Writing: timm's names and the ``config.json`` timm's ``save_config_for_hf`` would write for
 the same model. timm reads it back with ``timm.create_model("local-dir:" + folder,
 pretrained=True)``, or, for a lone weights file, with::
@@ -43,6 +47,7 @@ import numpy as np
 from architectures.vit.config import ViTConfig
 from architectures.vit.weights import table
 from zoo.foreign import ForeignLayoutError, Tensors, head_count, renamed
+from zoo.preprocessing import Preprocessing, read_timm_config, timm_fields
 from zoo.weights import tensor_specs
 
 # timm's vit_<size>_patch16_224 factories: embed_dim, depth, num_heads (mlp_ratio 4).
@@ -255,10 +260,21 @@ def _square(size: Any) -> int | list:
 # ---------------------------------------------------------------------------- zoo -> timm
 
 
-def to_timm(cfg: ViTConfig, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors, dict[str, Any]]:
-    """zoo's tensors -> timm's state dict, and the ``config.json`` timm builds the model from."""
+def timm_preprocessing(cfg: ViTConfig, meta: Mapping[str, Any]) -> Preprocessing | None:
+    """What timm's config.json says: its pretrained_cfg and label_names (none without one)."""
+    return read_timm_config(meta, cfg.num_classes, (cfg.in_channels, cfg.image_size, cfg.image_size))
+
+
+def to_timm(
+    cfg: ViTConfig, tensors: Mapping[str, np.ndarray], preprocessing: Preprocessing | None = None
+) -> tuple[Tensors, dict[str, Any]]:
+    """zoo's tensors -> timm's state dict, and the ``config.json`` timm builds the model from
+    (with the checkpoint's ``preprocessing`` in its pretrained_cfg, and its label names)."""
     out = renamed(tensors, _timm_names(cfg), what="zoo vit tensors")
-    return out, timm_config(cfg)
+    config = timm_config(cfg)
+    pretrained, top = timm_fields(preprocessing)
+    config["pretrained_cfg"].update(pretrained)
+    return out, {**top, **config}
 
 
 def timm_name(cfg: ViTConfig) -> str:

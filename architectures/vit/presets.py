@@ -27,3 +27,11 @@ PRESETS = (
         {"patch_size": 16, "dim": 768, "depth": 12, "num_heads": 12},
     ),
 )
+
+# timm's names (``zoo.load("vit_tiny_patch16_224")``; a pretrained tag such as ``.augreg_in21k`` is
+# left out by the registry). Nothing is downloaded: the model comes with fresh weights.
+ALIASES = {
+    "vit_tiny_patch16_224": "vit-tiny",
+    "vit_small_patch16_224": "vit-small",
+    "vit_base_patch16_224": "vit-base",
+}

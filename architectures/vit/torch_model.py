@@ -13,14 +13,13 @@ timm's sampler, so ``torch.manual_seed(s)`` gives timm's tensors bit for bit
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from architectures.vit.config import LAYER_NORM_EPS, ViTConfig, image_shape_message
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Mlp, SelfAttention
+from zoo.nn.torch.init import trunc_normal_
 from zoo.nn.torch.remat import checkpointed_call
 
 
@@ -125,20 +124,6 @@ def _init_linear(layer: nn.Linear) -> None:
     """timm's ``init_weights_vit_timm`` for a Linear."""
     trunc_normal_(layer.weight, std=0.02)
     nn.init.zeros_(layer.bias)
-
-
-def trunc_normal_(tensor: torch.Tensor, std: float, a: float = -2.0, b: float = 2.0) -> torch.Tensor:
-    """timm's ``trunc_normal_``: N(0, std^2) cut at [a, b] (absolute: +-2 is 100 std out at std
-    0.02, so in effect a normal), drawn by the inverse CDF of one uniform draw per value.
-
-    Not ``nn.init.trunc_normal_``: torch 2.x draws by rejection from ``normal_``, other values
-    for the same seed (the distribution is the same)."""
-    low, high = (0.5 * (1.0 + math.erf(bound / std / math.sqrt(2.0))) for bound in (a, b))
-    tensor.uniform_(2 * low - 1, 2 * high - 1)
-    tensor.erfinv_()
-    tensor.mul_(std * math.sqrt(2.0))
-    tensor.add_(0.0)  # timm adds the mean: a -0.0 becomes 0.0, bit for bit as there
-    return tensor.clamp_(min=a, max=b)
 
 
 def build(cfg: ViTConfig) -> VisionTransformer:

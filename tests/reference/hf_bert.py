@@ -202,6 +202,11 @@ def exported(out: Path, root: str) -> None:
         np.save(out / f"{folder.name}.npy", value.numpy())
         entry = {key: sorted(map(str, info.get(key) or ())) for key in ("missing_keys", "unexpected_keys",
                  "mismatched_keys", "error_msgs")}  # fmt: skip
+        if getattr(model.config, "id2label", None) and cls in (
+            BertForSequenceClassification,
+            BertForTokenClassification,
+        ):
+            entry["id2label"] = {str(k): v for k, v in model.config.id2label.items()}
         if cls is BertForMaskedLM:
             decoder = model.cls.predictions.decoder.weight
             entry["tied"] = decoder.data_ptr() == model.bert.embeddings.word_embeddings.weight.data_ptr()

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import shim  # noqa: F401  (before timm)
 import timm
+import timm.data
 import torch
 from safetensors.torch import load_file, save_file
 from timm.layers import resample_abs_pos_embed
@@ -130,15 +131,20 @@ def exported(out: Path, folder: str, inputs: str) -> None:
             config["architecture"], pretrained=True, pretrained_cfg_overlay=overlay, **config["model_args"]
         ),
     }
-    loaded = {}
+    loaded, data = {}, {}
     for route, model in models.items():
         np.save(out / f"{route}.npy", logits(model, x, training=False))
+        resolved = timm.data.resolve_data_config(model=model)  # what timm's users feed the model
+        eval_resize = timm.data.create_transform(**resolved).transforms[0].size
+        data[route] = {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.items()}
+        data[route]["resize"] = eval_resize if isinstance(eval_resize, int) else list(eval_resize)
         state = model.state_dict()
         loaded[route] = sorted(
             k for k in set(state) | set(written) if k not in state or k not in written
             or not torch.equal(state[k], written[k])
         )  # fmt: skip
     (out / "loaded.json").write_text(json.dumps(loaded))
+    (out / "data_config.json").write_text(json.dumps(data))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,12 @@
 
 Writes OUT/images/*.png|jpg (RGB, RGBA, palette, grayscale, JPEG; odd sizes, both
 orientations), OUT/cases.json (what was applied to which file) and OUT/<case>.npy (the
-float32 CHW tensor torchvision produced). Eval: Resize + CenterCrop + ToTensor + Normalize;
-training: F.resized_crop at explicit boxes (+ F.hflip), ToTensor, Normalize.
+float32 CHW tensor torchvision produced). Eval: Resize (bilinear, and bicubic as timm's models
+are read) + CenterCrop + ToTensor + Normalize; training: F.resized_crop at explicit boxes
+(+ F.hflip), ToTensor, Normalize. cases.json also holds the eval transforms of torchvision's
+ImageNet ResNet weights (``ResNet18_Weights.IMAGENET1K_V1.transforms()``) and ConvNeXt weights
+(``ConvNeXt_{Tiny,Small,Base,Large}_Weights.IMAGENET1K_V1.transforms()``, by size), which a
+torchvision import records (no download: the transforms are the weights' metadata).
 """
 
 import json
@@ -16,6 +20,13 @@ import numpy as np
 import shim  # noqa: F401  (before torchvision)
 from PIL import Image
 from torchvision import transforms
+from torchvision.models import (
+    ConvNeXt_Base_Weights,
+    ConvNeXt_Large_Weights,
+    ConvNeXt_Small_Weights,
+    ConvNeXt_Tiny_Weights,
+    ResNet18_Weights,
+)
 from torchvision.transforms import functional as F
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -48,11 +59,15 @@ def main(out: Path) -> None:
         for mode, mean, std in (("RGB", MEAN, STD), ("L", GRAY_MEAN, GRAY_STD)):
             image = Image.open(out / "images" / name).convert(mode)  # zoo's loader: decode, convert
             normalize = transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean, std)])
-            for resize, size in ((32, 28), (24, 24), (45, 17)):
-                tensor = transforms.Compose([transforms.Resize(resize), transforms.CenterCrop(size)])(image)
-                key = f"eval-{name}-{mode}-{resize}-{size}"
+            for resize, size, how in ((32, 28, "bilinear"), (24, 24, "bilinear"), (45, 17, "bilinear"),
+                                      (32, 28, "bicubic")):  # fmt: skip
+                mode_of = transforms.InterpolationMode(how)
+                resized = transforms.Resize(resize, interpolation=mode_of)
+                tensor = transforms.Compose([resized, transforms.CenterCrop(size)])(image)
+                key = f"eval-{name}-{mode}-{resize}-{size}-{how}"
                 np.save(out / f"{key}.npy", normalize(tensor).numpy())
-                cases.append({"key": key, "file": name, "mode": mode, "resize": resize, "size": size})
+                cases.append({"key": key, "file": name, "mode": mode, "resize": resize, "size": size,
+                              "interpolation": how})  # fmt: skip
             width, height = image.size
             for top, left, h, w, flip in (
                 (0, 0, height, width, False),
@@ -65,8 +80,25 @@ def main(out: Path) -> None:
                 np.save(out / f"{key}.npy", normalize(tensor).numpy())
                 cases.append({"key": key, "file": name, "mode": mode, "box": [top, left, h, w], "flip": flip,
                               "size": 20})  # fmt: skip
+    convnext_eval = {
+        size: eval_transform(weights.IMAGENET1K_V1)
+        for size, weights in (("tiny", ConvNeXt_Tiny_Weights), ("small", ConvNeXt_Small_Weights),
+                              ("base", ConvNeXt_Base_Weights), ("large", ConvNeXt_Large_Weights))
+    }  # fmt: skip
     (out / "cases.json").write_text(json.dumps({"mean": MEAN, "std": STD, "gray_mean": GRAY_MEAN,
-                                                "gray_std": GRAY_STD, "cases": cases}))  # fmt: skip
+                                                "gray_std": GRAY_STD, "cases": cases,
+                                                "resnet_eval": eval_transform(ResNet18_Weights.IMAGENET1K_V1),
+                                                "convnext_eval": convnext_eval}))  # fmt: skip
+
+
+def eval_transform(weights) -> dict:
+    """What a torchvision weights enum's ``transforms()`` does to an image at evaluation."""
+    transform = weights.transforms()
+    return {
+        "size": list(transform.crop_size), "resize": list(transform.resize_size),
+        "interpolation": transform.interpolation.value,
+        "mean": list(transform.mean), "std": list(transform.std),
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -94,7 +94,8 @@ def validate(recipe: Path, overrides: tuple[str, ...], as_json: bool, quiet: boo
 
 
 @click.command()
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to a file.")
+@click.option("-o", "--out", "--output", "output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to a file. (--output is the older spelling.)")  # fmt: skip
 @for_scripts
 @user_errors
 def schema(output: Path | None, as_json: bool, quiet: bool) -> None:

@@ -1,5 +1,5 @@
-"""``zoo inspect``, ``zoo evaluate``, ``zoo sample``: reading, scoring and running a common
-checkpoint in either framework."""
+"""``zoo inspect``, ``zoo evaluate``, ``zoo sample``, ``zoo predict``: reading, scoring and
+running a common checkpoint in either framework."""
 
 from __future__ import annotations
 
@@ -104,6 +104,71 @@ def sample(
         })  # fmt: skip
         return
     click.echo(done.text)
+
+
+@click.command()
+@click.argument("checkpoint")
+@click.argument("inputs", nargs=-1)
+@click.option("--text", "texts", multiple=True, help="A text to predict on, besides INPUTS; repeatable.")
+@framework_option
+@click.option("--top-k", default=5, show_default=True, type=click.IntRange(1),
+              help="Labels shown per input (tokens per mask for a masked language model).")  # fmt: skip
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1),
+              help="Inputs per forward pass.")  # fmt: skip
+@click.option("--length", default=50, show_default=True, type=click.IntRange(1, MAX_SAMPLE_LENGTH),
+              help="A language model's tokens generated per input.")  # fmt: skip
+@click.option("--temperature", default=0.0, show_default=True, type=FiniteFloatRange(0),
+              help="A language model's sampling temperature; 0 is greedy.")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, SEED_LIMIT - 1),
+              help="Seed of the sampling (temperature > 0).")  # fmt: skip
+@for_scripts
+@user_errors
+def predict(
+    checkpoint: str, inputs: tuple[str, ...], texts: tuple[str, ...], framework: str | None, top_k: int,
+    batch_size: int, length: int, temperature: float, seed: int, as_json: bool, quiet: bool,
+) -> None:  # fmt: skip
+    """Labels and scores (or generated text) of a checkpoint for your own inputs, with the
+    preprocessing it records (image size, crop, mean/std, tokenizer, label names).
+
+    CHECKPOINT is a zoo checkpoint, a run folder, or a transformers / timm folder or a torchvision
+    state dict (imported on the fly, as zoo.load does). INPUTS are image files, folders and globs
+    (quoted), .txt files (one text a line), .jsonl files (one object a line, at the model's text
+    column) or .npy arrays in the model's layout. --quiet prints one line per input: its name and
+    top label (a language model: the text)."""
+    from zoo import inference
+
+    framework = framework or "lightning"
+    with script_output(quiet, as_json):
+        done = inference.predict(
+            checkpoint, inputs, texts=texts, framework=framework, top_k=top_k, batch_size=batch_size,
+            length=length, temperature=temperature, seed=seed,
+        )  # fmt: skip
+    if as_json:
+        emit_json({
+            "checkpoint": str(done.checkpoint), "framework": framework, "task": done.task,
+            "predictions": [p.to_dict() for p in done.predictions],
+        })  # fmt: skip
+        return
+    for prediction in done.predictions:
+        if quiet:
+            click.echo(
+                prediction.top if prediction.text is not None else f"{prediction.input}\t{prediction.top}"
+            )
+        else:
+            click.echo(f"{prediction.input}: {_described(prediction)}")
+
+
+def _described(prediction) -> str:
+    """One prediction in words: labels with their scores, the generated text, or each token's."""
+    if prediction.labels is not None:
+        return ", ".join(f"{p['label']} {p['score']:.3f}" for p in prediction.labels)
+    if prediction.text is not None:
+        return prediction.text
+    return " ".join(
+        f"{t['token']}/{t['label']}" if "label" in t
+        else f"[{t['position']}] " + ", ".join(f"{c['token']} {c['score']:.3f}" for c in t["tokens"]) + ";"
+        for t in prediction.tokens or []
+    )  # fmt: skip
 
 
 def _prod(shape) -> int:

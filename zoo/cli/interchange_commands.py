@@ -15,7 +15,7 @@ from zoo.cli.output import FRAMEWORKS, emit_json, for_scripts, script_output
 @click.command("import")
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option(
-    "--out", required=True, type=click.Path(path_type=Path),
+    "-o", "--out", required=True, type=click.Path(path_type=Path),
     help="The zoo checkpoint to write: a .safetensors path, or a directory for model.safetensors.",
 )  # fmt: skip
 @click.option("--format", "format_", default=None, help="Source layout (torchvision, timm...); default: any.")
@@ -25,18 +25,35 @@ from zoo.cli.output import FRAMEWORKS, emit_json, for_scripts, script_output
     help="Attention heads of weights whose config.json does not say (no tensor shape shows it; zoo "
     "never guesses).",
 )  # fmt: skip
+@click.option(
+    "--base", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="A PEFT LoRA folder's base: the zoo checkpoint of the model it adapts (zoo import of it).",
+)  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out.")
 @for_scripts
 @user_errors
 def import_(
     src: Path, out: Path, format_: str | None, architecture: str | None, num_heads: int | None,
-    overwrite: bool, as_json: bool, quiet: bool,
+    base: Path | None, overwrite: bool, as_json: bool, quiet: bool,
 ) -> None:  # fmt: skip
-    """A foreign checkpoint (torchvision / timm state dict or directory) -> a zoo checkpoint.
+    """A foreign checkpoint (torchvision / timm state dict or directory) -> a zoo checkpoint; a PEFT
+    LoRA folder (with --base) -> a zoo adapter.
 
     --quiet prints the checkpoint's path."""
     from zoo.interchange import import_checkpoint
 
+    if (src / "adapter_config.json").is_file() or base is not None:
+        if base is None:
+            raise click.UsageError(f"{src} is a PEFT adapter: give its base with --base CHECKPOINT")
+        from zoo.lora import import_peft
+
+        with script_output(quiet, as_json):
+            path = import_peft(src, base, out, overwrite=overwrite)
+        if as_json:
+            emit_json({"path": str(path), "source": str(src), "kind": "adapter", "base": str(base)})
+        else:
+            click.echo(str(path) if quiet else f"{path}: LoRA adapter on {base} (PEFT layout)")
+        return
     with script_output(quiet, as_json):
         done = import_checkpoint(
             src, out, format=format_, architecture=architecture, num_heads=num_heads, overwrite=overwrite
@@ -62,7 +79,7 @@ def import_(
     "timm, hf...).",
 )  # fmt: skip
 @click.option(
-    "--out", required=True, type=click.Path(path_type=Path),
+    "-o", "--out", required=True, type=click.Path(path_type=Path),
     help="onnx: a .onnx file; savedmodel: a directory; torch-export: a .pt2 file. Weight layouts: a "
     ".safetensors or .pth/.pt file, or a directory (model.safetensors + config.json).",
 )  # fmt: skip
@@ -79,10 +96,22 @@ def export(
     quiet: bool,
 ) -> None:  # fmt: skip
     """A zoo checkpoint -> a deployable model (run and checked against the training model) or a
-    foreign weight layout (read back and checked bit for bit).
+    foreign weight layout (read back and checked bit for bit); a LoRA adapter -> PEFT's files
+    (--format peft).
 
     --quiet prints the path written."""
     from zoo.deploy import FORMATS, export_model
+
+    if format_ == "peft":
+        from zoo.lora import export_peft
+
+        with script_output(quiet, as_json):
+            path = export_peft(checkpoint, out, overwrite=overwrite)
+        if as_json:
+            emit_json({"path": str(path), "format": "peft", "kind": "adapter"})
+        else:
+            click.echo(str(path) if quiet else f"{path}: PEFT LoRA adapter (adapter_model.safetensors)")
+        return
 
     if format_ in FORMATS:
         with script_output(quiet, as_json):
@@ -114,3 +143,30 @@ def export(
         emit_json({"path": str(path), "format": format_, "kind": "weights", "checked": True})
     else:
         click.echo(str(path) if quiet else f"{path}: {format_} layout, read back and checked")
+
+
+@click.command("merge")
+@click.argument("adapter", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o", "--out", required=True, type=click.Path(path_type=Path),
+    help="The full checkpoint to write: a .safetensors path, or a directory for model.safetensors.",
+)  # fmt: skip
+@click.option(
+    "--base", type=click.Path(dir_okay=False, path_type=Path), default=None,
+    help="The base checkpoint (default: the one the adapter names); checked by its sha256.",
+)  # fmt: skip
+@click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out.")
+@for_scripts
+@user_errors
+def merge(adapter: Path, out: Path, base: Path | None, overwrite: bool, as_json: bool, quiet: bool) -> None:
+    """A LoRA adapter folded into its base (W + scale * B A): a full checkpoint, no adapter needed.
+
+    --quiet prints the path written."""
+    from zoo.lora import merge_adapter
+
+    with script_output(quiet, as_json):
+        path = merge_adapter(adapter, out, base, overwrite=overwrite)
+    if as_json:
+        emit_json({"path": str(path), "adapter": str(adapter), "kind": "merged"})
+    else:
+        click.echo(str(path) if quiet else f"{path}: {adapter} merged into its base")

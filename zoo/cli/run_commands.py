@@ -114,11 +114,19 @@ def runs_show(run: str, root: Path, as_json: bool, quiet: bool) -> None:
               help="The PNG to write.")  # fmt: skip
 @dir_option
 @click.option("--title", default=None, help="A title over the figure.")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    help="A run's name in the legend, once per run in the runs' order (default: the folder's).",
+)
+@click.option("--log-loss", is_flag=True, help="Draw the loss (and bpc) on a log scale.")
 @for_scripts
 @user_errors
 def plot(
-    run_dirs: tuple[str, ...], out: Path, root: Path, title: str | None, as_json: bool, quiet: bool
-) -> None:
+    run_dirs: tuple[str, ...], out: Path, root: Path, title: str | None, labels: tuple[str, ...],
+    log_loss: bool, as_json: bool, quiet: bool,
+) -> None:  # fmt: skip
     """Loss and metric curves of several runs on one figure (a Lightning and a Keras run of one
     recipe overlay epoch for epoch). RUN is a run folder, or a run's name under --dir.
 
@@ -127,7 +135,7 @@ def plot(
     from zoo.runs import resolve_run
 
     folders = [resolve_run(run, root) for run in run_dirs]
-    figure = plot_runs(folders, out, title)
+    figure = plot_runs(folders, out, title, list(labels) or None, log_loss)
     if as_json:
         emit_json({"path": str(figure.path), "runs": [str(f) for f in folders], "panels": figure.panels})
     else:

@@ -5,6 +5,8 @@ The work is :mod:`zoo.tokenizer`'s; these commands read the files and print.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,8 @@ from zoo.cli.output import emit_json, for_scripts, script_output
 from zoo.limits import MAX_VOCAB_SIZE
 from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS
 
+log = logging.getLogger("zoo")
+
 
 @click.group("tokenizer")
 def tokenizer() -> None:
@@ -24,8 +28,9 @@ def tokenizer() -> None:
 @tokenizer.command("train")
 @click.argument("files", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option(
-    "-o", "--output", type=click.Path(path_type=Path), default=Path("tokenizer.json"), show_default=True,
-    help="Where to write tokenizer.json (a folder gets tokenizer.json inside it).",
+    "-o", "--out", "--output", "out", type=click.Path(), default="tokenizer.json", show_default=True,
+    help="The tokenizer.json to write; a folder (an existing one, or a path ending in '/') gets "
+    "tokenizer.json inside it. (--output is the older spelling.)",
 )  # fmt: skip
 @click.option("--vocab-size", type=click.IntRange(2, MAX_VOCAB_SIZE), default=8192, show_default=True,
               help="Tokens of the trained BPE (its 256 bytes and special tokens included).")  # fmt: skip
@@ -38,18 +43,19 @@ def tokenizer() -> None:
 @for_scripts
 @user_errors
 def train(
-    files: tuple[Path, ...], output: Path, vocab_size: int, special_tokens: str, min_frequency: int,
+    files: tuple[Path, ...], out: str, vocab_size: int, special_tokens: str, min_frequency: int,
     as_json: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """Train a byte-level BPE (GPT-2's scheme) on FILES: UTF-8 text files or folders of .txt
-    files; none: Python's own documentation (pydoc_data.topics, offline). --quiet prints the
+    files; none: Python's own documentation (pydoc_data.topics, offline). A vocabulary smaller
+    than --vocab-size (the text has no more pairs to merge) is said. --quiet prints the
     tokenizer.json path."""
     from zoo.data import DataError
     from zoo.overwrite import refuse_inputs_as_outputs
-    from zoo.tokenizer import TOKENIZER_FILE, train_bpe, write_atomically
+    from zoo.tokenizer import train_bpe, write_atomically
 
     with script_output(quiet, as_json):
-        target = output / TOKENIZER_FILE if output.is_dir() else output
+        target = tokenizer_target(out)
         refuse_inputs_as_outputs([target], text_files(files), DataError, option="-o")
         texts = list(read_texts(files))
         if not any(text.strip() for text in texts):  # a BPE of bytes alone, learnt from nothing
@@ -60,19 +66,45 @@ def train(
         specials = [t.strip() for t in special_tokens.split(",") if t.strip()]
         trained = train_bpe(texts, vocab_size, specials, min_frequency)
         write_atomically(target, trained.to_json())
+        if trained.vocab_size < vocab_size:
+            log.warning(
+                f"warning: {target} has {trained.vocab_size} tokens, not the {vocab_size} asked: no pair of "
+                f"tokens occurs --min-frequency {min_frequency} times in the text any more. Give more text, "
+                f"a lower --min-frequency, or --vocab-size {trained.vocab_size} to say what you get"
+            )
     characters = sum(len(t) for t in texts)
     if as_json:
         emit_json({
             "path": str(target), "kind": "byte-level BPE", "vocab_size": trained.vocab_size,
-            "special_tokens": specials, "characters": characters, "files": [str(f) for f in files],
+            "vocab_size_asked": vocab_size, "special_tokens": specials, "characters": characters,
+            "files": [str(f) for f in files],
         })  # fmt: skip
     elif quiet:
         click.echo(str(target))
     else:
+        asked = f" ({vocab_size} asked)" if trained.vocab_size < vocab_size else ""
         click.echo(
-            f"wrote {target}: byte-level BPE, {trained.vocab_size} tokens "
+            f"wrote {target}: byte-level BPE, {trained.vocab_size} tokens{asked} "
             f"(special: {', '.join(specials) or 'none'}) from {characters:,} characters"
         )
+
+
+def tokenizer_target(out: str) -> Path:
+    """The file ``-o`` names: ``tokenizer.json`` inside a folder (one that exists, or a path
+    ending in '/', created), else the path itself, which ends in .json: zoo (and Hugging Face's
+    ``tokenizers``) read a tokenizer file by that suffix, so anything else would not read back."""
+    from zoo.data import DataError
+    from zoo.tokenizer import TOKENIZER_FILE
+
+    path = Path(out)
+    if out.endswith(("/", os.sep)) or path.is_dir():
+        return path / TOKENIZER_FILE
+    if path.suffix != ".json":
+        raise DataError(
+            f"-o {out}: a tokenizer file is read back by its .json suffix; give {out}.json for a file, "
+            f"or {out}/ for a folder holding {TOKENIZER_FILE}"
+        )
+    return path
 
 
 @tokenizer.command("encode")

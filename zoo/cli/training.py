@@ -1,7 +1,8 @@
 """``zoo train``, ``zoo finetune``, ``zoo resume``: the commands that run a training loop.
 
-The frameworks' own progress bars show the training (on stderr with ``--json``; off with
-``--quiet``); every one of these ends with the same report: run folder, checkpoint, metrics.
+The training's progress goes to stderr (zoo.progress: the framework's bar on a terminal, one line
+per epoch elsewhere; off with ``--quiet``); every one of these ends with the same report: run
+folder, checkpoint, metrics.
 """
 
 from __future__ import annotations
@@ -61,12 +62,13 @@ def finetune(
 @for_scripts
 @user_errors
 def resume(run_dir: Path, force: bool, quiet: bool, as_json: bool) -> None:
-    """Continue an interrupted run from its newest saved state."""
+    """Continue an interrupted run from its newest saved state. A finished run is said to be
+    finished and left as it is (--json: already_finished true)."""
     from zoo.api import resume as resume_run
 
     with script_output(quiet, as_json):
         result = resume_run(run_dir, force=force)
-    report(result, quiet, as_json)
+    report(result, quiet, as_json, {"already_finished": result.already_finished})
 
 
 def _train(resolved, framework: str | None, quiet: bool, as_json: bool) -> None:
@@ -77,9 +79,9 @@ def _train(resolved, framework: str | None, quiet: bool, as_json: bool) -> None:
     report(result, quiet, as_json)
 
 
-def report(result, quiet: bool = False, as_json: bool = False) -> None:
-    """A finished run: ``--json`` {run_dir, checkpoint, framework, metrics}; ``--quiet`` the
-    checkpoint's path; else the test metrics, the time and where everything is."""
+def report(result, quiet: bool = False, as_json: bool = False, extra: dict | None = None) -> None:
+    """A finished run: ``--json`` {run_dir, checkpoint, framework, metrics, ``extra``...};
+    ``--quiet`` the checkpoint's path; else the test metrics, the time and where everything is."""
     from zoo.runs import is_primary_process
 
     if not is_primary_process():
@@ -88,7 +90,7 @@ def report(result, quiet: bool = False, as_json: bool = False) -> None:
     if as_json:
         emit_json({
             "run_dir": str(result.run_dir), "checkpoint": str(result.checkpoint),
-            "framework": result.framework, "metrics": metrics,
+            "framework": result.framework, "metrics": metrics, **(extra or {}),
         })  # fmt: skip
         return
     if quiet:
@@ -98,5 +100,8 @@ def report(result, quiet: bool = False, as_json: bool = False) -> None:
     click.echo(f"{result.run_dir.name} ({result.framework}): " + ", ".join(
         f"{k} {v:.4f}" for k, v in metrics.items() if k.startswith("test_")
     ))  # fmt: skip
-    click.echo(f"trained in {metrics['train_seconds']:.1f} s; run folder {result.run_dir}")
+    trained = f"trained in {metrics['train_seconds']:.1f} s"
+    if result.already_finished:
+        trained = f"finished already ({trained}): nothing resumed, nothing changed"
+    click.echo(f"{trained}; run folder {result.run_dir}")
     click.echo(f"checkpoint {result.checkpoint}")

@@ -34,10 +34,12 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
+        """Whether every section agreed within its tolerance (``zoo compare`` exits 1 otherwise)."""
         return all(section.passed for section in self.sections.values())
 
     @property
     def verdicts(self) -> dict[str, str]:
+        """Each section's one-word verdict, by section name."""
         return {name: section.verdict for name, section in self.sections.items()}
 
     def __str__(self) -> str:
@@ -45,13 +47,16 @@ class Comparison:
 
 
 def compare(
-    recipe: Recipe | str | Path | dict,
+    recipe: Recipe | str | Path | dict | None = None,
     steps: int = 100,
     out: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     *,
     speed_steps: int = DEFAULT_SPEED_STEPS,
     write: bool = True,
+    checkpoint: str | Path | None = None,
+    data: str | Path | None = None,
+    forward_only: bool = False,
 ) -> Comparison:
     """Compare the recipe's PyTorch and Keras twins from the same initial weights.
 
@@ -59,6 +64,13 @@ def compare(
     ``speed_steps`` training steps per framework are timed (0 skips the speed section).
     The report goes to ``out`` (default: ``compare-<recipe>-<time>`` under the recipe's
     ``export.dir``); ``write=False`` writes nothing and only returns the result.
+
+    ``checkpoint`` (or a checkpoint file or run folder given as ``recipe``) compares a user's
+    trained or imported model: both twins load its tensors, on ``recipe`` and ``data`` when
+    given, else on the recipe its run folder or metadata holds (:mod:`zoo.compare.source`).
+    A recipe's ``init.from`` is honoured the same way. ``forward_only`` checks the weights,
+    the forward pass and the gradients, and neither trains nor times. The peak memory is
+    estimated first: a comparison the machine cannot hold is refused before anything is built.
     """
     from zoo.compare import parity, trajectory
     from zoo.compare.report import terminal_table, write_reports
@@ -73,20 +85,21 @@ def compare(
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    if not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe, overrides)
-    elif overrides:
-        recipe = load_recipe(recipe.to_dict(), overrides)
+    recipe = resolve(recipe, overrides, checkpoint, data)
     problems = cpu_problems(recipe.trainer.precision, "auto", "zoo compare runs both twins on the CPU")
     if problems:  # float16: no fast CPU kernels, and Lightning would silently run bf16
         raise SetupError("; ".join(problems))
     started = time.perf_counter()
     setup = prepare(recipe)
+    if forward_only:
+        speed_steps = 0
+    check_memory(setup, speed=speed_steps > 0, training=not forward_only)
     tolerances = tolerances_for(setup.precision)
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
 
-    stages = ["building the twins", "weights", "forward and gradients", f"training, {steps} steps"]
+    stages = ["building the twins", "weights", "forward and gradients"]
+    stages += [] if forward_only else [f"training, {steps} steps"]
     stages += ["speed"] if speed_steps > 0 else []
     with single_threaded() as threads, bar(len(stages), "zoo compare", unit="stage") as shown:
 
@@ -101,11 +114,12 @@ def compare(
         checker = Checker(twins, reference, table, tolerances)
         stage(1)
         sections = {"weights": parity.check_weights(twins, tolerances)}
-        batches = training_batches(setup, steps)
+        batches = training_batches(setup, 1 if forward_only else steps)
         stage(2)
         sections["forward"], sections["gradients"], _ = parity.forward_and_gradients(checker, batches[0])
-        stage(3)
-        sections["training"] = trajectory.check_training(twins, checker, batches, table, tolerances)
+        if not forward_only:
+            stage(3)
+            sections["training"] = trajectory.check_training(twins, checker, batches, table, tolerances)
         explain_forward(sections)
         speed = None
         if speed_steps > 0:
@@ -114,7 +128,8 @@ def compare(
             stage(4)
             speed = measure_speed(setup, table, Timing.for_steps(speed_steps))
 
-    report = build_report(setup, steps, threads, twins.checkpointing, tolerances, sections, speed)
+    report = build_report(setup, 0 if forward_only else steps, threads, twins.checkpointing, tolerances,
+                          sections, speed)  # fmt: skip
     report["seconds"] = round(time.perf_counter() - started, 2)
     path = None
     files: dict[str, Path] = {}
@@ -122,6 +137,71 @@ def compare(
         path = Path(out) if out is not None else default_out(recipe)
         files = write_reports(report, path)
     return Comparison(recipe.name, sections, report, terminal_table(report, path), path, files)
+
+
+def resolve(
+    recipe: Recipe | str | Path | dict | None,
+    overrides: list[str] | tuple[str, ...],
+    checkpoint: str | Path | None,
+    data: str | Path | None,
+) -> Recipe:
+    """The recipe to compare: a checkpoint's (:mod:`zoo.compare.source`), or ``recipe`` itself
+    with ``data`` and ``overrides``. A fine-tune setting compare cannot honour (it trains every
+    tensor at the recipe's rate) is refused here, before any work."""
+    from zoo.compare.source import checkpoint_recipe, data_section, is_checkpoint
+    from zoo.hardware import SetupError
+
+    if checkpoint is None and isinstance(recipe, str | Path) and is_checkpoint(recipe):
+        recipe, checkpoint = None, recipe
+    if checkpoint is not None:
+        recipe = checkpoint_recipe(checkpoint, recipe, data, overrides)
+    elif recipe is None:
+        raise ValueError("compare needs a recipe or a checkpoint")
+    elif not isinstance(recipe, Recipe) or overrides or data is not None:
+        raw = recipe.to_dict() if isinstance(recipe, Recipe) else recipe
+        if data is not None:
+            raw = load_recipe(raw).to_dict()
+            raw["data"] = data_section(data, raw["data"])
+        recipe = load_recipe(raw, overrides)
+    init = recipe.init
+    if init.from_ is not None and (init.freeze_backbone or init.head_lr is not None):
+        raise SetupError(
+            "init.freeze_backbone and init.head_lr are not compared: zoo compare trains every tensor "
+            "at the recipe's rate in both twins; remove them (init.from itself is honoured: both twins "
+            f"start from {init.from_})"
+        )
+    return recipe
+
+
+def check_memory(setup, *, speed: bool, training: bool) -> None:
+    """Refuse, before any twin is built, a comparison whose estimated peak is more than the
+    machine has available, saying what would fit: no speed section, a smaller batch, or the
+    forward check alone."""
+    from zoo import peak_memory
+
+    def estimate(batch: int, speed: bool, training: bool) -> peak_memory.Estimate:
+        inputs = setup.dataset.train.x[:batch]
+        return peak_memory.compare_estimate(
+            setup.recipe, setup.family, setup.config, inputs, fine_tune=setup.init is not None,
+            speed=speed, training=training,
+        )  # fmt: skip
+
+    wanted = estimate(setup.batch_size, speed, training)
+    available = peak_memory.available_bytes()
+    if available is None or wanted.total <= available:
+        return
+    fits = []
+    if speed and estimate(setup.batch_size, False, training).total <= available:
+        fits.append("--speed-steps 0 (no speed section)")
+    smaller = [b for b in (32, 16, 8, 4, 2, 1) if b < setup.batch_size]
+    batch = next((b for b in smaller if estimate(b, speed, training).total <= available), None)
+    if batch is not None:
+        fits.append(f"--batch-size {batch}")
+    if training and estimate(1, False, False).total <= available:
+        fits.append("--forward-only (the checkpoint's weights, forward and gradients; no training)")
+    if not fits:
+        fits.append("a machine with more memory: even the forward check alone does not fit")
+    peak_memory.check_memory(wanted, fits, available)
 
 
 def explain_forward(sections: dict[str, SectionResult]) -> None:
@@ -205,11 +285,8 @@ def notes(setup, threads: dict[str, Any], checkpointing: dict[str, bool]) -> lis
         )
     if recipe.trainer.world_size > 1 or recipe.trainer.strategy != "auto":
         found.append("compare runs on one device; the recipe's strategy and devices are not used")
-    if getattr(recipe.init, "from_", None) is not None:
-        found.append(
-            f"init.from ({recipe.init.from_}) is not applied: both twins start from the recipe's seed, "
-            "and every tensor trains at the recipe's rate"
-        )
+    if setup.init is not None:
+        found.append(f"both twins start from init.from: {setup.init.describe()}")
     if recipe.trainer.compile:
         found.append("trainer.compile is off in compare: both twins run eagerly / traced without XLA")
     found.append(

@@ -174,6 +174,7 @@ def torch_pass(task, batch: tuple, precision: str) -> dict[str, Any]:
     gradients = {
         name: (np.zeros(p.shape, _numpy_dtype(p)) if p.grad is None else _exact_array(p.grad))
         for name, p in task.model.named_parameters()
+        if p.requires_grad  # frozen tensors (a LoRA base) have none, as in the Keras twin
     }
     return {
         "eval": evaluated,

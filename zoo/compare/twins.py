@@ -40,6 +40,7 @@ class Setup:
     config: ArchitectureConfig  # bound to the data, exactly as the recipe trains it
     parity_config: ArchitectureConfig  # the same with every dropout field at 0
     zeroed: dict[str, float] = field(default_factory=dict)  # dropout fields that were not 0
+    init: Any = None  # init.from's start (zoo.finetune.InitPlan): both twins load its tensors
 
     @property
     def precision(self) -> str:
@@ -63,11 +64,19 @@ class Setup:
 
 
 def prepare(recipe: Recipe) -> Setup:
+    """The recipe bound to its data; with ``init.from``, as ``zoo train`` starts from it (the
+    checkpoint's config and tokenizer, the tensors the data re-shapes re-initialised)."""
     family = registry.get_family(recipe.model.architecture)
-    dataset = load_dataset(recipe.data, family.input_kind)
-    config = recipe.model.bind(dataset.info)
+    init = None
+    if recipe.init.from_ is not None:
+        from zoo.plan import fine_tune_start
+
+        recipe, dataset, config, init, _ = fine_tune_start(recipe, family)
+    else:
+        dataset = load_dataset(recipe.data, family.input_kind)
+        config = recipe.model.bind(dataset.info)
     parity_config, zeroed = without_dropout(config)
-    return Setup(recipe, family, dataset, config, parity_config, zeroed)
+    return Setup(recipe, family, dataset, config, parity_config, zeroed, init)
 
 
 def without_dropout(config: ArchitectureConfig) -> tuple[ArchitectureConfig, dict[str, float]]:
@@ -184,10 +193,11 @@ def build_twins(
     precision: str | None = None,
     initial: dict[str, np.ndarray] | None = None,
 ) -> Twins:
-    """Torch twin from the recipe's seed (or holding ``initial``), its tensors copied into
-    a Keras twin built in ``precision`` (default: the recipe's); gradient checkpointing on
-    both where the twins offer it."""
+    """Torch twin from the recipe's seed (or holding ``initial``; or the fine-tune start of
+    ``init.from``), its tensors copied into a Keras twin built in ``precision`` (default: the
+    recipe's); gradient checkpointing on both where the twins offer it."""
     from zoo.checkpoint import model_tensors
+    from zoo.finetune import merged_tensors
     from zoo.initial_weights import seeded_torch_model
     from zoo.keras.precision import build_keras
 
@@ -196,11 +206,26 @@ def build_twins(
     torch_model = seeded_torch_model(family, config, setup.recipe.trainer.seed)
     if initial is None:
         initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
+        if setup.init is not None:  # the checkpoint's, where the data leaves the shapes as they were
+            initial = merged_tensors(setup.init, initial)
+    lora = setup.recipe.init.lora
+    if lora is not None:  # adapters on the frozen base: they are the model's trainable tensors
+        from zoo.lora import attach
+        from zoo.lora.adapter import TORCH_PREFIX
+
+        attach(torch_model, family, config, lora, setup.recipe.trainer.seed)
+        drawn = {k: v for k, v in model_tensors(torch_model).items() if k.startswith(TORCH_PREFIX)}
+        initial = {**drawn, **initial}  # the adapters' init, unless ``initial`` holds them already
     dtype = torch_parameter_dtype(precision)
     if dtype is not None:
         torch_model = torch_model.to(dtype)
     keras_model = build_keras(family, config, precision, initial)
     table = family.weight_table(config)
+    if lora is not None:
+        from zoo.lora.adapter import ports
+
+        adapter = attach(keras_model, family, config, lora, setup.recipe.trainer.seed)
+        table = ports(adapter, table, set(adapter.bias_names(family, config)))
     twins = Twins(setup, config, precision, torch_model, keras_model, table, initial)
     twins.reset()  # the torch twin too, where ``initial`` came from elsewhere
     if setup.gradient_checkpointing:

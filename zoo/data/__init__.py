@@ -68,4 +68,8 @@ def load_dataset(
         from zoo.data.image_folder import load_image_folder
 
         return load_image_folder(cfg, input_kind)
+    if cfg.name == "stream":
+        from zoo.data.stream import load_stream
+
+        return load_stream(cfg, input_kind, tokenizer)
     raise DataError(f"data.name {cfg.name!r} has no loader")

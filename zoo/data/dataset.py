@@ -62,6 +62,7 @@ class Dataset:
 
 def image_info(x: np.ndarray, y_all: list[np.ndarray]) -> dict[str, Any]:
     return {
+        "task": "classification",
         "in_channels": int(x.shape[1]),
         "image_size": int(x.shape[2]),
         "num_classes": int(max(int(y.max()) for y in y_all if len(y)) + 1),

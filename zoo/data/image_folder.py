@@ -79,7 +79,12 @@ def load_image_folder(cfg, input_kind: str) -> Dataset:
         encoded = np.array([os.fsencode(f) for f in files[name]], dtype=bytes)
         augment = name == "train" and pixels.augmentation is not None
         splits.append(Split(ImageFiles(str(root), encoded, pixels, augment, workers), labels[name]))
-    info = {"in_channels": pixels.channels, "image_size": pixels.image_size, "num_classes": len(classes)}
+    info = {
+        "task": "classification",
+        "in_channels": pixels.channels,
+        "image_size": pixels.image_size,
+        "num_classes": len(classes),
+    }
     return Dataset(*splits, task="classification", info=info, classes=tuple(classes))
 
 
@@ -95,6 +100,7 @@ def pixels_for(cfg) -> Pixels:
         mean=tuple(cfg.mean),
         std=tuple(cfg.std),
         augmentation=augmentation,
+        interpolation=cfg.interpolation,
     )
 
 

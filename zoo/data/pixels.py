@@ -3,7 +3,8 @@
 Both frameworks' pipelines call these functions and nothing else, so Lightning and Keras
 train on the same pixels bit for bit. The arithmetic is torchvision's, step for step:
 
-- eval: ``Resize(resize)`` (shorter side, bilinear) + ``CenterCrop(image_size)`` +
+- eval: ``Resize(resize)`` (shorter side; bilinear, or the interpolation a checkpoint records,
+  timm's bicubic) + ``CenterCrop(image_size)`` +
   ``ToTensor()`` + ``Normalize(mean, std)``;
 - training: ``RandomResizedCrop(image_size, scale, ratio)`` + ``RandomHorizontalFlip()``
   (either may be off), then the same conversion and normalisation.
@@ -26,6 +27,8 @@ from zoo.errors import DataError
 
 # Separates the augmentation keys from every other generator seeded by (seed, epoch).
 AUGMENTATION_STREAM = 0x4155_4731
+# torchvision's InterpolationMode of a PIL image is PIL's filter of that name.
+FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "nearest": Image.NEAREST}
 
 
 class BadImageError(DataError):
@@ -51,10 +54,15 @@ class Pixels:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     augmentation: Augmentation | None = None
+    interpolation: str = "bilinear"  # a key of FILTERS
 
     @property
     def channels(self) -> int:
         return 1 if self.mode == "L" else 3
+
+    @property
+    def filter(self) -> int:
+        return FILTERS[self.interpolation]
 
 
 def open_image(path, mode: str) -> Image.Image:
@@ -78,7 +86,7 @@ def center(image: Image.Image, pixels: Pixels) -> np.ndarray:
     short, long = min(width, height), max(width, height)
     new_long = int(pixels.resize * long / short)
     size = (pixels.resize, new_long) if width <= height else (new_long, pixels.resize)
-    resized = as_array(image.resize(size, Image.BILINEAR))
+    resized = as_array(image.resize(size, pixels.filter))
     top = round((size[1] - pixels.image_size) / 2.0)
     left = round((size[0] - pixels.image_size) / 2.0)
     return resized[top : top + pixels.image_size, left : left + pixels.image_size]
@@ -110,11 +118,13 @@ def crop_box(
     return (height - h) // 2, (width - w) // 2, h, w
 
 
-def resized_crop(image: Image.Image, box: tuple[int, int, int, int], size: int) -> np.ndarray:
+def resized_crop(
+    image: Image.Image, box: tuple[int, int, int, int], size: int, resample: int = Image.BILINEAR
+) -> np.ndarray:
     """torchvision's ``F.resized_crop``: crop, then resize the crop (PIL's ``box`` argument
     would read pixels outside the crop at its edges, so it is not used)."""
     top, left, h, w = box
-    return as_array(image.crop((left, top, left + w, top + h)).resize((size, size), Image.BILINEAR))
+    return as_array(image.crop((left, top, left + w, top + h)).resize((size, size), resample))
 
 
 def augmented(image: Image.Image, pixels: Pixels, rng: np.random.Generator) -> np.ndarray:
@@ -123,7 +133,7 @@ def augmented(image: Image.Image, pixels: Pixels, rng: np.random.Generator) -> n
     assert augmentation is not None
     if augmentation.random_resized_crop:
         box = crop_box(rng, *image.size, augmentation.scale, augmentation.ratio)
-        array = resized_crop(image, box, pixels.image_size)
+        array = resized_crop(image, box, pixels.image_size, pixels.filter)
     else:
         array = center(image, pixels)
     if augmentation.horizontal_flip and rng.random() < 0.5:

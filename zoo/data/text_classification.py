@@ -259,9 +259,9 @@ def encode_examples(
     return ids, types, cut
 
 
-def padded(ids: list[list[int]], types: list[list[int]], pad_id: int, pairs: bool) -> tuple:
-    """(x, mask, token_types or None), padded on the right to the longest example."""
-    width = max(len(example) for example in ids)
+def padded(ids: list[list[int]], types: list[list[int]], pad_id: int, pairs: bool, width: int = 0) -> tuple:
+    """(x, mask, token_types or None), padded on the right to the longest example (or ``width``)."""
+    width = width or max(len(example) for example in ids)
     x = np.full((len(ids), width), pad_id, dtype=np.int64)
     segments = np.zeros((len(ids), width), dtype=np.int64)
     mask = np.ones((len(ids), width), dtype=bool)

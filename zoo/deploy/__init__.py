@@ -22,6 +22,7 @@ from pathlib import Path
 
 from zoo.deploy.check import Check, ExportError, run_checks, staged
 from zoo.deploy.inputs import InputPort, batch, input_ports, shapes
+from zoo.hardware import require_extra
 from zoo.overwrite import refuse_inputs_as_outputs
 from zoo.progress import track
 
@@ -29,6 +30,11 @@ FORMATS = ("onnx", "savedmodel", "torch-export")
 # The twin each format is made from; ONNX comes from either.
 TWINS = {"onnx": ("lightning", "keras"), "savedmodel": ("keras",), "torch-export": ("lightning",)}
 SUFFIXES = {"onnx": ".onnx", "savedmodel": "", "torch-export": ".pt2"}
+# The `zoo[export]` packages an ONNX export needs, by twin: its exporter, and the runtime that checks
+# the file (torch's TorchScript exporter would run without onnxscript, but only as the fallback).
+EXTRA_MODULES = {
+    "onnx": {"lightning": ("onnx", "onnxscript", "onnxruntime"), "keras": ("onnx", "tf2onnx", "onnxruntime")}
+}
 SEED = 0
 
 __all__ = ["FORMATS", "ExportError", "ExportReport", "export_model"]
@@ -81,6 +87,12 @@ def export_model(
         raise ExportError(f"unknown deployment format {format!r}; choose one of: {', '.join(FORMATS)}")
     ckpt = read_checkpoint(checkpoint)
     framework = _framework(format, framework, ckpt.framework)
+    if format in EXTRA_MODULES:
+        require_extra(
+            "export",
+            EXTRA_MODULES[format][framework],
+            f"zoo export --format {format} --framework {framework}",
+        )
     out = Path(out)
     refuse_inputs_as_outputs([out], [ckpt.path], ExportError)  # a SavedModel replaces its whole folder
     if SUFFIXES[format] and out.suffix != SUFFIXES[format]:

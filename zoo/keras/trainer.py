@@ -7,6 +7,7 @@ import time
 
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, resolve_accelerator
+from zoo.progress import EpochLines, bar_on_stderr, training_progress
 from zoo.recipe.capabilities import PRECISIONS
 from zoo.runs import MetricsLog, RunDir, signals
 from zoo.schedule import lr_table, optimizer_steps
@@ -102,7 +103,8 @@ def for_batches(model, dataset: Dataset):
     split = dataset.train if len(dataset.train) else dataset.test
     if not split.has_text_inputs:
         return model
-    if split.token_types is not None and "token_type_ids" not in inspect.signature(model.call).parameters:
+    pairs = split.token_types is not None or getattr(split.x, "pairs", False)
+    if pairs and "token_type_ids" not in inspect.signature(model.call).parameters:
         raise DataError(
             f"{type(model).__name__} takes no token_type_ids; sentence pairs need a family whose "
             "twin takes token types"
@@ -154,6 +156,10 @@ def compiled_for_training(
 
     trainer_cfg = recipe.trainer
     head_rates = initialise(model, family, init)
+    if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
+        from zoo.lora import attach
+
+        attach(model, family, model.zoo_config, recipe.init.lora, trainer_cfg.seed)
     multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
     optimizer = build_optimizer(
         recipe.optimizer,
@@ -196,7 +202,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
 
     from zoo.initial_weights import initial_tensors
     from zoo.keras.callbacks import SaveState, StopOnNonFiniteLoss, load_state, tracking_callbacks
-    from zoo.keras.data import eval_dataset, train_dataset
+    from zoo.keras.data import eval_dataset, per_worker, train_dataset
     from zoo.keras.precision import build_keras
 
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
@@ -222,8 +228,10 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     val = eval_dataset(dataset.val, data_cfg.eval_batch_size, kind) if len(dataset.val) else None
     losses = StopOnNonFiniteLoss(first=position.get("first_batch_loss"))  # states before it have none
     callbacks = [losses]
+    progress = training_progress(trainer_cfg.progress_bar) if run else "none"
     if run:
-        log = MetricsLog(run.metrics, dataset.task, append=resume is not None)
+        lines = EpochLines(trainer_cfg.max_epochs) if progress == "lines" else None
+        log = MetricsLog(run.metrics, dataset.task, append=resume is not None, echo=lines)
         callbacks += tracking_callbacks(recipe, run.path, log, len(dataset.train))  # CSV, TensorBoard, MLflow
     run_path = run.path if run else None
     if run_path is not None:
@@ -232,10 +240,13 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         )
 
     def train(first_epoch: int, last_epoch: int, skip: int, steps: int) -> None:
-        stream = train_dataset(
-            dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, last_epoch, kind,
-            start_epoch=first_epoch, skip=skip,
-        )  # fmt: skip
+        def batches(share: tuple[int, int]):
+            return train_dataset(
+                dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, last_epoch, kind,
+                start_epoch=first_epoch, skip=skip, share=share,
+            )  # fmt: skip
+
+        stream = per_worker(strategy, dataset.train, batches)
         model.fit(
             stream,
             initial_epoch=first_epoch,
@@ -244,12 +255,12 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
             validation_data=val,
             callbacks=callbacks,
             shuffle=False,  # the order is zoo's, already in the dataset
-            verbose="auto" if trainer_cfg.progress_bar and run else 0,
+            verbose=1 if progress == "bar" else 0,
         )
 
     started = time.perf_counter()
     # SaveState stops fit on SIGTERM at a step end, saved; without it (no run folder) it stops at once.
-    with signals.loop_stops() if run_path else contextlib.nullcontext():
+    with bar_on_stderr(progress), signals.loop_stops() if run_path else contextlib.nullcontext():
         if skip:  # the rest of the epoch the state stopped in
             train(epoch, epoch + 1, skip, batches - skip)
             epoch += 1

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from zoo.data import Split, epoch_batches
 from zoo.data.image_files import ImageFiles
+from zoo.data.stream import Stream
 
 
 class BatchOrder(Sampler):
@@ -107,6 +108,24 @@ class MaskedBatches(torch.utils.data.Dataset):
         return len(self.x)
 
 
+class StreamBatches(torch.utils.data.Dataset):
+    """Answers an (epoch, positions) key with the examples the stream's seeded order puts there
+    (:mod:`zoo.data.stream`); the stream shuffles itself, so the sampler's positions are in order.
+    Each worker process reads the stream with its own cursor, decoding only its batches."""
+
+    def __init__(self, split: Split, seed: int):
+        self.stream: Stream = split.x  # type: ignore[assignment]
+        self.seed = seed
+
+    def __getitem__(self, key: tuple[int, np.ndarray]):
+        epoch, index = key
+        arrays = self.stream.batch(index, self.seed, epoch)
+        return tuple(None if a is None else torch.from_numpy(a) for a in arrays)
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+
 class OnFirstFetch:
     """An iterator that creates the loader's own at the first ``next``.
 
@@ -143,20 +162,36 @@ class ResumableLoader(DataLoader):
         self.sampler.set_epoch(state["epoch"])
 
 
+def release_run_locks(worker: int) -> None:
+    """A forked worker shares the run folder's lock with the training process (an ``flock``
+    belongs to the open file, which fork shares): were it to keep its copy, the lock would
+    outlive a training process killed with SIGKILL until its workers noticed (seconds), and
+    ``zoo resume`` would be refused meanwhile. The worker needs no lock: it lets go of it."""
+    import os
+
+    from zoo.runs.folder import HELD_LOCKS
+
+    for fd in HELD_LOCKS.values():
+        os.close(fd)
+    HELD_LOCKS.clear()
+
+
 def loader(
     split: Split, batch_size: int, seed: int = 0, shuffle: bool = False, pin_memory: bool = False
 ) -> DataLoader:
     """``pin_memory`` (training on a GPU) applies to image files, decoded into new tensors each
     batch; in-memory arrays are indexed in place and moved as they are."""
-    if isinstance(split.x, ImageFiles):
+    if isinstance(split.x, ImageFiles | Stream):
         workers = split.x.workers
+        streamed = isinstance(split.x, Stream)  # in its own seeded order: the sampler's is the identity
         return ResumableLoader(
-            DecodedBatches(split, seed),
-            sampler=BatchOrder(len(split), batch_size, seed, shuffle, keyed=True),
+            StreamBatches(split, seed) if streamed else DecodedBatches(split, seed),
+            sampler=BatchOrder(len(split), batch_size, seed, shuffle and not streamed, keyed=True),
             batch_size=None,
             num_workers=workers,
             pin_memory=pin_memory,
             persistent_workers=workers > 0,
+            worker_init_fn=release_run_locks,
         )
     if split.masking is not None:
         sampler = BatchOrder(len(split), batch_size, seed, shuffle, keyed=True)

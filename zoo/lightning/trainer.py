@@ -29,6 +29,7 @@ from zoo.lightning.callbacks import (
 )
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
+from zoo.progress import EpochLines, bar_on_stderr, training_progress
 from zoo.runs import MetricsLog, RunDir, Terminated, signals
 from zoo.schedule import lr_table, optimizer_steps
 from zoo.tracking import open_tracker
@@ -168,6 +169,11 @@ def build_task(recipe, family, config, task: str, model: torch.nn.Module, table,
     optimizer's parameter groups (a fine-tuned head's rate, a frozen backbone, the tensors
     exempt from weight decay). ``zoo compare`` steps the same module (``compiled=False``)."""
     groups = initialise(model, init)
+    if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
+        from zoo.lora import attach
+
+        attach(model, family, config, recipe.init.lora, recipe.trainer.seed)
+        groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
     if not recipe.optimizer.decay_biases_and_norms:
         groups = without_decay(groups, model, family.weight_table(config))
     compiled = recipe.trainer.compile if compiled is None else compiled
@@ -206,14 +212,16 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     run_path = run.path if run else Path(os.environ.get("ZOO_RUN_DIR", "."))
     # Before the first step: a tracking store that refuses the run fails it now.
     tracker = open_tracker(recipe, run.path if run else None, len(dataset.train), TensorBoardWriter)
+    progress = training_progress(trainer_cfg.progress_bar)
+    lines = EpochLines(trainer_cfg.max_epochs) if progress == "lines" else None
+    resumed = resume is not None
+    metrics_log = MetricsLog(run.metrics, dataset.task, append=resumed, echo=lines) if run else None
     callbacks = [
         # tqdm refreshed every few steps: Lightning's default Rich bar costs more per step
         # than a small model's step takes.
-        *([TQDMProgressBar(refresh_rate=20)] if trainer_cfg.progress_bar else []),
+        *([TQDMProgressBar(refresh_rate=20)] if progress == "bar" else []),
         CallbackGroup(
-            EpochMetrics(
-                MetricsLog(run.metrics, dataset.task, append=resume is not None) if run else None, tracker
-            ),
+            EpochMetrics(metrics_log, tracker),
             losses := StopOnNonFiniteLoss(),
             *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
             ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
@@ -232,7 +240,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         logger=False,  # TensorBoard/MLflow are written by zoo's callbacks, in zoo's tags (zoo.tracking)
         enable_checkpointing=False,
         enable_model_summary=False,
-        enable_progress_bar=trainer_cfg.progress_bar,
+        enable_progress_bar=progress == "bar",
         num_sanity_val_steps=0,
         callbacks=callbacks,
         default_root_dir=run.path if run else None,
@@ -240,7 +248,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     val_loader = loader(dataset.val, data_cfg.eval_batch_size, pin_memory=pin) if len(dataset.val) else None
     started = time.perf_counter()
     # The state is zoo's own file from this run's folder; loaded without unpickling objects.
-    with zoo_stops(restored):
+    with bar_on_stderr(progress), zoo_stops(restored):
         try:
             trainer.fit(task, train_loader, val_loader, ckpt_path=resume, weights_only=bool(resume) or None)
         except Exception as error:
@@ -257,7 +265,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
             ) from None
     seconds = time.perf_counter() - started
     test_loader = loader(dataset.test, data_cfg.eval_batch_size, pin_memory=pin)
-    with zoo_stops(restored):
+    with bar_on_stderr(progress), zoo_stops(restored):
         results = trainer.test(task, test_loader, verbose=False)[0]
     model.eval()
     metrics = {k: float(v) for k, v in results.items()}

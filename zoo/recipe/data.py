@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from zoo.limits import MAX_VOCAB_SIZE
+from zoo.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Interpolation
 
 
 class Section(BaseModel):
@@ -209,10 +210,6 @@ class TextClassificationData(Tokenized):
         return self
 
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
 def _switch(value: Any) -> Any:
     """``augment: true`` is every default augmentation; ``false`` is none."""
     if value is True:
@@ -257,7 +254,69 @@ class Augmentation(Section):
         return self
 
 
-class ImageFolderData(DataBase):
+class ImageInput(DataBase):
+    """How image files become the model's input: the fields an image folder and a streamed
+    image set share (:func:`zoo.data.image_folder.pixels_for` reads them)."""
+
+    image_size: PositiveInt = Field(224, description="Side of the square image the model sees.")
+    resize: PositiveInt | None = Field(
+        None,
+        description="Eval transform: the shorter side is resized to this, then the centre "
+        "image_size square is cropped (torchvision's Resize + CenterCrop); None: image_size.",
+    )
+    interpolation: Interpolation = Field(
+        "bilinear",
+        description="How images are resized (torchvision's InterpolationMode: PIL's filter of that name); "
+        "timm's models are trained with bicubic.",
+    )
+    channels: Literal["rgb", "grayscale"] = Field("rgb", description="Colour images, or one channel.")
+    mean: tuple[float, ...] = Field(
+        IMAGENET_MEAN,
+        description="Per-channel mean subtracted from pixels in [0, 1]; default ImageNet's "
+        "(for grayscale, the average of its three).",
+    )
+    std: tuple[PositiveFloat, ...] = Field(
+        IMAGENET_STD, description="Per-channel standard deviation divided by; default ImageNet's."
+    )
+    augment: Annotated[Augmentation | None, BeforeValidator(_switch)] = Field(
+        None, description="Training augmentation (true: the defaults); null: none."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grayscale_defaults(cls, raw: Any) -> Any:
+        """Grayscale without its own mean/std takes the average of ImageNet's three channels."""
+        if isinstance(raw, dict) and raw.get("channels") == "grayscale":
+            for key, rgb in (("mean", IMAGENET_MEAN), ("std", IMAGENET_STD)):
+                if raw.get(key) is None:
+                    raw = {**raw, key: (round(sum(rgb) / 3, 4),)}
+        return raw
+
+    @model_validator(mode="after")
+    def _pixels_consistent(self):
+        if self.resize is not None and self.resize < self.image_size:
+            raise ValueError(
+                f"data.resize {self.resize} is smaller than data.image_size {self.image_size}; the "
+                "centre crop must fit in the resized image (ImageNet's eval: resize 256, image_size 224)"
+            )
+        channels = 1 if self.channels == "grayscale" else 3
+        for name in ("mean", "std"):
+            if len(getattr(self, name)) != channels:
+                raise ValueError(
+                    f"data.{name} has {len(getattr(self, name))} value(s) but data.channels "
+                    f"{self.channels!r} has {channels}"
+                )
+        return self
+
+
+IMAGE_FIELDS = tuple(ImageInput.model_fields.keys() - DataBase.model_fields.keys())
+WORKERS_DESCRIPTION = (
+    "Decoding processes (torch DataLoader workers) and parallel map calls (tf.data); "
+    "0 decodes in the training process; None: the CPU count, at most 8."
+)
+
+
+class ImageFolderData(ImageInput):
     """Image files in class folders: ``root/<class>/<image>`` (torchvision's ImageFolder, Keras'
     image_dataset_from_directory), or ``root/train/<class>/...`` with optional ``val/`` and
     ``test/``. Classes sorted by name are the label ids; JPEG and PNG files are decoded batch by
@@ -275,24 +334,6 @@ class ImageFolderData(DataBase):
     train_per_class: PositiveInt | None = Field(
         None, description="Keep only this many training images of each class (few-shot fine-tuning)."
     )
-    image_size: PositiveInt = Field(224, description="Side of the square image the model sees.")
-    resize: PositiveInt | None = Field(
-        None,
-        description="Eval transform: the shorter side is resized to this, then the centre "
-        "image_size square is cropped (torchvision's Resize + CenterCrop); None: image_size.",
-    )
-    channels: Literal["rgb", "grayscale"] = Field("rgb", description="Colour images, or one channel.")
-    mean: tuple[float, ...] = Field(
-        IMAGENET_MEAN,
-        description="Per-channel mean subtracted from pixels in [0, 1]; default ImageNet's "
-        "(for grayscale, the average of its three).",
-    )
-    std: tuple[PositiveFloat, ...] = Field(
-        IMAGENET_STD, description="Per-channel standard deviation divided by; default ImageNet's."
-    )
-    augment: Annotated[Augmentation | None, BeforeValidator(_switch)] = Field(
-        None, description="Training augmentation (true: the defaults); null: none."
-    )
     val_fraction: float = Field(
         0.1, ge=0, lt=0.5, description="Share of each class carved from train for validation, without val/."
     )
@@ -309,22 +350,7 @@ class ImageFolderData(DataBase):
         "error",
         description="A file that fails the check stops the load naming it, or is left out and counted.",
     )
-    workers: int | None = Field(
-        None,
-        ge=0,
-        description="Decoding processes (torch DataLoader workers) and parallel map calls (tf.data); "
-        "0 decodes in the training process; None: the CPU count, at most 8.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _grayscale_defaults(cls, raw: Any) -> Any:
-        """Grayscale without its own mean/std takes the average of ImageNet's three channels."""
-        if isinstance(raw, dict) and raw.get("channels") == "grayscale":
-            for key, rgb in (("mean", IMAGENET_MEAN), ("std", IMAGENET_STD)):
-                if raw.get(key) is None:
-                    raw = {**raw, key: (round(sum(rgb) / 3, 4),)}
-        return raw
+    workers: int | None = Field(None, ge=0, description=WORKERS_DESCRIPTION)
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -335,18 +361,130 @@ class ImageFolderData(DataBase):
                 f"data.root {str(self.root)!r} is not a folder; give the folder of class folders "
                 "(root/<class>/<image>)"
             )
-        if self.resize is not None and self.resize < self.image_size:
+        return self
+
+
+def _listed(value: Any) -> Any:
+    """One path or a list of them."""
+    return [value] if isinstance(value, str | Path) else value
+
+
+def _entries_exist(entries: list[str], field: str) -> None:
+    """Each entry a file, a folder or a glob pattern that matches files (read later, by zoo.data)."""
+    import glob
+
+    for entry in entries:
+        if not (Path(entry).exists() or glob.glob(entry, recursive=True)):
             raise ValueError(
-                f"data.resize {self.resize} is smaller than data.image_size {self.image_size}; the "
-                "centre crop must fit in the resized image (ImageNet's eval: resize 256, image_size 224)"
+                f"{field} {entry!r} is neither a file, a folder nor a pattern that matches files; give "
+                "Parquet, JSONL, CSV, .txt or Arrow files, folders of them, glob patterns, or a "
+                "save_to_disk folder"
             )
-        channels = 1 if self.channels == "grayscale" else 3
-        for name in ("mean", "std"):
-            if len(getattr(self, name)) != channels:
-                raise ValueError(
-                    f"data.{name} has {len(getattr(self, name))} value(s) but data.channels "
-                    f"{self.channels!r} has {channels}"
-                )
+
+
+Entries = Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_listed)]
+LM_TASKS = ("language_modeling", "masked_language_modeling")
+
+
+class StreamData(Tokenized, ImageInput):
+    """Files larger than memory, streamed: Parquet, JSONL, CSV and text shards, or a Hugging
+    Face ``save_to_disk`` folder. Indexed once (cached), then read in one seeded order (shards
+    shuffled, records mixed in a bounded buffer) by a torch DataLoader and by tf.data alike;
+    the data position is part of the training state."""
+
+    name: Literal["stream"] = "stream"
+    path: Entries = Field(
+        min_length=1,
+        description="The training files: files, folders of them (searched recursively), glob "
+        "patterns, or a save_to_disk folder (a DatasetDict's also gives its validation and test splits).",
+    )
+    validation: Entries | None = Field(None, description="Validation files; None: carved from path.")
+    test: Entries | None = Field(None, description="Test files; None: carved from path.")
+    task: Literal["classification", "language_modeling", "masked_language_modeling"] = Field(
+        "language_modeling",
+        description="Labelled images or texts, next-token prediction over documents packed into "
+        "blocks, or masked language modeling.",
+    )
+    tokenizer: Annotated[str, AfterValidator(_tokenizer_spec)] = Field(
+        "bpe",
+        description="As for text: 'bpe' trains a byte-level BPE on the first 16 MiB of training "
+        "text; 'char' takes the characters the index pass finds; or a tokenizer path.",
+    )
+    text_column: str = Field("text", min_length=1, description="The column of the text.")
+    text_pair_column: str | None = Field(
+        None, min_length=1, description="Classification: a second text column (sentence pairs)."
+    )
+    label_column: str = Field("label", min_length=1, description="Classification: the column of the label.")
+    image_column: str | None = Field(
+        None,
+        min_length=1,
+        description="Classification of images: the column holding each image's path (relative to "
+        "its file's folder) or bytes (a Hugging Face Image feature's {bytes, path} too).",
+    )
+    seq_len: int | None = Field(None, ge=2, le=8192, description="Language modeling: tokens a block (128).")
+    mlm_probability: float | None = Field(
+        None, gt=0, lt=1, description="Masked language modeling: share of tokens predicted (0.15)."
+    )
+    max_length: int | None = Field(
+        None, ge=4, le=8192, description="Text classification: tokens an example is padded or cut to (128)."
+    )
+    shuffle_buffer: int = Field(
+        10_000,
+        ge=0,
+        le=10_000_000,
+        description="Records mixed at once: each record read takes a random one's place in the "
+        "buffer, which goes to training. Memory holds this many records per reader; 0: shards "
+        "shuffled, records in file order.",
+    )
+    on_bad_record: Literal["error", "skip"] = Field(
+        "error",
+        description="A record that cannot be used (a line that is not JSON, a missing column, an "
+        "unreadable image, a file cut short) stops the index pass naming its file and row, or is "
+        "left out of every epoch and counted.",
+    )
+    check_images: Literal["header", "decode"] = Field(
+        "header",
+        description="How the index pass checks each image: 'header' opens it; 'decode' decodes it "
+        "(slow; also finds truncated files).",
+    )
+    val_fraction: float = Field(
+        0.05, ge=0, lt=0.5, description="Without validation files: the share at the end of every file."
+    )
+    test_fraction: float = Field(
+        0.05, ge=0, lt=0.5, description="Without test files: the share after the validation share."
+    )
+    workers: int | None = Field(None, ge=0, description=WORKERS_DESCRIPTION)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        for field in ("path", "validation", "test"):
+            if getattr(self, field) is not None:
+                _entries_exist(getattr(self, field), f"data.{field}")
+        language = self.task in LM_TASKS
+        misplaced = {
+            "seq_len": not language,
+            "mlm_probability": self.task != "masked_language_modeling",
+            "max_length": language or self.image_column is not None,
+            "text_pair_column": language or self.image_column is not None,
+            "image_column": language,
+            **{name: self.image_column is None for name in IMAGE_FIELDS},
+        }
+        # A value of its own (a written-out recipe carries every field, at its default where unused).
+        fields = type(self).model_fields
+        wrong = [n for n, bad in misplaced.items() if bad and getattr(self, n) != fields[n].default]
+        if wrong:
+            kind = "images (data.image_column)" if wrong[0] in IMAGE_FIELDS else "another data.task"
+            raise ValueError(f"data.{wrong[0]} does not apply to data.task {self.task!r}; it is for {kind}")
+        if language and self.seq_len is None:
+            self.seq_len = 128
+        if self.task == "masked_language_modeling" and self.mlm_probability is None:
+            self.mlm_probability = MLM_PROBABILITY
+        if self.task == "classification" and self.image_column is None and self.max_length is None:
+            self.max_length = 128
+        columns = [self.text_column, self.text_pair_column, self.label_column, self.image_column]
+        named = [c for c in columns if c is not None] if self.task == "classification" else []
+        if len(set(named)) != len(named):
+            raise ValueError(f"data columns {named} name a column twice")
         return self
 
 
@@ -360,7 +498,7 @@ def default_tag(tag: str):
 
 
 DataConfig = Annotated[
-    Union[DigitsData, NpzData, TextData, TextClassificationData, ImageFolderData],  # noqa: UP007
+    Union[DigitsData, NpzData, TextData, TextClassificationData, ImageFolderData, StreamData],  # noqa: UP007
     Field(discriminator="name"),
     default_tag("digits"),
 ]

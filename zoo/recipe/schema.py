@@ -44,6 +44,7 @@ from zoo.recipe.data import (  # noqa: F401 (the data section's classes are part
     ImageFolderData,
     NpzData,
     Section,
+    StreamData,
     TextClassificationData,
     TextData,
     default_tag,
@@ -151,6 +152,36 @@ class TrainerConfig(Section):
         return CAPABILITIES[self.framework].resolve_strategy(self.strategy, self.devices, self.num_nodes)
 
 
+class LoraConfig(Section):
+    """Low-rank adapters (LoRA, as PEFT builds them) on the named projections; the base stays frozen.
+
+    Each targeted matrix W (out x in) gets A (rank x in, Kaiming-uniform as PEFT draws it) and B
+    (out x rank, zero): the layer computes W x + scale * B A dropout(x), scale alpha / rank (or
+    alpha / sqrt(rank) with use_rslora). Only A, B (and the biases ``train_bias`` names) train.
+    """
+
+    rank: PositiveInt = Field(8, le=4096, description="The adapters' rank r.")
+    alpha: PositiveFloat = Field(16.0, description="Scaling numerator: scale = alpha / rank.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input (PEFT's).")
+    target: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="Projections to adapt, by weight-table name or its ending (q_proj, attn.q, "
+        "mlp.fc1); default the family's (its attention projections). A fused q/k/v projection "
+        "takes q, k, v separately.",
+    )
+    train_bias: Literal["none", "lora_only", "all"] = Field(
+        "none",
+        description="Biases that train with the adapters: none, those of the adapted projections "
+        "(lora_only), or every bias (all), as PEFT's bias option.",
+    )
+    use_rslora: bool = Field(False, description="Scale by alpha / sqrt(rank) (rank-stabilised LoRA).")
+
+    def scale(self, rank: int | None = None) -> float:
+        rank = rank or self.rank
+        return self.alpha / (rank**0.5 if self.use_rslora else rank)
+
+
 class InitConfig(Section):
     from_: Path | None = Field(
         None, alias="from", description="A common checkpoint (from either framework) to start from."
@@ -162,6 +193,11 @@ class InitConfig(Section):
     reset_head: bool = Field(
         False, description="Re-initialise the head even where its shape fits (a new task, as many classes)."
     )
+    lora: LoraConfig | None = Field(
+        None,
+        description="Train low-rank adapters on a frozen base (init.from, or the seed's init) instead "
+        "of every weight; the run saves the adapter alone.",
+    )
 
     @model_validator(mode="after")
     def _source(self):
@@ -169,6 +205,11 @@ class InitConfig(Section):
             raise ValueError(
                 "init.freeze_backbone, init.head_lr and init.reset_head need init.from "
                 "(a checkpoint to start from)"
+            )
+        if self.lora is not None and (self.freeze_backbone or self.head_lr is not None or self.reset_head):
+            raise ValueError(
+                "init.lora trains adapters on a frozen base; it does not combine with "
+                "init.freeze_backbone, init.head_lr or init.reset_head"
             )
         if self.from_ is not None and not self.from_.is_file():
             raise ValueError(f"init.from {str(self.from_)!r} is not a file; give a .safetensors checkpoint")
@@ -202,7 +243,9 @@ def _folder_name(name: str | None) -> str | None:
 class ExportConfig(Section):
     dir: Path = Field(Path("checkpoints"), description="Run folders are created under this folder.")
     run_name: Annotated[str | None, AfterValidator(_folder_name)] = Field(
-        None, description="Name of the run folder; default '<recipe name>-<framework>-<time>'."
+        None,
+        description="Name of the run folder; default "
+        "'<recipe name>[-<model>][-from-<checkpoint>]-<framework>-<time>'.",
     )
     state_every_n_steps: PositiveInt | None = Field(
         None,
@@ -283,6 +326,9 @@ POSITION_FIELDS = ("max_len", "n_positions", "max_position_embeddings")
 
 
 class Recipe(Section):
+    """A whole training run: model, data, optimizer, schedule, trainer, fine-tuning start, export
+    and tracking, validated in full before anything is built (``zoo.load_recipe`` reads one)."""
+
     name: str = Field("run", description="Name of the recipe; names the run folders.")
     description: str = ""
     model: ModelConfig  # type: ignore[valid-type]
@@ -302,7 +348,7 @@ class Recipe(Section):
             return raw
         data = raw.get("data") or {}
         task = "classification"
-        if isinstance(data, dict) and data.get("name") == "text":
+        if isinstance(data, dict) and data.get("name") in ("text", "stream"):
             task = data.get("task", "language_modeling")
         try:
             family = registry.get_family(raw["model"].get("architecture", ""))
@@ -331,6 +377,16 @@ class Recipe(Section):
                 f"model.architecture {family.name!r} does ({', '.join(family.tasks)}), "
                 f"but data {self.data.name!r} is for {task}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _lora_targets(self):
+        """Every ``init.lora.target`` must name a projection of this model (zoo.recipe.lora_targets)."""
+        if self.init.lora is not None:
+            from zoo.recipe.lora_targets import select
+
+            family = registry.get_family(self.model.architecture)
+            select(family, self.model, self.init.lora.target)
         return self
 
     @model_validator(mode="after")
@@ -365,9 +421,11 @@ class Recipe(Section):
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """The recipe as plain JSON values, under the names a YAML file uses."""
         return self.model_dump(mode="json", by_alias=True)
 
     def to_yaml(self) -> str:
+        """The recipe as YAML that loads back to the same recipe (what a run folder keeps)."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
@@ -380,4 +438,4 @@ def classifies_token_ids(family: Family) -> bool:
 
 
 def data_task(data: DataBase) -> str:
-    return getattr(data, "task", "language_modeling") if data.name == "text" else "classification"
+    return getattr(data, "task", "language_modeling") if data.name in ("text", "stream") else "classification"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +96,20 @@ class RunDir:
         ]
 
     @staticmethod
-    def default_name(recipe_name: str, framework: str) -> str:
-        return f"{recipe_name}-{framework}-{time.strftime('%Y%m%d-%H%M%S')}"
+    def default_name(
+        recipe_name: str, framework: str, model: str = "", source: str | Path | None = None
+    ) -> str:
+        """``<recipe>[-<model>][-from-<source>]-<framework>-<time>``: the model where the recipe's
+        name does not already say it, and for a fine-tuning run what it started from (the source
+        run's name without its framework and time, or the checkpoint's file name), so two runs of
+        one recipe on different models, or from different checkpoints, read apart in ``zoo runs``
+        and ``zoo plot``'s legend."""
+        parts = [recipe_name]
+        if model and model not in recipe_name:
+            parts.append(model)
+        if source is not None:
+            parts.append(f"from-{_source_name(Path(source))}")
+        return "-".join([*parts, framework, time.strftime("%Y%m%d-%H%M%S")])
 
     @property
     def recipe(self) -> Path:
@@ -185,3 +198,18 @@ def _not_a_folder(root: Path) -> str:
         if part.exists() and not part.is_dir():
             return f"{where} is a file, not a folder; choose a folder"
     return f"export.dir {str(root)!r} is not a folder; choose a folder"
+
+
+# A default run name's tail: its framework, its time, and a clash suffix.
+_RUN_TAIL = re.compile(r"-(lightning|keras)-\d{8}-\d{6}(-\d+)?$")
+SOURCE_NAME_MAX = 48  # bytes of a source's name kept in a run's name (a folder name holds 255)
+
+
+def _source_name(checkpoint: Path) -> str:
+    """What a fine-tuning run started from, short: ``model.safetensors`` is named by its folder
+    (a run, or an imported model's folder), and a run's name loses its framework and time."""
+    name = (
+        checkpoint.parent.name if checkpoint.stem == "model" and checkpoint.parent.name else checkpoint.stem
+    )
+    name = _RUN_TAIL.sub("", name) or name
+    return os.fsencode(name)[:SOURCE_NAME_MAX].decode(errors="ignore").strip("-.") or "checkpoint"

@@ -26,11 +26,14 @@ def metric_columns(task: str) -> list[str]:
 
 
 class MetricsLog:
-    """Appends one row per epoch; every row is flushed, so a crash keeps what was done."""
+    """Appends one row per epoch; every row is flushed, so a crash keeps what was done. ``echo``
+    (zoo.progress.EpochLines) also gets each row, in the columns' order: the progress lines of a
+    run whose stderr is not a terminal."""
 
-    def __init__(self, path: Path, task: str, append: bool = False):
+    def __init__(self, path: Path, task: str, append: bool = False, echo=None):
         self.path = path
         self.columns = metric_columns(task)
+        self.echo = echo
         if append and path.exists():
             return  # a resumed run continues its file
         with open(path, "w", newline="") as handle:
@@ -59,6 +62,8 @@ class MetricsLog:
         values = [_format(row.get(c)) for c in self.columns]
         with open(self.path, "a", newline="") as handle:
             csv.writer(handle).writerow(values)
+        if self.echo is not None:
+            self.echo.epoch({c: row.get(c) for c in self.columns})
 
 
 def _format(value: Any) -> str:

@@ -2,14 +2,17 @@
 
 from zoo.nn.keras.attention import GroupedQueryAttention, SelfAttention, blocked_mask
 from zoo.nn.keras.checks import require
+from zoo.nn.keras.drop import DropPath
 from zoo.nn.keras.embedding import Embedding, PaddedEmbedding, checked_token_ids
-from zoo.nn.keras.linear import Conv2D, Dense, add_bias
+from zoo.nn.keras.linear import Conv2D, Dense, DepthwiseConv2D, add_bias
 from zoo.nn.keras.mlp import GatedMlp, Mlp
 from zoo.nn.keras.norm import LayerNorm, RMSNorm
 
 __all__ = [
     "Conv2D",
     "Dense",
+    "DepthwiseConv2D",
+    "DropPath",
     "Embedding",
     "GatedMlp",
     "GroupedQueryAttention",

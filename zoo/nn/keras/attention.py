@@ -34,6 +34,8 @@ class SelfAttention(layers.Layer):
 
     low_precision_products = True  # under mixed precision: products low, softmax float32
 
+    in_proj_delta = None  # LoRA's q/k/v adapters (zoo.lora.keras_lora), a layer added to the fused output
+
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         if embed_dim % num_heads:
@@ -74,6 +76,8 @@ class SelfAttention(layers.Layer):
         steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         # A 1-D bias on the last axis (bias_add gets this one right), summed in float32.
         qkv = add_bias(ops.matmul(x, self.in_proj_kernel), self.in_proj_bias)
+        if self.in_proj_delta is not None:  # LoRA's q/k/v adapters (zoo.lora.keras_lora)
+            qkv = qkv + self.in_proj_delta(x, training=training)
         q, k, v = (self._heads(part, steps) for part in ops.split(qkv, 3, axis=-1))
         if past is not None:
             k, v = ops.concatenate([past[0], k], axis=2), ops.concatenate([past[1], v], axis=2)

@@ -1,4 +1,4 @@
-"""Keras' Dense and Conv2D with the bias added in float32: the products of zoo's Keras twins.
+"""Keras' Dense, Conv2D and DepthwiseConv2D with the bias added in float32: the products of zoo's Keras twins.
 
 Under mixed precision TensorFlow adds a 1-D bias with ``BiasAdd``, and on the CPU the
 gradient of a bfloat16 ``BiasAdd`` (a sum over every row of the batch, and every time step
@@ -25,12 +25,18 @@ def add_bias(y, bias):
 
 @keras.saving.register_keras_serializable(package="zoo")
 class Dense(keras.layers.Dense):
-    """``keras.layers.Dense`` (no LoRA, no quantisation) with :func:`add_bias`."""
+    """``keras.layers.Dense`` (no quantisation, not Keras' own LoRA) with :func:`add_bias`.
+    ``lora_adapter`` is zoo's (zoo.lora.keras_lora): its output is added to the product, as
+    PEFT adds to a Linear's."""
+
+    lora_adapter = None
 
     def call(self, inputs, training=None):
         y = ops.matmul(inputs, self.kernel)
         if self.bias is not None:
             y = add_bias(y, self.bias)
+        if self.lora_adapter is not None:
+            y = y + self.lora_adapter(inputs, training=training)
         return y if self.activation is None else self.activation(y)
 
 
@@ -54,6 +60,25 @@ class Conv2D(keras.layers.Conv2D):
 
     def call(self, inputs):
         y = self.convolution_op(inputs, self.kernel)
+        if self.use_bias:
+            y = add_bias(y, self.bias)
+        return y if self.activation is None else self.activation(y)
+
+
+@keras.saving.register_keras_serializable(package="zoo")
+class DepthwiseConv2D(keras.layers.DepthwiseConv2D):
+    """``keras.layers.DepthwiseConv2D`` (channels last) with :func:`add_bias`: torch's
+    ``nn.Conv2d(C, C * m, k, groups=C)``, its (C * m, 1, k, k) weight a (k, k, C, m) kernel."""
+
+    def call(self, inputs):
+        y = ops.depthwise_conv(
+            inputs,
+            self.kernel,
+            strides=self.strides,
+            padding=self.padding,
+            dilation_rate=self.dilation_rate,
+            data_format=self.data_format,
+        )
         if self.use_bias:
             y = add_bias(y, self.bias)
         return y if self.activation is None else self.activation(y)

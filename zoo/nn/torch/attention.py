@@ -26,6 +26,10 @@ class SelfAttention(nn.Module):
     built after the same ``torch.manual_seed`` starts from the same values.
     """
 
+    # LoRA's q/k/v adapters (zoo.lora.torch_lora): a callable x -> (N, T, 3E) added to the
+    # fused projection's output, or None.
+    in_proj_delta = None
+
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0):
         super().__init__()
         if embed_dim % num_heads:
@@ -66,6 +70,8 @@ class SelfAttention(nn.Module):
         """
         n, t, _ = x.shape
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        if self.in_proj_delta is not None:
+            qkv = qkv + self.in_proj_delta(x)
         q, k, v = (
             part.reshape(n, t, self.num_heads, self.head_dim).transpose(1, 2) for part in qkv.chunk(3, -1)
         )

@@ -1,10 +1,12 @@
-"""BatchNorm that refuses a training batch with one value per channel in the Keras twin's words."""
+"""Normalisation layers: BatchNorm that refuses a training batch with one value per channel in the
+Keras twin's words, LayerNorm over the channels of a channels-first map, and transformers' RMSNorm."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from zoo.nn.errors import InputError, batchnorm_message
@@ -20,6 +22,18 @@ class BatchNorm2d(nn.BatchNorm2d):
         if self.training and x.shape[0] * math.prod(x.shape[2:]) == 1:
             raise InputError(batchnorm_message(x.dim() - 2))
         return super().forward(x)
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over the channels of an (N, C, H, W) map: torchvision's and timm's
+    ``LayerNorm2d`` (ConvNeXt's stem, downsampling layers and head), the same tensors as
+    ``nn.LayerNorm(C)``. The map is normalised channels last and handed back channels first,
+    as both libraries do, so the sums run in their order. The Keras twin is a plain LayerNorm
+    over the last axis of its (N, H, W, C) map."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+        return x.permute(0, 3, 1, 2)
 
 
 class RMSNorm(nn.Module):

@@ -1,0 +1,441 @@
+"""torchvision's and timm's ConvNeXt weights, in and out of the convnext family.
+
+zoo's names are timm's, so a timm state dict is read by checking it, not renaming it.
+torchvision holds the same tensors in an ``nn.Sequential`` of stages and downsamplings
+(``features``), with index names inside a block and its layer scale shaped (C, 1, 1)::
+
+    stem.0 / stem.1                        <-> features.0.0 / features.0.1
+    stages.S.downsample.0 / .1  (S >= 1)   <-> features.{2S}.0 / features.{2S}.1
+    stages.S.blocks.J.gamma  (C,)          <-> features.{2S+1}.J.layer_scale  (C, 1, 1)
+    stages.S.blocks.J.conv_dw              <-> features.{2S+1}.J.block.0
+    stages.S.blocks.J.norm                 <-> features.{2S+1}.J.block.2
+    stages.S.blocks.J.mlp.fc1 / .fc2       <-> features.{2S+1}.J.block.3 / .block.5
+    head.norm / head.fc                    <-> classifier.0 / classifier.2
+
+Reading infers the config from the tensors (channels, patch and first width from the stem
+convolution, the widths and blocks per stage from the depthwise convolutions, the classes
+from the classifier; a timm model without ``head.fc``, created with ``num_classes=0``, is read
+as task "features"), then compares every name and shape with the weight table of that config
+and refuses whatever does not fit by name: the GRN of ConvNeXt-V2, timm's 1x1-convolution
+MLPs (``conv_mlp``), a first stage that downsamples (timm's patch_size 2), an MLP head. A timm
+``config.json`` beside the weights must describe the same plain ConvNeXt: its ``model_args``
+that change the network without changing a tensor's shape (another kernel or norm, another
+pooling) are refused by name.
+
+How the images were prepared travels too (zoo.preprocessing): a timm ``config.json``'s
+``pretrained_cfg`` (input size, crop, interpolation, mean, std) and ``label_names`` are read
+as timm reads them (zoo.preprocessing.read_timm_config). A torchvision state dict says nothing
+of its images, but its shape says which of torchvision's ImageNet weights it has the shape of,
+and each has its own eval transform (:data:`TORCHVISION_EVAL`: the resize differs by size);
+a ConvNeXt of another shape is none of them, and records none.
+
+Writing is the reverse, for configs the library builds: torchvision's stem is fixed at 3
+channels and 4x4 patches and always has its classifier; timm reads every config except
+patch_size 2 (its first stage then downsamples). For timm the ``config.json`` is what
+``timm.create_model("local-dir:DIR", pretrained=True)`` reads (its ``pretrained_cfg``
+carrying the checkpoint's preprocessing, where it records one), or equally
+``timm.create_model(cfg["architecture"], pretrained=True,
+pretrained_cfg_overlay=dict(cfg["pretrained_cfg"], file=".../model.safetensors"), **cfg["model_args"])``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from architectures.convnext.config import STAGES, ConvNeXtConfig
+from architectures.convnext.weights import table
+from zoo.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
+from zoo.preprocessing import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ImagePreprocessing,
+    Preprocessing,
+    read_timm_config,
+    timm_fields,
+)
+from zoo.weights import tensor_specs
+
+# timm's factories with torchvision's architecture (no conv MLP, no GRN, head after the pool).
+TIMM_VARIANTS = {
+    "convnext_tiny": ([3, 3, 9, 3], [96, 192, 384, 768]),
+    "convnext_small": ([3, 3, 27, 3], [96, 192, 384, 768]),
+    "convnext_base": ([3, 3, 27, 3], [128, 256, 512, 1024]),
+    "convnext_large": ([3, 3, 27, 3], [192, 384, 768, 1536]),
+    "convnext_xlarge": ([3, 3, 27, 3], [256, 512, 1024, 2048]),
+}
+TIMM_FIELDS = {  # timm's model_args -> zoo's config fields
+    "num_classes": "num_classes",
+    "in_chans": "in_channels",
+    "depths": "depths",
+    "dims": "dims",
+    "patch_size": "patch_size",
+    "ls_init_value": "layer_scale",
+    "drop_rate": "head_dropout",
+    "drop_path_rate": "path_dropout",
+}
+# model_args that are harmless at these values (timm's defaults for this architecture) ...
+TIMM_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "global_pool": ("avg",),
+    "output_stride": (32,),
+    "kernel_sizes": (7, [7, 7, 7, 7]),
+    "stem_type": ("patch",),
+    "head_norm_first": (False,),
+    "head_hidden_size": (None,),
+    "conv_mlp": (False,),
+    "conv_bias": (True,),
+    "use_grn": (False,),
+    "act_layer": ("gelu",),
+    "norm_layer": (None, "layernorm", "layernorm2d"),
+    "norm_eps": (None, 1e-6),
+}
+TIMM_IGNORED = ("head_init_scale",)  # ... and those that change only the initialisation
+ONLY_IN_CONFIG = ("ls_init_value", "drop_rate", "drop_path_rate")  # what no tensor shows
+
+
+def _torchvision_eval(resize: int) -> ImagePreprocessing:
+    return ImagePreprocessing(
+        size=224,
+        resize=resize,
+        interpolation="bilinear",
+        channels="rgb",
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+    )
+
+
+# The eval transform of torchvision's ImageNet ConvNeXt weights by their (depths, dims)
+# (``ConvNeXt_{Tiny,Small,Base,Large}_Weights.IMAGENET1K_V1.transforms()``: ImageClassification,
+# crop 224, bilinear, ImageNet's mean and std, and a resize of its own for each size;
+# tests/test_convnext_formats.py checks them against torchvision's own).
+TORCHVISION_EVAL = {
+    ((3, 3, 9, 3), (96, 192, 384, 768)): _torchvision_eval(236),
+    ((3, 3, 27, 3), (96, 192, 384, 768)): _torchvision_eval(230),
+    ((3, 3, 27, 3), (128, 256, 512, 1024)): _torchvision_eval(232),
+    ((3, 3, 27, 3), (192, 384, 768, 1536)): _torchvision_eval(232),
+}
+
+
+# ------------------------------------------------------------------------------------ layouts
+
+# torchvision's names of the modules inside a block (an nn.Sequential with two Permutes and the
+# GELU between them) and of the stem and the head, by zoo's.
+TORCHVISION_BLOCK = {"conv_dw": "block.0", "norm": "block.2", "mlp.fc1": "block.3", "mlp.fc2": "block.5"}
+TORCHVISION_OUTER = {"stem.0": "features.0.0", "stem.1": "features.0.1", "head.norm": "classifier.0",
+                     "head.fc": "classifier.2"}  # fmt: skip
+
+
+def torchvision_names(cfg: ConvNeXtConfig) -> dict[str, str]:
+    """zoo's canonical name -> torchvision's, for every tensor of ``cfg``, in table order (which
+    is torchvision's ``state_dict`` order too)."""
+    names = {}
+    for name in tensor_specs(table(cfg)):
+        module, _, tensor = name.rpartition(".")
+        if match := re.fullmatch(r"stages\.(\d)\.blocks\.(\d+)(?:\.(.*))?", module):
+            stage, index, layer = match.groups()
+            target = f"{TORCHVISION_BLOCK[layer]}.{tensor}" if layer else "layer_scale"
+            names[name] = f"features.{2 * int(stage) + 1}.{index}.{target}"
+        elif match := re.fullmatch(r"stages\.(\d)\.downsample\.(\d)", module):
+            names[name] = f"features.{2 * int(match[1])}.{match[2]}.{tensor}"
+        else:
+            names[name] = f"{TORCHVISION_OUTER[module]}.{tensor}"
+    return names
+
+
+def _timm_names(cfg: ConvNeXtConfig) -> dict[str, str]:
+    return {name: name for name in tensor_specs(table(cfg))}
+
+
+# A layout as the tensors show it: where the stem, the blocks and the classifier sit.
+TORCHVISION = {
+    "stem": "features.0.0.weight",
+    "block": re.compile(r"features\.(\d+)\.(\d+)\.block\."),
+    "stage": lambda index: (index - 1) // 2 if index % 2 else None,
+    "dwconv": "features.{}.0.block.0.weight",
+    "dwconv_index": lambda stage: 2 * stage + 1,
+    "classifier": "classifier.2.weight",
+    "names": torchvision_names,
+}
+TIMM = {
+    "stem": "stem.0.weight",
+    "block": re.compile(r"stages\.(\d+)\.blocks\.(\d+)\."),
+    "stage": lambda index: index,
+    "dwconv": "stages.{}.blocks.0.conv_dw.weight",
+    "dwconv_index": lambda stage: stage,
+    "classifier": "head.fc.weight",
+    "names": _timm_names,
+}
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+def torchvision_to_zoo(tensors: Tensors, meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
+    """A torchvision ``ConvNeXt`` state dict -> (config fields, canonical tensors).
+
+    torchvision writes no ``config.json``: weights that come with one are another library's."""
+    if meta:
+        raise ForeignLayoutError(
+            f"these weights come with a config.json (architecture {meta.get('architecture')!r}); torchvision "
+            "writes none: read them as the format that wrote it (timm)"
+        )
+    fields = infer_fields(tensors, TORCHVISION, "torchvision")
+    return _placed(tensors, fields, TORCHVISION, "torchvision")
+
+
+def timm_to_zoo(tensors: Tensors, meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
+    """A timm ``ConvNeXt`` state dict (and its ``config.json``, if any) -> (config fields, tensors)."""
+    fields = infer_fields(tensors, TIMM, "timm")
+    if meta:
+        fields.update(_check_timm_config(meta, fields))
+    return _placed(tensors, fields, TIMM, "timm")
+
+
+def torchvision_preprocessing(config: ConvNeXtConfig, meta: Mapping[str, Any]) -> Preprocessing | None:
+    """What a torchvision state dict's images went through: the eval transform of torchvision's
+    ImageNet weights of its shape (None for a shape torchvision publishes no weights of, or a
+    size other than the 224 they were evaluated at)."""
+    image = TORCHVISION_EVAL.get((tuple(config.depths), tuple(config.dims)))
+    if image is None or config.sample_shape() != (image.channel_count, image.size, image.size):
+        return None
+    return Preprocessing(source="torchvision's ImageNet weights' eval transform", image=image)
+
+
+def timm_preprocessing(config: ConvNeXtConfig, meta: Mapping[str, Any]) -> Preprocessing | None:
+    """What timm's config.json says: its pretrained_cfg, and its label_names for a classifier
+    (a features backbone, timm's num_classes=0, has no classes to name)."""
+    read = dict(meta)
+    if config.task != "classification" and read:
+        read.pop("label_names", None)
+        read["pretrained_cfg"] = {
+            k: v for k, v in (read.get("pretrained_cfg") or {}).items() if k != "label_names"
+        }
+    size = (config.in_channels, config.image_size, config.image_size)
+    return read_timm_config(read, config.num_classes, size)
+
+
+def infer_fields(tensors: Mapping[str, np.ndarray], layout: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The config fields the tensors imply; what they cannot imply is refused by name."""
+    stem = tensors.get(layout["stem"])
+    if stem is None or np.ndim(stem) != 4 or stem.shape[2] != stem.shape[3]:
+        found = f"no {layout['stem']!r}" if stem is None else f"{layout['stem']!r} of shape {np.shape(stem)}"
+        raise ForeignLayoutError(
+            f"not a {source} ConvNeXt: {found} (its stem is one square convolution {layout['stem']!r} "
+            f"(dims[0], in_channels, patch, patch)); its first keys are {_first(tensors)}",
+            unplaced=[key for key in tensors if key != layout["stem"]],
+            missing=[] if stem is not None else [layout["stem"]],
+        )
+    blocks: dict[int, set[int]] = {}
+    for key in tensors:
+        if match := layout["block"].match(key):
+            stage = layout["stage"](int(match[1]))
+            if stage is not None:
+                blocks.setdefault(stage, set()).add(int(match[2]))
+    extra = sorted(stage for stage in blocks if stage >= STAGES)
+    absent = [stage for stage in range(STAGES) if stage not in blocks]
+    if extra or absent:
+        raise ForeignLayoutError(
+            f"not a {source} ConvNeXt of {STAGES} stages: "
+            + (f"blocks in stages {extra}" if extra else f"no blocks in stages {absent}")
+            + f"; its first keys are {_first(tensors)}",
+            unplaced=[
+                k for k in tensors if (m := layout["block"].match(k)) and layout["stage"](int(m[1])) in extra
+            ],
+            missing=[layout["dwconv"].format(layout["dwconv_index"](stage)) for stage in absent],
+        )
+    dims = []
+    for stage in range(STAGES):
+        key = layout["dwconv"].format(layout["dwconv_index"](stage))
+        weight = tensors.get(key)
+        if weight is None or np.ndim(weight) != 4 or weight.shape[1] != 1:
+            found = "absent" if weight is None else f"of shape {np.shape(weight)}"
+            raise ForeignLayoutError(
+                f"{key} is {found}: a ConvNeXt block opens with a depthwise convolution (dim, 1, k, k)",
+                unplaced=[] if weight is None else [key],
+                missing=[key] if weight is None else [],
+            )
+        dims.append(int(weight.shape[0]))
+    fields: dict[str, Any] = {
+        "in_channels": int(stem.shape[1]),
+        "patch_size": int(stem.shape[2]),
+        "depths": [max(blocks[stage]) + 1 for stage in range(STAGES)],  # a gap shows up as missing keys
+        "dims": dims,
+    }
+    classifier = tensors.get(layout["classifier"])
+    if classifier is not None:
+        fields.update(task="classification", num_classes=int(np.shape(classifier)[0]))
+    elif layout is TIMM:
+        fields["task"] = "features"  # timm's num_classes=0: the head's norm, no classifier
+    else:
+        raise ForeignLayoutError(
+            f"no {layout['classifier']!r}: torchvision's ConvNeXt always has its classifier",
+            missing=[layout["classifier"]],
+        )
+    return fields
+
+
+def _check_timm_config(meta: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """Check a timm ``config.json`` against the inferred fields; return the fields only it gives
+    (the dropout rates, the layer-scale start and the image size)."""
+    reads = "zoo's convnext reads timm's plain ConvNeXts (torchvision's structure)"
+    name = timm_variant(meta, TIMM_VARIANTS, reads)
+    architecture = meta["architecture"]
+    args = dict(meta.get("model_args") or {})
+    refused = {
+        key: value
+        for key, value in args.items()
+        if key not in TIMM_FIELDS and key not in TIMM_IGNORED and value not in TIMM_DEFAULTS.get(key, ())
+    }
+    if refused:
+        raise ForeignLayoutError(
+            f"config.json's model_args {refused} change timm's {name} in ways zoo's convnext does not model "
+            "(a plain ConvNeXt: patch stem, 7x7 depthwise kernels, LayerNorm 1e-6, exact GELU, linear MLP, "
+            "average pooling then the head's norm)"
+        )
+    depths, dims = TIMM_VARIANTS[name]
+    said = {
+        "depths": depths,
+        "dims": dims,
+        "patch_size": 4,
+        "in_channels": 3,
+        "num_classes": meta.get("num_classes"),
+    }
+    said.update({TIMM_FIELDS[key]: value for key, value in args.items() if key in TIMM_FIELDS})
+    shown = {**fields, "num_classes": fields.get("num_classes", 0)}  # no classifier: timm's num_classes=0
+    differ = [
+        f"{field} {said[field]!r} (the tensors: {shown[field]!r})"
+        for field in ("in_channels", "depths", "dims", "patch_size", "num_classes")
+        if said[field] is not None
+        and (list(said[field]) if isinstance(said[field], tuple) else said[field]) != shown[field]
+    ]
+    if differ:
+        raise ForeignLayoutError(f"config.json describes timm's {architecture} with " + "; ".join(differ))
+    extra: dict[str, Any] = {
+        TIMM_FIELDS[k]: float(args[k]) for k in ONLY_IN_CONFIG if args.get(k) is not None
+    }
+    input_size = (meta.get("pretrained_cfg") or {}).get("input_size")
+    if input_size and len(input_size) == 3 and input_size[1] == input_size[2]:
+        extra["image_size"] = int(input_size[1])  # the size it was trained at (the data may say another)
+    return extra
+
+
+def _placed(
+    tensors: Tensors, fields: dict[str, Any], layout: Mapping[str, Any], source: str
+) -> tuple[dict[str, Any], Tensors]:
+    """The tensors in the table order of ``fields``' config, each name and shape checked."""
+    try:
+        config = ConvNeXtConfig(**fields)
+    except ValidationError as error:
+        raise ForeignLayoutError(
+            f"the {source} weights imply an invalid convnext config {fields}: {error}"
+        ) from error
+    names: dict[str, str] = layout["names"](config)
+    placed = renamed(
+        tensors, {theirs: ours for ours, theirs in names.items()}, what=f"{source} ConvNeXt weights"
+    )
+    specs = tensor_specs(table(config))
+    # torchvision's layer scale is (C, 1, 1), a shape that broadcasts over its channels-first map.
+    placed = {
+        k: np.reshape(v, specs[k].shape)
+        if k.endswith(".gamma") and np.size(v) == np.prod(specs[k].shape)
+        else v
+        for k, v in placed.items()
+    }
+    check_shapes(
+        placed,
+        {k: spec.shape for k, spec in specs.items()},
+        f"{source} ConvNeXt weights (depths {config.depths}, dims {config.dims})",
+        theirs=names.__getitem__,
+        their_shape=_foreign_shape,
+    )
+    return fields, {k: np.asarray(placed[k], dtype=specs[k].dtype) for k in specs}
+
+
+def _foreign_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (*shape, 1, 1) if name.endswith("layer_scale") else shape
+
+
+def _first(tensors: Mapping[str, Any], limit: int = 5) -> str:
+    keys = list(tensors)
+    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+# ------------------------------------------------------------------------------------ writing
+
+
+def zoo_to_torchvision(config: ConvNeXtConfig, tensors: Tensors) -> tuple[Tensors, None]:
+    """Canonical tensors -> the state dict torchvision's ``ConvNeXt`` (of this shape; at the
+    presets' shapes ``convnext_{tiny,small,base}()``) loads with ``strict=True``."""
+    refusals = [
+        (config.in_channels != 3, f"its stem reads 3 channels; this model reads {config.in_channels}"),
+        (
+            config.patch_size != 4,
+            f"its stem cuts 4x4 patches; this model's patch_size is {config.patch_size}",
+        ),
+        (config.task != "classification", "it always has its classifier; this model is a features backbone"),
+    ]
+    reasons = [reason for refused, reason in refusals if refused]
+    if reasons:
+        raise ForeignLayoutError(
+            f"torchvision's ConvNeXt cannot hold this model: {'; '.join(reasons)}. Export it as timm instead"
+        )
+    out = {}
+    for ours, theirs in torchvision_names(config).items():
+        value = tensors[ours]
+        out[theirs] = value.reshape(*value.shape, 1, 1) if ours.endswith(".gamma") else value
+    return out, None
+
+
+def zoo_to_timm(
+    config: ConvNeXtConfig, tensors: Tensors, preprocessing: Preprocessing | None = None
+) -> tuple[Tensors, dict[str, Any]]:
+    """Canonical tensors -> a timm ConvNeXt state dict and the ``config.json`` timm builds it from,
+    with the checkpoint's ``preprocessing`` in its ``pretrained_cfg`` (and its label names)."""
+    if config.patch_size == 2:
+        raise ForeignLayoutError(
+            "timm's ConvNeXt gives a 2x2-patch stem a first stage that downsamples again (its rule for "
+            "stride-2 stems), another network than this one; patch sizes other than 2 export"
+        )
+    named = [
+        n for n, (depths, dims) in TIMM_VARIANTS.items() if (depths, dims) == (config.depths, config.dims)
+    ]
+    architecture = named[0] if named else "convnext_tiny"
+    classes = config.num_classes if config.task == "classification" else 0
+    model_args: dict[str, Any] = {}
+    if not named:
+        model_args.update(depths=list(config.depths), dims=list(config.dims))
+    model_args.update(num_classes=classes, in_chans=config.in_channels)
+    for key, field, default in (
+        ("patch_size", "patch_size", 4),
+        ("ls_init_value", "layer_scale", 1e-6),
+        ("drop_rate", "head_dropout", 0.0),
+        ("drop_path_rate", "path_dropout", 0.0),
+    ):
+        if getattr(config, field) != default:
+            model_args[key] = getattr(config, field)
+    model_args["global_pool"] = "avg"
+    side = config.feature_size()
+    pretrained, top = timm_fields(preprocessing)
+    meta = {
+        **top,
+        "architecture": architecture,
+        "num_classes": classes,
+        "num_features": config.num_features,
+        "global_pool": "avg",
+        "model_args": model_args,
+        "pretrained_cfg": {
+            "custom_load": False,
+            "input_size": [config.in_channels, config.image_size, config.image_size],
+            "fixed_input_size": False,
+            "num_classes": classes,
+            "pool_size": [side, side],
+            "first_conv": "stem.0",
+            "classifier": "head.fc",
+            **pretrained,
+        },
+    }
+    return {name: tensors[name] for name in _timm_names(config)}, meta

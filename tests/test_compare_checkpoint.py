@@ -1,0 +1,192 @@
+"""``zoo compare CHECKPOINT``: a user's trained or imported checkpoint, loaded into both twins;
+``init.from`` honoured; and the peak memory estimated, and a comparison that does not fit
+refused, before anything is built."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from compare_cases import RECIPE, quick
+
+from zoo import peak_memory
+from zoo.cli import main
+from zoo.hardware import SetupError
+
+TINY = "convnet-tiny"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A run of the default recipe on the tiny CNN, one short epoch: its run folder."""
+    import zoo
+
+    root = tmp_path_factory.mktemp("runs")
+    overrides = [*quick(TINY, root), "data.train_per_class=8", "trainer.framework=lightning"]
+    return zoo.train(RECIPE, overrides=overrides).run_dir
+
+
+@pytest.fixture
+def built(monkeypatch):
+    """Every pair of twins compare builds, in order."""
+    from zoo.compare import twins as module
+
+    pairs = []
+    original = module.build_twins
+
+    def spy(*args, **kwargs):
+        pairs.append(original(*args, **kwargs))
+        return pairs[-1]
+
+    monkeypatch.setattr(module, "build_twins", spy)
+    return pairs
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [word for override in overrides for word in ("--set", override)]
+
+
+def test_a_trained_run_is_compared_by_its_checkpoint_with_its_own_recipe(trained, built):
+    """Both twins hold the checkpoint's weights: their forward is the checkpoint's, not the
+    recipe's fresh init."""
+    import torch
+
+    import zoo
+    from zoo.compare import compare
+    from zoo.initial_weights import seeded_torch_model
+
+    result = compare(trained / "model.safetensors", steps=3, speed_steps=0, write=False)
+    assert result.passed, result.text
+    twins = built[0]
+    x = torch.from_numpy(np.random.default_rng(0).random((4, 1, 8, 8), dtype=np.float32))
+    loaded = zoo.load_checkpoint(trained / "model.safetensors", framework="lightning").eval()
+    fresh = seeded_torch_model(twins.setup.family, twins.config, twins.setup.recipe.trainer.seed).eval()
+    twins.torch_model.eval()
+    with torch.no_grad():
+        ours, theirs, seed = twins.torch_model(x), loaded(x), fresh(x)
+    keras = np.asarray(twins.keras_model(np.transpose(x.numpy(), (0, 2, 3, 1)), training=False))
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), atol=1e-5)
+    np.testing.assert_allclose(keras, theirs.numpy(), atol=1e-4)
+    assert np.abs(seed.numpy() - theirs.numpy()).max() > 1e-3  # the fresh init: 100x further off
+    assert any("start from init.from" in note for note in result.report["notes"])
+
+
+def test_an_imported_checkpoint_needs_a_recipe_and_is_compared_with_one(tmp_path, built):
+    from zoo import registry
+    from zoo.checkpoint import CheckpointError, write_checkpoint
+    from zoo.compare import compare
+    from zoo.initial_weights import initial_tensors
+
+    family = registry.get_family(TINY)
+    config = registry.resolve_config(TINY, num_classes=10, in_channels=1, image_size=8)
+    tensors = {k: v + 0.01 for k, v in initial_tensors(family, config, seed=123).items()}
+    path = write_checkpoint(tmp_path / "imported.safetensors", config, tensors, framework="imported")
+
+    with pytest.raises(CheckpointError, match=r"carries no recipe .* give --recipe"):
+        compare(path, steps=2, speed_steps=0, write=False)
+    assert built == []
+
+    runner = CliRunner()
+    args = ["compare", str(path), "--recipe", str(RECIPE), "--steps", "2", "--speed-steps", "0", "--quiet"]
+    outcome = runner.invoke(main, [*args, *sets(quick(TINY, tmp_path))])
+    assert outcome.exit_code == 0, outcome.output
+    assert "PASS" in outcome.output
+    initial = built[0].initial
+    assert set(initial) == set(tensors)
+    assert all(np.array_equal(initial[k], tensors[k]) for k in tensors)
+
+
+def test_init_from_in_a_recipe_is_honoured(trained, built, tmp_path):
+    from zoo.checkpoint import read_checkpoint
+    from zoo.compare import compare
+
+    checkpoint = trained / "model.safetensors"
+    overrides = [*quick(TINY, tmp_path), f"init.from={checkpoint}"]
+    result = compare(RECIPE, steps=2, overrides=overrides, speed_steps=0, write=False)
+    assert result.passed, result.text
+    saved = read_checkpoint(checkpoint).tensors()
+    assert all(np.array_equal(built[0].initial[k], v) for k, v in saved.items())
+    assert any(f"fine-tuning from {checkpoint}" in note for note in result.report["notes"])
+
+
+def test_fine_tune_settings_compare_cannot_honour_are_refused_before_any_work(trained, built, tmp_path):
+    from zoo.compare import compare
+
+    overrides = [*quick(TINY, tmp_path), f"init.from={trained / 'model.safetensors'}", "init.head_lr=0.1"]
+    with pytest.raises(SetupError, match=r"init\.freeze_backbone and init\.head_lr are not compared"):
+        compare(RECIPE, steps=2, overrides=overrides, speed_steps=0, write=False)
+    assert built == []
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def test_a_comparison_that_does_not_fit_is_refused_with_both_numbers(monkeypatch, built, tmp_path):
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, "50MB")
+    args = ["compare", str(RECIPE), "--steps", "2", *sets(quick(TINY, tmp_path))]
+    outcome = CliRunner().invoke(main, args)
+    assert outcome.exit_code == 2, outcome.output
+    message = outcome.output
+    assert "zoo compare needs about" in message and "has 0.0 GB available" in message
+    assert "Nothing was built" in message and peak_memory.AVAILABLE_VARIABLE in message
+    assert built == []  # refused before any twin existed
+    assert not list(tmp_path.iterdir())  # and no report folder
+
+
+def test_the_refusal_says_what_would_fit(monkeypatch, built, tmp_path):
+    """Between the estimates with and without the speed pair, dropping the speed section fits."""
+    from zoo.compare import compare
+    from zoo.compare.runner import resolve
+    from zoo.compare.twins import prepare
+
+    setup = prepare(resolve(RECIPE, quick(TINY, tmp_path), None, None))
+    inputs = setup.dataset.train.x[: setup.batch_size]
+
+    def estimate(speed, training=True):
+        return peak_memory.compare_estimate(
+            setup.recipe, setup.family, setup.config, inputs, fine_tune=False, speed=speed, training=training
+        ).total
+
+    full, without_speed = estimate(True), estimate(False)
+    assert without_speed < full
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((full + without_speed) // 2))
+    with pytest.raises(peak_memory.MemoryShort, match=r"--speed-steps 0") as refused:
+        compare(RECIPE, steps=2, overrides=quick(TINY, tmp_path), write=False)
+    assert peak_memory.gib(full) in str(refused.value)
+    assert built == []
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, "unlimited")
+    assert compare(RECIPE, steps=2, overrides=quick(TINY, tmp_path), speed_steps=0, write=False).passed
+
+
+def test_the_estimate_counts_what_torch_really_holds():
+    """The weight table's bytes are the built model's, and the meta-device trace saves what a
+    real forward pass saves (plus the loss's copy of the output)."""
+    import torch
+
+    from zoo import registry
+    from zoo.initial_weights import seeded_torch_model
+    from zoo.memory import saved_for_backward
+
+    family = registry.get_family(TINY)
+    config = registry.resolve_config(TINY, num_classes=10, in_channels=1, image_size=8)
+    model = seeded_torch_model(family, config, 0)
+    assert peak_memory.parameter_bytes(family, config) == sum(p.numel() * 4 for p in model.parameters())
+    x = np.random.default_rng(0).random((16, 1, 8, 8), dtype=np.float32)
+    with saved_for_backward(exclude=model.parameters()) as saved:
+        output = model.train()(torch.from_numpy(x))
+    traced = peak_memory.activation_bytes(family, config, x)
+    assert traced == sum(saved.values()) + 2 * output.numel() * 4
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("6GB", 6 * 2**30), ("512m", 512 * 2**20), ("1.5GiB", 3 * 2**29), ("unlimited", None)]
+)
+def test_available_memory_override(monkeypatch, text, size):
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, text)
+    assert peak_memory.available_bytes() == size
+
+
+def test_a_wrong_override_is_named(monkeypatch):
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, "lots")
+    with pytest.raises(SetupError, match=r"ZOO_AVAILABLE_MEMORY='lots' is not a size; give one such as 6GB"):
+        peak_memory.available_bytes()

@@ -1,0 +1,107 @@
+"""Memory first: train, finetune, evaluate and import estimate their peak (zoo.peak_memory) and
+refuse, before anything is built or written, a job the machine has no memory for; a job that
+fits runs as before. The compare refusals are in test_compare_checkpoint.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from compare_cases import RECIPE, quick
+
+from zoo import peak_memory
+from zoo.cli import main
+
+TINY = "convnet-tiny"
+SHORT = "50MB"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny run that fits the 4 GB it is told it has: a normal run is not refused."""
+    import zoo
+
+    root = tmp_path_factory.mktemp("runs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(peak_memory.AVAILABLE_VARIABLE, "4GB")
+        result = zoo.train(RECIPE, overrides=[*quick(TINY, root), "data.train_per_class=8"])
+    return result.run_dir
+
+
+def sets(overrides: list[str]) -> list[str]:
+    return [word for override in overrides for word in ("--set", override)]
+
+
+def refused(args: list[str], job: str) -> str:
+    outcome = CliRunner().invoke(main, args)
+    assert outcome.exit_code == 2, outcome.output
+    message = outcome.output
+    assert f"{job} needs about" in message and "has 0.0 GB available" in message, message
+    assert "Nothing was built" in message and peak_memory.AVAILABLE_VARIABLE in message
+    return message
+
+
+def test_a_run_that_fits_is_not_refused(trained):
+    assert (trained / "model.safetensors").is_file()
+
+
+def test_a_run_that_does_not_fit_is_refused_before_its_folder_exists(monkeypatch, tmp_path):
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, SHORT)
+    refused(["train", str(RECIPE), *sets(quick(TINY, tmp_path))], "zoo train")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_fine_tune_that_does_not_fit_is_refused(monkeypatch, tmp_path, trained):
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, SHORT)
+    args = [
+        "finetune",
+        str(RECIPE),
+        "--from",
+        str(trained / "model.safetensors"),
+        *sets(quick(TINY, tmp_path)),
+    ]
+    message = refused(args, "zoo train")
+    assert ", checkpoint 0.0 GB," in message  # the fine-tune's start is counted
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_refusal_names_a_batch_size_that_fits(monkeypatch, tmp_path):
+    """Between the estimates at batch 2 and at the recipe's 16, batch 2 is offered, and fits."""
+    import zoo
+    from zoo.plan import _fresh_start
+    from zoo.recipe import load_recipe
+
+    recipe = load_recipe(RECIPE, quick(TINY, tmp_path))
+    family = zoo.registry.get_family(TINY)
+    dataset, config, _ = _fresh_start(recipe, family)
+    recipe = recipe.model_copy(update={"model": config})
+
+    def estimate(batch: int) -> int:
+        x = dataset.train.x[:batch]
+        return peak_memory.train_estimate(recipe, family, config, x, fine_tune=False).total
+
+    assert estimate(2) < estimate(4) < estimate(16)  # activations grow with the batch
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((estimate(2) + estimate(4)) // 2))
+    with pytest.raises(peak_memory.MemoryShort, match=r"--set data\.batch_size=2\b") as error:
+        zoo.train(RECIPE, overrides=quick(TINY, tmp_path))
+    assert peak_memory.gib(estimate(16)) in str(error.value)
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_evaluation_that_does_not_fit_is_refused(monkeypatch, trained):
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, SHORT)
+    refused(["evaluate", str(trained / "model.safetensors"), "--recipe", str(trained / "recipe.yaml")],
+            "zoo evaluate")  # fmt: skip
+
+
+def test_an_import_that_does_not_fit_is_refused_before_reading(monkeypatch, tmp_path):
+    from safetensors.numpy import save_file
+
+    source = tmp_path / "weights.safetensors"
+    save_file({"fc.weight": np.zeros((512, 1024), np.float32)}, str(source))  # 2 MB
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, "4MB")  # three copies of it do not fit
+    out = tmp_path / "imported"
+    outcome = CliRunner().invoke(main, ["import", str(source), "--out", str(out)])
+    assert outcome.exit_code == 2, outcome.output
+    assert "zoo import needs about" in outcome.output and "Nothing was built" in outcome.output
+    assert not out.exists()

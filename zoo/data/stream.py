@@ -1,0 +1,432 @@
+"""A streaming split: files larger than memory, read in one seeded order by both frameworks.
+
+A :class:`Stream` stands where an in-memory split holds its array, as an image folder's
+``ImageFiles`` does: ``stream.batch(positions, seed, epoch)`` returns the examples at those
+positions of that epoch's order (:mod:`zoo.data.stream_order`), decoded. Both frameworks ask
+with the keys of their in-memory pipelines, (epoch, positions of one batch): DataLoader
+workers each ask for every N-th batch, tf.data's parallel map calls likewise, and each
+data-parallel process for its share of every batch.
+
+Answering needs the records before the ones asked for to have gone through the shuffle
+buffer, so a reader keeps a :class:`Cursor` per epoch: the epoch's records as they leave the
+buffer, read once, forward only. A cursor skips the records of the batches other readers
+decode without decoding them (a JSONL line it does not need is never parsed, a document it
+does not need never tokenized); asked for a position it has passed, a reader starts a new
+cursor from the epoch's start. A resumed run's first batch therefore costs reading the epoch
+up to it; each reader holds one shuffle buffer of records, whatever the corpus size.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from zoo.data.dataset import Dataset, Split
+from zoo.data.shards import SAVED_SPLITS, Shard, class_names, find_shards, parse, raw_rows, saved_splits
+from zoo.data.stream_index import ShardIndex, corpus_index, records
+from zoo.data.stream_order import epoch_stream
+from zoo.data.stream_tasks import ImageExamples, Labels, TextExamples, TokenExamples, Unit, label_lookup
+from zoo.data.text import data_tokenizer, mlm_masking
+from zoo.errors import DataError
+from zoo.nn.errors import GRAPH_END, GRAPH_MARK
+from zoo.tokenizer import CharTokenizer
+
+if TYPE_CHECKING:
+    from zoo.tokenizer import Tokenizer
+
+CURSORS_PER_EPOCH = 8  # readers of one epoch a process keeps (tf.data's parallel calls; one per worker)
+
+
+class UnreadableBatch(RuntimeError):
+    """A batch that cannot be read (an image that opens but does not decode, a file changed
+    since it was indexed), raised where it is read: a DataLoader worker, a tf.data call. Both
+    frameworks re-raise it inside their own error, a traceback included; its message travels
+    between zoo's input markers (:mod:`zoo.nn.errors`), so the ``zoo`` command finds it there
+    and prints that line alone (exit 2)."""
+
+    def __init__(self, message: str):
+        super().__init__(message if GRAPH_MARK in message else f"{GRAPH_MARK}{message}{GRAPH_END}")
+
+
+@dataclass(frozen=True)
+class Part:
+    """The records ``start`` .. ``stop - 1`` of an indexed shard that belong to a split."""
+
+    index: ShardIndex
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        """Offsets the part fills in an epoch (its records, or their tokens)."""
+        return self.index.total(self.start, self.stop)
+
+
+class Cursor:
+    """One epoch's records, read forward: ``span(start, stop)`` gives those covering the
+    offsets [start, stop), keeping the ones that reach further for the next call."""
+
+    def __init__(self, units: Iterator[Unit], key: tuple[int, int]):
+        self.units, self.key = units, key
+        self.held: list[Unit] = []  # read, and reaching to or past the last span's end
+        self.end = 0  # the offset after the last record read
+        self.busy = False
+
+    @property
+    def floor(self) -> int:
+        """The smallest offset this cursor can still give."""
+        return self.held[0].start if self.held else self.end
+
+    def span(self, start: int, stop: int) -> list[Unit]:
+        found = [u for u in self.held if u.start + u.size > start]
+        while self.end < stop:
+            unit = next(self.units, None)
+            if unit is None:
+                raise DataError(
+                    f"the streamed files ended before offset {stop} of the epoch; have they changed "
+                    "since they were indexed?"
+                )
+            unit.start = self.end
+            self.end += unit.size
+            if self.end > start:
+                found.append(unit)
+        self.held = [u for u in found if u.start + u.size >= stop]
+        return [u for u in found if u.start < stop]
+
+
+@dataclass(eq=False)
+class Stream:
+    parts: tuple[Part, ...]
+    examples: Any  # a task of zoo.data.stream_tasks
+    length: int  # examples an epoch
+    buffer: int  # data.shuffle_buffer
+    shuffle: bool  # the training split: shards and buffer shuffled every epoch
+    workers: int = 0  # DataLoader worker processes / tf.data parallel calls
+    _cursors: list[Cursor] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getstate__(self) -> dict:  # to a DataLoader worker: without this process's cursors
+        return {**self.__dict__, "_cursors": [], "_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+    @property
+    def text_inputs(self) -> bool:
+        """Batches carry a padding mask (and token types) besides the ids."""
+        return hasattr(self.examples, "max_length")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """As an array of the split's inputs would have it (canonical layout)."""
+        first = self.examples.outputs(channels_last=False)[0]
+        return (self.length, *first[2])
+
+    @property
+    def pairs(self) -> bool:
+        """Sentence pairs: batches carry token types."""
+        return getattr(self.examples, "pair_column", None) is not None
+
+    def units(self, seed: int, epoch: int) -> Iterator[Unit]:
+        """The epoch's records in the order they leave the shuffle buffer."""
+        columns = self.examples.columns
+
+        def read(part: Part) -> Iterator[Unit]:
+            found = records(part.index, columns, part.start, part.stop)
+            for (_, row, stored), size in zip(found, part.index.sizes(part.start, part.stop), strict=True):
+                yield Unit(part.index.shard, row, stored, size)
+
+        shards = [functools.partial(read, part) for part in self.parts]
+        return epoch_stream(shards, seed, epoch, self.buffer, self.shuffle)
+
+    def batch(
+        self, index: np.ndarray, seed: int = 0, epoch: int | None = None, channels_last: bool = False
+    ) -> tuple[np.ndarray, ...]:
+        """The examples at positions ``index`` (consecutive, ascending) of ``epoch``'s order,
+        as the task's arrays. ``epoch`` None (or -1) reads the first epoch's order, as an
+        evaluation does: training images are not augmented, masked-LM masks are fixed."""
+        positions = np.asarray(index, dtype=np.int64).reshape(-1)
+        if len(positions) == 0 or np.any(np.diff(positions) != 1):
+            raise DataError("a stream is read in runs of consecutive positions, not at scattered ones")
+        if positions[-1] >= self.length:
+            raise DataError(f"position {positions[-1]} is past the {self.length} examples of the epoch")
+        start, stop = self.examples.span(positions)
+        epoch = None if epoch is None or epoch < 0 else int(epoch)
+        key = (seed, epoch or 0) if self.shuffle else (0, 0)
+        cursor = self._cursor(key, start)
+        try:
+            units = cursor.span(start, stop)
+            return self.examples.decode(units, positions, seed, epoch, channels_last)
+        except DataError as error:
+            raise UnreadableBatch(str(error)) from None
+        finally:
+            cursor.busy = False
+
+    def __getitem__(self, key) -> np.ndarray:
+        """Any numpy index: the inputs at those positions of the first epoch's order, not
+        augmented (what code written for an in-memory ``split.x[index]`` reads)."""
+        return self.take(key)[0]
+
+    def take(self, key) -> tuple[np.ndarray | None, ...]:
+        """Every array of the examples at any numpy index of positions, in the index's order:
+        read a run of consecutive positions at a time."""
+        positions = np.arange(self.length)[key]
+        if positions.ndim == 0:
+            return tuple(None if a is None else a[0] for a in self.take(positions[None]))
+        if not len(positions):
+            return self.empty()
+        order = np.argsort(positions, kind="stable")
+        ordered = positions[order]
+        runs = np.split(ordered, np.flatnonzero(np.diff(ordered) != 1) + 1)
+        parts = [self.batch(run) for run in runs]
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        joined = [
+            None if a is None else np.concatenate([p[i] for p in parts]) for i, a in enumerate(parts[0])
+        ]
+        return tuple(None if a is None else a[inverse] for a in joined)
+
+    def empty(self) -> tuple[np.ndarray | None, ...]:
+        arrays = [np.empty((0, *shape), dtype) for _, dtype, shape in self.examples.outputs(False)]
+        if self.text_inputs and not self.pairs:  # no token types: (ids, mask, None, labels)
+            arrays.insert(2, None)
+        return tuple(arrays)
+
+    def _cursor(self, key: tuple[int, int], start: int) -> Cursor:
+        """The idle cursor of this epoch furthest on that has not passed ``start``, else a new one."""
+        with self._lock:
+            fits = [c for c in self._cursors if c.key == key and not c.busy and c.floor <= start]
+            if fits:
+                cursor = max(fits, key=lambda c: c.floor)
+            else:
+                self._cursors = [c for c in self._cursors if c.key == key or c.busy]  # an epoch done
+                mine = [c for c in self._cursors if c.key == key and not c.busy]
+                if len(mine) >= CURSORS_PER_EPOCH:
+                    self._cursors.remove(min(mine, key=lambda c: c.floor))
+                cursor = Cursor(self.units(*key), key)
+                self._cursors.append(cursor)
+            cursor.busy = True
+            return cursor
+
+
+@dataclass(frozen=True)
+class StreamLabels:
+    """A streamed split's ``y``: indexing it reads the labels of those positions."""
+
+    stream: Stream
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    def __getitem__(self, key) -> np.ndarray:
+        return self.stream.take(key)[-1]
+
+
+@dataclass(frozen=True)
+class StreamSplit(Split):
+    """A split whose examples are streamed: ``x`` is the :class:`Stream`, no array holds them;
+    ``y`` reads their labels."""
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    @property
+    def has_text_inputs(self) -> bool:
+        return self.x.text_inputs
+
+
+# ------------------------------------------------------------------------------ loading
+
+LM_TASKS = ("language_modeling", "masked_language_modeling")
+SPLIT_NAMES = {"validation": ("validation", "valid", "val", "dev"), "test": ("test",)}
+BPE_SAMPLE = 1 << 24  # characters of training text a 'bpe' tokenizer learns from (the files' start)
+
+
+def load_stream(cfg, input_kind: str, tokenizer: Tokenizer | None = None) -> Dataset:
+    """Index the recipe's files (or read their cached index) and make its three splits;
+    ``tokenizer`` (a checkpoint's) replaces the recipe's ``data.tokenizer``."""
+    entries = split_entries(cfg)
+    shards = {name: find_shards(found, f"data.{name}") for name, found in entries.items()}
+    examples = task_examples(cfg, input_kind, tokenizer, shards["path"])
+    unique = list(dict.fromkeys(s for found in shards.values() for s in found))
+    sized = cfg.task in LM_TASKS
+    index = corpus_index(unique, examples, cfg.on_bad_record, sized)
+    by_shard = dict(zip(unique, index.shards, strict=True))
+    parts = split_parts(cfg, {name: [by_shard[s] for s in found] for name, found in shards.items()})
+    found = index.found
+    if sized:
+        if examples.tokenizer is None:
+            examples.tokenizer = CharTokenizer(found["characters"])
+        if cfg.task == "masked_language_modeling":
+            examples.masking = mlm_masking(examples.tokenizer, cfg.mlm_probability)
+    else:
+        examples.lookup = label_lookup(found)
+    workers = cfg.workers if cfg.workers is not None else min(8, os.cpu_count() or 1)
+    splits = {}
+    for name in ("train", "val", "test"):
+        own = eval_examples(examples) if name != "train" else examples
+        length = sum(p.size for p in parts[name])
+        length = examples.blocks(length) if sized else length
+        stream = Stream(
+            parts[name], own, length, cfg.shuffle_buffer, name == "train" and cfg.shuffle, workers
+        )
+        splits[name] = StreamSplit(stream, StreamLabels(stream))
+    for name in ("train", "test"):
+        if not len(splits[name]):
+            raise DataError(f"data: the {name} split has no examples; {EMPTY[name]}")
+    tokenizer = getattr(examples, "tokenizer", None)
+    return Dataset(
+        splits["train"], splits["val"], splits["test"], cfg.task, dataset_info(cfg, examples, found),
+        vocab=getattr(tokenizer, "vocab", None), classes=classes_of(cfg, found, shards["path"]),
+        tokenizer=tokenizer,
+    )  # fmt: skip
+
+
+EMPTY = {
+    "train": "give more data, or lower data.val_fraction / data.test_fraction",
+    "test": "give test files (data.test) or raise data.test_fraction",
+}
+
+
+def split_entries(cfg) -> dict[str, list[str]]:
+    """The files of each split the recipe names; a DatasetDict folder gives its own splits."""
+    entries = {"path": list(cfg.path)}
+    if len(cfg.path) == 1 and (Path(cfg.path[0]) / SAVED_SPLITS).is_file():
+        saved = saved_splits(Path(cfg.path[0]))
+        if "train" not in saved:
+            raise DataError(
+                f"data.path {cfg.path[0]!r}: a DatasetDict without a 'train' split ({sorted(saved)})"
+            )
+        entries["path"] = [str(saved["train"])]
+        for name, aliases in SPLIT_NAMES.items():
+            given = [a for a in aliases if a in saved]
+            if getattr(cfg, name) is None and given:
+                entries[name] = [str(saved[given[0]])]
+    for name in SPLIT_NAMES:
+        if getattr(cfg, name) is not None:
+            entries[name] = list(getattr(cfg, name))
+    return entries
+
+
+def split_parts(cfg, indexed: dict[str, list[ShardIndex]]) -> dict[str, tuple[Part, ...]]:
+    """Each split's parts: its own files whole, or its share at the end of every training file
+    (train, then validation, then test: no record in two splits)."""
+    carve = {
+        name: getattr(cfg, f"{'val' if name == 'validation' else name}_fraction") for name in SPLIT_NAMES
+    }
+    parts: dict[str, list[Part]] = {"train": [], "val": [], "test": []}
+    for shard in indexed["path"]:
+        n = shard.records
+        n_test = int(n * carve["test"]) if "test" not in indexed else 0
+        n_val = int(n * carve["validation"]) if "validation" not in indexed else 0
+        parts["train"].append(Part(shard, 0, n - n_val - n_test))
+        parts["val"].append(Part(shard, n - n_val - n_test, n - n_test))
+        parts["test"].append(Part(shard, n - n_test, n))
+    for name, key in (("validation", "val"), ("test", "test")):
+        if name in indexed:
+            parts[key] = [Part(shard, 0, shard.records) for shard in indexed[name]]
+    return {name: tuple(found) for name, found in parts.items()}
+
+
+def task_examples(cfg, input_kind: str, tokenizer: Tokenizer | None, train: list[Shard]):
+    """The task's reader, with the tokenizer it needs before the index pass (None: characters,
+    learnt by the pass)."""
+    from zoo.data.image_folder import pixels_for
+    from zoo.registry import families_reading
+
+    if cfg.task == "classification" and cfg.image_column is not None:
+        if input_kind != "image":
+            raise DataError(
+                f"data.image_column gives images, but the model reads {input_kind}s; use an image "
+                f"architecture ({families_reading('image')})"
+            )
+        decode = cfg.check_images == "decode"
+        labels = Labels(cfg.label_column)
+        return ImageExamples(cfg.image_column, cfg.label_column, pixels_for(cfg), decode, labels=labels)
+    if input_kind == "image":
+        raise DataError(
+            f"data task {cfg.task!r} of text gives token ids, but the model reads images; set "
+            "data.image_column for images, or use a family that reads tokens "
+            f"({families_reading('tokens', 'sequence')})"
+        )
+    if tokenizer is None and cfg.tokenizer != "char":
+        tokenizer = data_tokenizer(cfg, sample_texts(cfg, train), None, extend=False)
+    if cfg.task == "classification":
+        if tokenizer is None:
+            raise DataError("streamed text classification needs data.tokenizer 'bpe' or a tokenizer path")
+        text = TextExamples(cfg.text_column, cfg.text_pair_column, cfg.label_column, cfg.max_length)
+        text.tokenizer, text.labels = tokenizer, Labels(cfg.label_column)
+        return text
+    return TokenExamples(cfg.text_column, cfg.seq_len, tokenizer)
+
+
+def sample_texts(cfg, shards: list[Shard]) -> list[str]:
+    """The first :data:`BPE_SAMPLE` characters of training text, in stored order (what a 'bpe'
+    tokenizer learns from; the corpus itself may not fit in memory)."""
+    if cfg.tokenizer != "bpe":
+        return []
+    columns = [c for c in (cfg.text_column, cfg.text_pair_column) if c is not None]
+    texts, total = [], 0
+    for shard in shards:
+        try:
+            for row, stored in raw_rows(shard, columns):
+                try:
+                    record = parse(shard, row, stored)
+                except DataError:
+                    continue  # a bad record: the index pass names it
+                texts += [record[c] for c in columns if isinstance(record.get(c), str)]
+                total += sum(len(record[c]) for c in columns if isinstance(record.get(c), str))
+                if total >= BPE_SAMPLE:
+                    return texts
+        except DataError:
+            continue  # a file that cannot be read: likewise
+    return texts
+
+
+def eval_examples(examples):
+    """The reader of a validation or test split: images without augmentation, fixed masks."""
+    if isinstance(examples, ImageExamples):
+        return replace(examples, pixels=replace(examples.pixels, augmentation=None))
+    if isinstance(examples, TokenExamples) and examples.masking is not None:
+        return replace(examples, masking=replace(examples.masking, fixed=True))
+    return examples
+
+
+def dataset_info(cfg, examples, found: dict) -> dict:
+    if isinstance(examples, ImageExamples):
+        pixels = examples.pixels
+        return {
+            "in_channels": pixels.channels,
+            "image_size": pixels.image_size,
+            "num_classes": classes_count(found),
+        }
+    if isinstance(examples, TextExamples):
+        return {
+            "task": "classification", "inputs": "tokens", "vocab_size": examples.tokenizer.vocab_size,
+            "num_classes": classes_count(found),
+        }  # fmt: skip
+    return {"task": cfg.task, "vocab_size": examples.tokenizer.vocab_size}
+
+
+def classes_count(found: dict) -> int:
+    return max(len(found["names"]), found["largest"] + 1, 2)
+
+
+def classes_of(cfg, found: dict, train: list[Shard]) -> tuple[str, ...]:
+    """Label names: the records' own, or a Hugging Face ClassLabel's for integer labels."""
+    if cfg.task != "classification":
+        return ()
+    if found["names"]:
+        return tuple(found["names"])
+    named = class_names(train[0], cfg.label_column) if train[0].kind in ("parquet", "arrow") else None
+    return tuple(named) if named else ()

@@ -1,0 +1,234 @@
+"""A streaming corpus read once before training: which rows are records, and how big each is.
+
+The order of an epoch (:mod:`zoo.data.stream_order`) needs the number of records of every
+shard, and a language model's epoch (blocks of tokens) needs the token count of every record:
+one pass over the files finds them, parsing and checking every row. A row that is not a usable
+record stops the pass with its file and row named (``data.on_bad_record: error``), or is left
+out of every epoch and counted (``skip``). The counts are written to ``$ZOO_CACHE/streams``
+(default ``~/.cache/zoo``) as they come, a file a shard, and read back a chunk at a time: the
+pass and the readers hold a few chunks, never a corpus' worth, and the next run over the same
+files (same sizes and modification times) and settings reads the index instead of the corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from zoo.data.shards import LINE_KINDS, BadRecord, BadShard, Shard, parse, raw_rows
+from zoo.errors import DataError
+from zoo.limits import read_json
+from zoo.tokenizer import write_atomically
+
+log = logging.getLogger("zoo")
+INDEX_VERSION = 1  # part of every cache key: a new layout never reads an old index
+FLUSH = 1 << 16  # record sizes written to disk at once
+SHOWN = 3  # bad records named in the log when they are skipped
+
+
+class Survey(Protocol):
+    """What the index pass asks of a task: the columns it reads, and each record's size
+    (checked first: a record the task cannot use raises :class:`BadRecord`)."""
+
+    columns: tuple[str, ...]
+
+    def size(self, shard: Shard, row: int, record: dict) -> int: ...
+
+    def key(self) -> str:
+        """What else decides the sizes (a tokenizer's fingerprint), for the cache key."""
+        ...
+
+    def found(self) -> dict[str, Any]:
+        """What the pass learnt besides the sizes (label names, characters): JSON."""
+        ...
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    shard: Shard
+    records: int  # usable records
+    bad: np.ndarray  # rows (as raw_rows numbers them) left out, ascending
+    sizes_file: Path | None  # each record's size, int64; None: every record is one example
+
+    def sizes(self, start: int, stop: int) -> Iterator[int]:
+        """The sizes of records ``start`` .. ``stop - 1``, read a chunk at a time."""
+        if self.sizes_file is None:
+            yield from itertools.repeat(1, max(0, stop - start))
+            return
+        with open(self.sizes_file, "rb") as handle:
+            handle.seek(start * 8)
+            while start < stop:
+                chunk = np.fromfile(handle, dtype=np.int64, count=min(stop - start, FLUSH))
+                if not len(chunk):
+                    raise DataError(f"{self.sizes_file}: cut short; delete it to index the files again")
+                yield from chunk.tolist()
+                start += len(chunk)
+
+    def total(self, start: int, stop: int) -> int:
+        """Offsets records ``start`` .. ``stop - 1`` fill in an epoch (records, or tokens)."""
+        if self.sizes_file is None:
+            return max(0, stop - start)
+        return sum(self.sizes(start, stop))
+
+
+@dataclass(frozen=True)
+class CorpusIndex:
+    shards: tuple[ShardIndex, ...]
+    found: dict[str, Any]  # the survey's findings
+    skipped: int  # bad rows (and unreadable shards' files) left out
+
+
+def corpus_index(shards: Sequence[Shard], survey: Survey, on_bad: str, sized: bool) -> CorpusIndex:
+    """The index of ``shards``: from the cache when these files were indexed with these settings,
+    else read now (and cached). ``sized``: keep each record's size (token counts)."""
+    folder = cache_folder(shards, survey, sized)
+    cached = folder / "index.json"
+    if cached.is_file():
+        record = read_json(cached, error=DataError, fix=f"delete {folder} to index the files again")
+        index = _load(folder, shards, record)
+    else:
+        index = _build(folder, shards, survey, on_bad, sized)
+    if index.skipped:
+        _refuse_or_report(index, folder, on_bad)
+    return index
+
+
+def cache_folder(shards: Sequence[Shard], survey: Survey, sized: bool) -> Path:
+    """Where the index of these files, as they are now, for this survey lives."""
+    files = []
+    for shard in shards:
+        stat = os.stat(shard.path)
+        files.append([os.path.abspath(shard.path), shard.kind, stat.st_size, stat.st_mtime_ns])
+    described = json.dumps([INDEX_VERSION, files, list(survey.columns), survey.key(), sized])
+    digest = hashlib.sha256(described.encode()).hexdigest()[:24]
+    root = Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo")
+    return root / "streams" / digest
+
+
+def _build(folder: Path, shards: Sequence[Shard], survey: Survey, on_bad: str, sized: bool) -> CorpusIndex:
+    """Read every shard once; written into a temporary folder renamed into place (two
+    data-parallel processes may index the same files at once: either result is the same)."""
+    temporary = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    shutil.rmtree(temporary, ignore_errors=True)
+    temporary.mkdir(parents=True)
+    try:
+        entries, problems = [], []
+        for i, shard in enumerate(shards):
+            entries.append(_index_shard(i, shard, survey, on_bad, temporary, sized, problems))
+        record = {"shards": entries, "found": survey.found(), "problems": problems, "sized": sized}
+        write_atomically(temporary / "index.json", json.dumps(record))
+        try:
+            os.replace(temporary, folder)
+        except OSError:  # another process put the same index there first
+            shutil.rmtree(temporary, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return _load(folder, shards, record)
+
+
+def _index_shard(
+    i: int, shard: Shard, survey: Survey, on_bad: str, folder: Path, sized: bool, problems: list[str]
+) -> dict:
+    bad, sizes, records = array("q"), array("q"), 0
+    try:
+        with open(folder / f"sizes-{i}.bin", "wb") as out:
+            for row, stored in raw_rows(shard, survey.columns):
+                try:
+                    size = survey.size(shard, row, parse(shard, row, stored))
+                except BadRecord as error:
+                    if on_bad == "error":
+                        raise DataError(f"{error}; {FIX}") from None
+                    bad.append(row)
+                    if len(problems) < SHOWN:
+                        problems.append(str(error))
+                    continue
+                records += 1
+                if sized:
+                    sizes.append(size)
+                    if len(sizes) >= FLUSH:
+                        sizes.tofile(out)
+                        sizes = array("q")
+            sizes.tofile(out)
+    except BadShard as error:
+        if on_bad == "error":
+            raise DataError(f"{error}; {FIX}") from None
+        problems.append(str(error))
+        return {"records": 0, "bad": -1}
+    np.save(folder / f"bad-{i}.npy", np.frombuffer(bad, dtype=np.int64))
+    return {"records": records, "bad": len(bad)}
+
+
+FIX = "fix or remove it, or set data.on_bad_record: skip to leave such records out"
+
+
+def _load(folder: Path, shards: Sequence[Shard], record: dict) -> CorpusIndex:
+    indexed, skipped = [], 0
+    for i, (shard, entry) in enumerate(zip(shards, record["shards"], strict=True)):
+        if entry["bad"] < 0:  # a file that cannot be read at all
+            skipped += 1
+            indexed.append(ShardIndex(shard, 0, np.zeros(0, np.int64), None))
+            continue
+        sizes = folder / f"sizes-{i}.bin" if record.get("sized") else None
+        bad = np.load(folder / f"bad-{i}.npy")
+        skipped += len(bad)
+        indexed.append(ShardIndex(shard, entry["records"], bad, sizes))
+    return CorpusIndex(tuple(indexed), {**record["found"], "problems": record["problems"]}, skipped)
+
+
+def _refuse_or_report(index: CorpusIndex, folder: Path, on_bad: str) -> None:
+    problems = index.found["problems"]
+    if on_bad == "error":  # indexed before with skip: the same records are still bad
+        raise DataError(f"{problems[0]}; {FIX}")
+    total = sum(s.records for s in index.shards)
+    log.warning(
+        f"left out {index.skipped} bad record(s) or unreadable file(s) ({total} records kept, "
+        f"data.on_bad_record: skip); the first: {'; '.join(problems)}"
+    )
+
+
+def records(
+    part: ShardIndex, columns: Sequence[str], start: int, stop: int
+) -> Iterator[tuple[int, int, Any]]:
+    """(record number, row, stored row) of the usable records ``start`` .. ``stop - 1`` of a
+    shard, in file order, bad rows left out as the index found them."""
+    if stop <= start:
+        return
+    bad = part.bad
+    by_line = part.shard.kind in LINE_KINDS  # lines are read one by one anyway: counted from the first
+    first = 0 if by_line else _row_of(part, start)
+    record = 0 if by_line else start
+    skip = int(np.searchsorted(bad, first))  # bad rows before the first one read
+    for row, stored in raw_rows(part.shard, columns, first):
+        if skip < len(bad) and bad[skip] == row:
+            skip += 1
+            continue
+        if isinstance(stored, BadRecord):
+            raise DataError(f"{stored}: not found when the file was indexed; has it changed since?")
+        if record >= start:
+            yield record, row, stored
+        record += 1
+        if record >= stop:
+            return
+
+
+def _row_of(part: ShardIndex, record: int) -> int:
+    """The row of a Parquet or Arrow shard's ``record``-th usable record: each bad row at or
+    before it moves it one row on."""
+    row = record
+    for bad in part.bad.tolist():
+        if bad > row:
+            break
+        row += 1
+    return row

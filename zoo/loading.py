@@ -1,0 +1,216 @@
+"""``zoo.load``: a built model from whatever a user has, in one call.
+
+What it takes, tried in this order:
+
+- a zoo checkpoint (``model.safetensors`` or any ``.safetensors`` file zoo wrote);
+- a run folder (``recipe.yaml`` beside ``model.safetensors``), or a folder ``zoo import`` wrote:
+  its ``model.safetensors``;
+- a foreign directory or file (a transformers or timm folder with its ``config.json``, a
+  torchvision / timm state dict ``.pth``/``.pt``/``.bin``/``.safetensors``): imported on the fly
+  by :func:`zoo.interchange.import_checkpoint`, with every check of ``zoo import``, into
+  ``$ZOO_CACHE/imported/<key>/`` (default ``~/.cache/zoo``). The key is a hash of the source's
+  resolved path and the size and modification time of every file the import reads, so an
+  edited source is imported again and an unchanged one is read from the cache. Nothing is
+  downloaded;
+- a family or preset name (``resnet18``, ``vit-tiny``), or another library's name of one, as
+  the families declare (``Family.aliases``: timm's ``vit_tiny_patch16_224`` and
+  ``resnet50.tv_in1k``, transformers' ``gpt2`` and ``bert-base-uncased``): the model with fresh
+  weights (``seed`` makes them the ones ``zoo train`` would start from). No weights are fetched.
+
+A path that does not exist and a name nobody knows are refused, the name with the closest
+known ones ("did you mean ...").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zoo import registry
+from zoo.checkpoint import FORMAT, CheckpointError
+
+log = logging.getLogger("zoo")
+
+FOREIGN_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
+CHECKPOINT = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where a model comes from: a zoo checkpoint to load, or a family / preset to build."""
+
+    checkpoint: Path | None = None
+    name: str | None = None
+    imported_from: Path | None = None  # the foreign source an on-the-fly import read
+
+
+def load(path_or_name: str | Path, framework: str = "lightning", *, seed: int | None = None, **config: Any):
+    """A torch ``nn.Module`` or a built ``keras.Model`` from a zoo checkpoint, a run folder, a
+    transformers / timm / torchvision directory or file (imported on the fly), or a family,
+    preset or alias name (fresh weights; ``config`` fields override the preset's). See the
+    module's docstring for the order and the import cache."""
+    from zoo.backend import backend_for, framework_name, load_checkpoint
+
+    framework = framework_name(framework)
+    found = locate(path_or_name)
+    if found.checkpoint is not None:
+        if config or seed is not None:
+            raise CheckpointError(
+                f"{path_or_name}: a checkpoint's model is built from its own config and weights; "
+                "seed and config fields are for a family or preset name"
+            )
+        return load_checkpoint(found.checkpoint, framework)
+    # zoo.create_model's build (zoo.api sits above this module: it asks describe_directory)
+    family, resolved = registry.get_family(found.name), registry.resolve_config(found.name, **config)
+    return backend_for(framework).build(family, resolved, seed)
+
+
+def locate(path_or_name: str | Path) -> Located:
+    """What :func:`load` would load: a checkpoint file (importing a foreign source into the
+    cache first) or a family / preset name."""
+    path = Path(path_or_name)
+    if path.is_file():
+        return _file(path)
+    if path.is_dir():
+        return _directory(path)
+    name = str(path_or_name)
+    if isinstance(path_or_name, Path) or name.endswith(FOREIGN_SUFFIXES) or name.startswith((".", "/", "~")):
+        raise CheckpointError(f"{path_or_name}: no such file or folder")
+    try:
+        return Located(name=registry.canonical_name(name))
+    except registry.UnknownArchitectureError as error:
+        if os.sep in name:  # a path, or a hub name ("org/model") zoo does not know
+            raise CheckpointError(f"{name}: no such file or folder (nor a name zoo knows: {error})") from None
+        raise
+
+
+def _file(path: Path) -> Located:
+    if path.suffix not in FOREIGN_SUFFIXES:
+        raise CheckpointError(
+            f"{path}: not a checkpoint zoo reads: a zoo checkpoint (.safetensors), a run folder, a "
+            f"transformers or timm folder, or a state dict ({', '.join(FOREIGN_SUFFIXES)})"
+        )
+    if path.suffix == ".safetensors" and is_zoo_checkpoint(path):
+        return Located(checkpoint=path)
+    return Located(checkpoint=imported(path), imported_from=path)
+
+
+def _directory(path: Path) -> Located:
+    held = path / CHECKPOINT
+    if (path / "recipe.yaml").is_file():
+        if not held.is_file():
+            raise CheckpointError(
+                f"{path}: a zoo run folder without {CHECKPOINT}: the run has not exported its checkpoint "
+                f"(it is running, stopped or failed: zoo runs show {path})"
+            )
+        return Located(checkpoint=held)
+    if held.is_file() and is_zoo_checkpoint(held):
+        return Located(checkpoint=held)
+    if _foreign_directory(path):
+        return Located(checkpoint=imported(path), imported_from=path)
+    raise CheckpointError(f"{path}: {describe_directory(path)}")
+
+
+def is_zoo_checkpoint(path: Path) -> bool:
+    """Whether a safetensors file carries zoo's marker (any other file, or one that does not
+    open, is not: :func:`zoo.checkpoint.read_checkpoint` says why when it is read)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            return (handle.metadata() or {}).get("format") == FORMAT
+    except Exception:  # safetensors raises its own error type, or OSError
+        return False
+
+
+def _foreign_directory(path: Path) -> bool:
+    from zoo.interchange import WEIGHT_FILES
+
+    return any((path / name).is_file() for name in (*WEIGHT_FILES, "model.safetensors.index.json"))
+
+
+def describe_directory(path: Path) -> str:
+    """What a folder holds, in the words of what to call on it (``zoo.load_checkpoint``, which
+    reads one file, says this when given a folder)."""
+    path = Path(path)
+    held = path / CHECKPOINT
+    if (path / "recipe.yaml").is_file():
+        if held.is_file():
+            return (
+                f"a zoo run folder; its checkpoint is {held}: zoo.load_checkpoint('{held}'), or "
+                f"zoo.load('{path}') for the folder"
+            )
+        return f"a zoo run folder that has not exported {CHECKPOINT} yet (zoo runs show {path})"
+    if held.is_file() and is_zoo_checkpoint(held):
+        return (
+            f"a folder holding the zoo checkpoint {held}: zoo.load_checkpoint('{held}'), or "
+            f"zoo.load('{path}')"
+        )
+    if _foreign_directory(path):
+        kind = _foreign_kind(path)
+        return (
+            f"a {kind} folder, not a zoo checkpoint: zoo.load('{path}') imports and loads it, or "
+            f"zoo.import_checkpoint('{path}', OUT) writes it as one"
+        )
+    found = sorted(p.name for p in path.iterdir())[:10]
+    return (
+        "a folder that holds no checkpoint (no model.safetensors, pytorch_model.bin or recipe.yaml); it has: "
+        + (", ".join(found) or "nothing")
+    )
+
+
+def _foreign_kind(path: Path) -> str:
+    """transformers' or timm's, as its config.json says (timm's names an ``architecture`` and a
+    ``pretrained_cfg``, transformers' a ``model_type``)."""
+    from zoo.limits import read_json
+
+    config = path / "config.json"
+    if not config.is_file():
+        return "weights"
+    try:
+        meta = read_json(config, error=ValueError)
+    except ValueError:
+        return "weights"
+    if "pretrained_cfg" in meta or "architecture" in meta:
+        return "timm"
+    return "transformers" if "model_type" in meta or "architectures" in meta else "weights"
+
+
+# ------------------------------------------------------------------------------ the import cache
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo") / "imported"
+
+
+def imported(src: Path) -> Path:
+    """The zoo checkpoint of a foreign source, imported once into the cache (see the module's
+    docstring for the key). The import writes into a folder of its own, renamed into place when
+    whole: two processes importing the same source each finish, and one folder stays."""
+    from zoo.interchange import import_checkpoint, import_inputs
+
+    digest = hashlib.sha256(str(src.resolve()).encode())
+    for read in import_inputs(src):
+        if read.is_file():
+            stat = read.stat()
+            digest.update(f"\0{read.name}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+    folder = cache_root() / f"{src.name}-{digest.hexdigest()[:16]}"
+    if (folder / CHECKPOINT).is_file():
+        return folder / CHECKPOINT
+    partial = folder.with_name(f".{folder.name}.{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        import_checkpoint(src, partial)
+        log.info(f"imported {src} into {folder} (zoo.load's cache: $ZOO_CACHE/imported)")
+        partial.rename(folder)
+    except OSError:
+        if not (folder / CHECKPOINT).is_file():  # another process did not finish it first
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder / CHECKPOINT
