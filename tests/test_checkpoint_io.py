@@ -19,10 +19,11 @@ from safetensors.numpy import load_file, save_file
 
 import zoo
 from zoo import registry
+from zoo.aligned import contiguous
 from zoo.backend import load_checkpoint
 from zoo.checkpoint import model_tensors, read_aligned
 from zoo.keras import skeleton as keras_skeleton
-from zoo.weights import contiguous, keras_layer, tensors_to_keras
+from zoo.weights import keras_layer, tensors_to_keras
 
 TIED = [("gpt2-micro", {}), ("bert-micro", {"task": "masked_language_modeling"})]
 

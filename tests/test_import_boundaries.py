@@ -31,8 +31,8 @@ FAMILIES = sorted(p.name for p in (ROOT / "architectures").iterdir() if (p / "__
 # drawing its initial weights; it imports nothing of zoo.
 FOUNDATION = (
     "zoo.errors", "zoo.limits", "zoo.foreign", "zoo.overwrite", "zoo.progress", "zoo.memory",
-    "zoo.preprocessing", "zoo.keras.skeleton", "zoo.weights", "zoo.safetensors_io", "zoo.family",
-    "zoo.registry", "zoo.model_io", "zoo.checkpoint", "zoo.recipe",
+    "zoo.preprocessing", "zoo.keras.skeleton", "zoo.aligned", "zoo.weights", "zoo.safetensors_io",
+    "zoo.family", "zoo.registry", "zoo.model_io", "zoo.checkpoint", "zoo.recipe",
 )  # fmt: skip
 
 

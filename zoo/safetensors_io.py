@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from zoo.aligned import ALIGNMENT, aligned_empty, aligned_view, contiguous
+
 SAFETENSORS_DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
     "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32",
@@ -100,8 +102,6 @@ def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
     holds the GIL only while the arrays are made: a load reads in a second thread while its
     main thread builds a Keras twin in Python, and a read call per tensor would wait for
     that thread's GIL (up to the 5 ms switch interval) each time."""
-    from zoo.weights import aligned_empty
-
     with open(path, "rb", buffering=0) as handle:
         (length,) = np.frombuffer(handle.read(8), "<u8")
         header = parse_header(handle.read(int(length)), path)
@@ -246,8 +246,6 @@ def write_safetensors(
     naming ``finite_source``) once all are checked, and nothing is replaced. ``float_dtype``
     is the dtype floating tensors are written in (a low-precision export), after that check.
     """
-    from zoo.weights import aligned_view, contiguous
-
     if not all(isinstance(key, str) and isinstance(value, str) for key, value in metadata.items()):
         raise TypeError(f"safetensors metadata maps str to str, not {metadata!r}")
     stream = isinstance(tensors, TensorStream)
@@ -374,8 +372,6 @@ class _Spare:
         self._lock = threading.Lock()
 
     def take(self, nbytes: int) -> np.ndarray:
-        from zoo.weights import ALIGNMENT
-
         with self._lock:
             fits = [i for i, memory in enumerate(self._free) if memory.nbytes >= nbytes + ALIGNMENT]
             if fits:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from zoo.aligned import ALIGNMENT, aligned_view, contiguous
+
 if TYPE_CHECKING:
     from zoo.safetensors_io import TensorStream
 
@@ -375,45 +377,6 @@ def _root(array: np.ndarray) -> np.ndarray:
     while isinstance(array.base, np.ndarray):
         array = array.base
     return array
-
-
-ALIGNMENT = 64  # bytes: what Eigen's vectorised kernels want, and what TensorFlow allocates
-
-
-def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """``np.empty`` on a 64-byte boundary, so that TensorFlow can adopt the memory as is."""
-    dtype = np.dtype(dtype)
-    return aligned_view(np.empty(math.prod(shape) * dtype.itemsize + ALIGNMENT, np.uint8), shape, dtype)
-
-
-def aligned_view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An array of ``shape`` and ``dtype`` at the first 64-byte boundary of the bytes ``raw``."""
-    size = math.prod(shape) * dtype.itemsize
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start : start + size].view(dtype).reshape(shape)
-
-
-def contiguous(array: np.ndarray, rows: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
-    """A C-ordered copy of ``array``, 64-byte aligned. A transposed matrix (the usual case: a
-    kernel between torch's (out, in) and Keras' (in, out)) is copied in bands of ``rows``
-    source rows, which keeps both sides in cache: ~3x numpy's element-strided copy.
-
-    Each destination row takes one element from every source row of the band, ``rows``
-    cache lines one source row apart. Where that distance is a multiple of 4 KiB they all
-    fall in one set of the L1 cache (8 ways here) and evict each other: bands of 12 then,
-    32 otherwise (on this machine's 2-core EPYC, source (768, 3072): 1.3 -> 2.5 GB/s; (4096,
-    1024): 1.1 -> 2.5; (768, 2304), 3 KiB apart: 4.0 with 32, 3.9 with 12). Into ``out``
-    where given (aligned memory of the same shape and dtype)."""
-    out = aligned_empty(array.shape, array.dtype) if out is None else out
-    if array.ndim == 2 and array.T.flags.c_contiguous and array.shape[1] > 1:
-        source = array.T  # C-ordered: each band of its rows is a column band of ``out``
-        if rows is None:
-            rows = 12 if source.strides[0] % 4096 == 0 else 32
-        for start in range(0, source.shape[0], rows):
-            out[:, start : start + rows] = source[start : start + rows].T
-    else:
-        out[...] = array
-    return out
 
 
 # ---------------------------------------------------------------------- weight decay
