@@ -47,11 +47,13 @@ def float32_sums(convolve: Callable, inputs, kernel):
     """``convolve(inputs, kernel)`` as zoo's mixed rule means a low-precision product
     (docs/precision.md): the operands rounded, every sum in float32, the output rounded once.
 
-    A GPU's kernels do that; TensorFlow's CPU kernels sum a bfloat16 convolution partly in
-    bfloat16, in the forward pass (depthwise) and in both gradients, 4x to 16x one rounding. On
-    the CPU the convolution therefore runs in float32 on the low-precision operands (each product
-    of two bfloat16 values is exact in float32) and the casts around it round the output and, in
-    backward, both gradients once to nearest, as torch rounds a convolution's output.
+    TensorFlow's CPU kernels sum a bfloat16 convolution partly in bfloat16, in the forward pass
+    (depthwise) and in both gradients, 4x to 16x one rounding. On the CPU the convolution
+    therefore runs in float32 on the low-precision operands (each product of two bfloat16 values
+    is exact in float32) and the casts around it round the output and, in backward, both
+    gradients once to nearest, as torch rounds a convolution's output. Where TensorFlow sees a
+    GPU its own kernels run (cuDNN's; not measured against this rule). On a CPU without bfloat16
+    instructions the float32 convolution is also the faster one (docs/precision.md).
     """
     dtype = keras.backend.standardize_dtype(inputs.dtype)
     if dtype not in LOW_PRECISION or not _tensorflow_on_cpu():
