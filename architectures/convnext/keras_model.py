@@ -8,8 +8,9 @@ and channels last inside the blocks) are one LayerNorm over the last axis: zoo's
 torch's order, with ConvNeXt's epsilon 1e-6 (Keras' default is 1e-3). GELU is exact (zoo's
 ``Mlp``). The depthwise 7x7 convolution at stride 1 pads 3 on every side under Keras' "same",
 as torch's ``padding=3`` does; the stem and downsampling convolutions tile the map exactly
-("valid"). Dense and convolution layers are zoo's, which add their bias in float32 under
-mixed precision (docs/precision.md).
+("valid"). Under mixed precision (docs/precision.md) the norms compute and return float32, as the
+torch twin's do, and the dense and convolution layers are zoo's: the bias added in float32, the
+convolutions summed in float32 on the CPU.
 """
 
 from __future__ import annotations
@@ -133,10 +134,8 @@ class ConvNeXt(keras.Model):
     def forward_features(self, x, training=False):
         """(N, H, W, C) -> the last stage's map (N, h, w, dims[3])."""
         conv, norm = self.stem
-        x = conv(self._checked(x))
-        # torch's stem norm returns its input's dtype (layer_norm is on none of autocast's lists),
-        # so under mixed precision the first stage starts from the low-precision map there too.
-        x = ops.cast(norm(x), x.dtype)
+        # The norm's output is float32 under mixed precision, as the torch twin's (zoo's LayerNorm).
+        x = norm(conv(self._checked(x)))
         checkpointing = bool(training and self.grad_checkpointing)
         for stage in self.stages:
             x = stage(x, training=training, checkpointing=checkpointing)

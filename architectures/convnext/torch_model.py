@@ -9,7 +9,9 @@ and then initialised as timm does (``_init_weights``: truncated normal of std 0.
 convolution and linear weight, zero biases, with timm's own sampler), so a model built after
 ``torch.manual_seed(s)`` holds exactly the tensors ``timm.create_model("convnext_*")`` draws
 after the same seed. The interface beyond the state dict is timm's too: ``forward_features``,
-``forward_head`` and ``set_grad_checkpointing``.
+``forward_head`` and ``set_grad_checkpointing``. The LayerNorms are zoo's (``nn.LayerNorm``'s
+tensors): under autocast they normalise in float32 on the CPU too, as CUDA's autocast does; a
+plain one would normalise a bfloat16 convolution output in bfloat16 on the CPU.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from architectures.convnext.config import (
     image_size_message,
 )
 from zoo.nn.errors import InputError
-from zoo.nn.torch import DropPath, LayerNorm2d, Mlp
+from zoo.nn.torch import DropPath, LayerNorm, LayerNorm2d, Mlp
 from zoo.nn.torch.init import trunc_normal_
 from zoo.nn.torch.remat import checkpointed_call
 
@@ -36,7 +38,7 @@ class Block(nn.Module):
     def __init__(self, dim: int, hidden: int, layer_scale: float, drop_path: float):
         super().__init__()
         self.conv_dw = nn.Conv2d(dim, dim, KERNEL_SIZE, padding=KERNEL_SIZE // 2, groups=dim)
-        self.norm = nn.LayerNorm(dim, eps=LAYER_NORM_EPS)
+        self.norm = LayerNorm(dim, eps=LAYER_NORM_EPS)
         self.mlp = Mlp(dim, hidden)
         self.gamma = nn.Parameter(torch.full((dim,), layer_scale))
         self.drop_path = DropPath(drop_path)
@@ -78,7 +80,7 @@ class Head(nn.Module):
 
     def __init__(self, cfg: ConvNeXtConfig):
         super().__init__()
-        self.norm = nn.LayerNorm(cfg.num_features, eps=LAYER_NORM_EPS)
+        self.norm = LayerNorm(cfg.num_features, eps=LAYER_NORM_EPS)
         self.drop = nn.Dropout(cfg.head_dropout)
         self.fc = nn.Linear(cfg.num_features, cfg.num_classes) if cfg.task == "classification" else None
 

@@ -8,12 +8,23 @@ A language model's head bias came out 56 % off. Here the product runs in the lay
 compute dtype and the bias is added in float32 (float64 stays float64), so its gradient
 is a float32 sum as in torch; the output is rounded back to the compute dtype, as torch's
 autocast returns a low-precision product. At float32 the casts are no-ops.
+
+On the CPU, TensorFlow's low-precision convolution kernels do not sum in float32 either (a
+bfloat16 ``Conv2DBackpropFilter`` over 512 positions is 2.6e-2 off, torch's 6.9e-3; its
+``Conv2DBackpropInput`` 7.2e-3, torch's one rounding 1.7e-3; the depthwise forward 6.9e-3): there
+zoo's convolutions run in float32 on the low-precision operands, rounded once
+(:func:`float32_sums`).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import keras
 from keras import ops
+
+LOW_PRECISION = ("bfloat16", "float16")
 
 
 def add_bias(y, bias):
@@ -21,6 +32,33 @@ def add_bias(y, bias):
     dtype = y.dtype
     wide = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
     return ops.cast(ops.add(ops.cast(y, wide), ops.cast(bias, wide)), dtype)
+
+
+@functools.cache
+def _tensorflow_on_cpu() -> bool:
+    """Whether TensorFlow runs this process's operations on the CPU: it sees no GPU. Asked when a
+    layer first runs, after the runtime started, when its devices can no longer change."""
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU")
+
+
+def float32_sums(convolve: Callable, inputs, kernel):
+    """``convolve(inputs, kernel)`` as zoo's mixed rule means a low-precision product
+    (docs/precision.md): the operands rounded, every sum in float32, the output rounded once.
+
+    TensorFlow's CPU kernels sum a bfloat16 convolution partly in bfloat16, in the forward pass
+    (depthwise) and in both gradients, 4x to 16x one rounding. On the CPU the convolution
+    therefore runs in float32 on the low-precision operands (each product of two bfloat16 values
+    is exact in float32) and the casts around it round the output and, in backward, both
+    gradients once to nearest, as torch rounds a convolution's output. Where TensorFlow sees a
+    GPU its own kernels run (cuDNN's; not measured against this rule). On a CPU without bfloat16
+    instructions the float32 convolution is also the faster one (docs/precision.md).
+    """
+    dtype = keras.backend.standardize_dtype(inputs.dtype)
+    if dtype not in LOW_PRECISION or not _tensorflow_on_cpu():
+        return convolve(inputs, kernel)
+    return ops.cast(convolve(ops.cast(inputs, "float32"), ops.cast(kernel, "float32")), dtype)
 
 
 @keras.saving.register_keras_serializable(package="zoo")
@@ -42,7 +80,8 @@ class Dense(keras.layers.Dense):
 
 @keras.saving.register_keras_serializable(package="zoo")
 class Conv2D(keras.layers.Conv2D):
-    """``keras.layers.Conv2D`` (channels last) with :func:`add_bias`.
+    """``keras.layers.Conv2D`` (channels last) with :func:`add_bias`, summed in float32 on the CPU
+    (:func:`float32_sums`).
 
     A 1x1 convolution with stride s and "valid" padding (a ResNet shortcut) runs as the pixels
     it reads, ``x[:, ::s, ::s]``, through a stride-1 convolution: the same products summed in
@@ -59,7 +98,7 @@ class Conv2D(keras.layers.Conv2D):
         return super().convolution_op(inputs, kernel)
 
     def call(self, inputs):
-        y = self.convolution_op(inputs, self.kernel)
+        y = float32_sums(self.convolution_op, inputs, self.kernel)
         if self.use_bias:
             y = add_bias(y, self.bias)
         return y if self.activation is None else self.activation(y)
@@ -67,18 +106,19 @@ class Conv2D(keras.layers.Conv2D):
 
 @keras.saving.register_keras_serializable(package="zoo")
 class DepthwiseConv2D(keras.layers.DepthwiseConv2D):
-    """``keras.layers.DepthwiseConv2D`` (channels last) with :func:`add_bias`: torch's
-    ``nn.Conv2d(C, C * m, k, groups=C)``, its (C * m, 1, k, k) weight a (k, k, C, m) kernel."""
+    """``keras.layers.DepthwiseConv2D`` (channels last) with :func:`add_bias`, summed in float32 on
+    the CPU (:func:`float32_sums`): torch's ``nn.Conv2d(C, C * m, k, groups=C)``, its
+    (C * m, 1, k, k) weight a (k, k, C, m) kernel."""
 
     def call(self, inputs):
-        y = ops.depthwise_conv(
-            inputs,
-            self.kernel,
+        convolve = functools.partial(
+            ops.depthwise_conv,
             strides=self.strides,
             padding=self.padding,
             dilation_rate=self.dilation_rate,
             data_format=self.data_format,
         )
+        y = float32_sums(convolve, inputs, self.kernel)
         if self.use_bias:
             y = add_bias(y, self.bias)
         return y if self.activation is None else self.activation(y)

@@ -1,12 +1,12 @@
 """Normalisation layers: BatchNorm that refuses a training batch with one value per channel in the
-Keras twin's words, LayerNorm over the channels of a channels-first map, and transformers' RMSNorm."""
+Keras twin's words, LayerNorm in float32 under autocast on every device (and over the channels of a
+channels-first map), and transformers' RMSNorm."""
 
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from zoo.nn.errors import InputError, batchnorm_message
@@ -24,7 +24,22 @@ class BatchNorm2d(nn.BatchNorm2d):
         return super().forward(x)
 
 
-class LayerNorm2d(nn.LayerNorm):
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` (same tensors, same state_dict) that normalises in float32 under autocast,
+    on the CPU as CUDA's autocast does (``layer_norm`` is on its float32 list: input cast up, a
+    float32 output). CPU autocast has it on neither list, so a bfloat16 input, a convolution's
+    output in ConvNeXt, came out bfloat16 and its weight and bias gradients were summed in
+    bfloat16: 2.0e-2 off over 2,048 rows, where a float32 sum of the same bfloat16 output
+    gradients is exact to 1e-7 (docs/precision.md keeps normalisation in float32). Outside
+    autocast (float32, or every tensor bfloat16 under "bf16-true") it is ``nn.LayerNorm``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype in (torch.bfloat16, torch.float16) and torch.is_autocast_enabled(x.device.type):
+            x = x.float()
+        return super().forward(x)
+
+
+class LayerNorm2d(LayerNorm):
     """LayerNorm over the channels of an (N, C, H, W) map: torchvision's and timm's
     ``LayerNorm2d`` (ConvNeXt's stem, downsampling layers and head), the same tensors as
     ``nn.LayerNorm(C)``. The map is normalised channels last and handed back channels first,
@@ -32,8 +47,7 @@ class LayerNorm2d(nn.LayerNorm):
     over the last axis of its (N, H, W, C) map."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
-        return x.permute(0, 3, 1, 2)
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class RMSNorm(nn.Module):
