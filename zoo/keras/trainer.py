@@ -75,21 +75,22 @@ def distribution_strategy(trainer_cfg):
     return None
 
 
-def compile_for(model, task: str, optimizer, jit_compile: bool = False) -> None:
-    """Loss and metrics per task, the same quantities the Lightning tasks log. Token tasks
-    skip ``IGNORE_INDEX`` labels (padding, unmasked positions)."""
+def compile_for(model, task: str, optimizer, jit_compile: bool = False, metric: str | None = None) -> None:
+    """Loss and metrics per task, the same quantities the Lightning tasks log, under the same
+    names (``metric``: the data's, :attr:`zoo.data.Dataset.metrics`). Token tasks skip
+    ``IGNORE_INDEX`` labels (padding, unmasked positions)."""
     import keras
 
     from zoo.keras.losses import TokenAccuracy, TokenBits, TokenCrossEntropy
 
     if task == "classification":
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        metric = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+        measure = keras.metrics.SparseCategoricalAccuracy(name=metric or "accuracy")
     elif task == "language_modeling":
-        loss, metric = TokenCrossEntropy(), TokenBits(name="bpc")
+        loss, measure = TokenCrossEntropy(), TokenBits(name=metric or "bpc")
     else:  # token_classification, masked_language_modeling
-        loss, metric = TokenCrossEntropy(), TokenAccuracy(name="accuracy")
-    model.compile(optimizer=optimizer, loss=loss, metrics=[metric], jit_compile=jit_compile)
+        loss, measure = TokenCrossEntropy(), TokenAccuracy(name=metric or "accuracy")
+    model.compile(optimizer=optimizer, loss=loss, metrics=[measure], jit_compile=jit_compile)
 
 
 def for_batches(model, dataset: Dataset):
@@ -173,7 +174,9 @@ def compiled_for_training(
     )
     model = for_batches(model, dataset)
     jit_compile = trainer_cfg.compile if jit_compile is None else jit_compile
-    compile_for(model, dataset.task, loss_scaled(optimizer, trainer_cfg.precision), jit_compile)
+    compile_for(
+        model, dataset.task, loss_scaled(optimizer, trainer_cfg.precision), jit_compile, dataset.metrics[0]
+    )
     return model, optimizer
 
 
@@ -231,7 +234,9 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     progress = training_progress(trainer_cfg.progress_bar) if run else "none"
     if run:
         lines = EpochLines(trainer_cfg.max_epochs) if progress == "lines" else None
-        log = MetricsLog(run.metrics, dataset.task, append=resume is not None, echo=lines)
+        log = MetricsLog(
+            run.metrics, dataset.task, append=resume is not None, echo=lines, tokenizer=dataset.tokenizer
+        )
         callbacks += tracking_callbacks(recipe, run.path, log, len(dataset.train))  # CSV, TensorBoard, MLflow
     run_path = run.path if run else None
     if run_path is not None:

@@ -36,7 +36,7 @@ class LightningBackend(Backend):
 
         tester = evaluation_trainer(trainer)
         pin = resolve_accelerator(trainer.accelerator) == "gpu"  # as fit does
-        task = TASKS[dataset.task](model, None, None)
+        task = TASKS[dataset.task](model, None, None, metric=dataset.metrics[0])
         results = tester.test(task, loader(dataset.test, batch_size, pin_memory=pin), verbose=False)[0]
         return {k: float(v) for k, v in results.items()}
 
