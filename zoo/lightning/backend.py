@@ -70,12 +70,14 @@ class LightningBackend(Backend):
 def evaluation_trainer(trainer_cfg):
     """A Trainer for ``test`` on the recipe's accelerator and in its precision (:func:`one_device`)."""
     import lightning as L
+    import torch
 
-    from zoo.hardware import check_trainer
+    from zoo.hardware import check_trainer, kernel_threads
     from zoo.lightning.trainer import check_accelerator, quiet
 
     trainer_cfg = one_device(trainer_cfg)
     check_trainer(trainer_cfg)  # float16 or a GPU this machine lacks: said in zoo's words
+    torch.set_num_threads(kernel_threads(trainer_cfg))  # as training chooses them (and Keras' evaluate)
     quiet()
     return L.Trainer(
         accelerator=check_accelerator(trainer_cfg), devices=1, precision=trainer_cfg.precision,

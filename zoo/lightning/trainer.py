@@ -21,6 +21,7 @@ from zoo.initial_weights import seeded_torch_model
 from zoo.lightning.callbacks import (
     CallbackGroup,
     EpochMetrics,
+    KernelThreads,
     ResumePosition,
     SaveState,
     StepScalars,
@@ -201,8 +202,8 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     quiet()
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
     accelerator = check_accelerator(trainer_cfg)
-    if trainer_cfg.num_threads:
-        torch.set_num_threads(trainer_cfg.num_threads)
+    processes = trainer_cfg.devices if trainer_cfg.resolved_strategy() in ("ddp", "fsdp") else 1
+    threads = KernelThreads(trainer_cfg, processes)  # before any kernel runs; a resume's, when restored
     L.seed_everything(trainer_cfg.seed, verbose=False)
     model = seeded_torch_model(family, config, trainer_cfg.seed)
     family.set_grad_checkpointing(model, "lightning", trainer_cfg.gradient_checkpointing)
@@ -233,6 +234,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
             *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
             ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
             SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
+            threads,
             restored := Restored(),
         ),
     ]
@@ -278,6 +280,6 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     metrics = {k: float(v) for k, v in results.items()}
     first = losses.first  # zoo.runs.growth compares the last epoch's loss with it
     return model, {
-        **metrics, "train_seconds": seconds, "replicas": trainer.world_size,
+        **metrics, "train_seconds": seconds, "replicas": trainer.world_size, "num_threads": threads.count,
         **({"train_loss_first_batch": first} if first is not None else {}),
     }  # fmt: skip
