@@ -28,7 +28,8 @@ from zoo.recipe import data_task, load_recipe  # noqa: E402
 FRAMEWORKS = ("lightning", "keras")
 METRICS = {
     "classification": ("test_accuracy", "accuracy {:.4f}"),
-    "language_modeling": ("test_bpc", "{:.3f} bits per token"),
+    "language_modeling": ("test_bpc", "{:.3f} bits per character"),
+    "language_modeling, tokens": ("test_bpt", "{:.3f} bits per token"),  # a BPE model's (not characters)
     "masked_language_modeling": ("test_accuracy", "masked-token accuracy {:.4f}"),
 }
 
@@ -67,6 +68,8 @@ def main() -> None:
             results = {fw: train(path, fw, sets, Path(tmp) / fw) for fw in FRAMEWORKS}
         task = data_task(recipe.data)
         key, form = METRICS[task]
+        if key not in results[FRAMEWORKS[0]]:
+            key, form = METRICS[f"{task}, tokens"]
         values = [results[fw][key] for fw in FRAMEWORKS]
         cells = [form.format(v) for v in values]
         name, model = f"`{path.name}`", recipe.model.preset or recipe.model.architecture

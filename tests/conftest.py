@@ -15,6 +15,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # recipe's trainer.num_threads would otherwise fix it for the rest of a pytest worker, so a float
 # result would depend on which test files the worker happened to run first.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+# And a run whose recipe leaves trainer.num_threads unset takes one thread in both frameworks, not
+# the CPUs free at that moment (zoo.hardware.kernel_threads): a result must not follow the load.
+os.environ.setdefault("ZOO_NUM_THREADS", "1")
 # The memory check before a run (zoo.peak_memory) reads what the machine has free now, which
 # other work on it decides: tests that are about the check set the figure themselves; for the
 # rest its verdict must not depend on what else the machine is running.

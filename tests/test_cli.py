@@ -45,6 +45,7 @@ def test_list_table_and_json():
     assert code == 0 and out.splitlines()[0].split() == [
         "NAME",
         "FAMILY",
+        "VARIANT",
         "KIND",
         "TASKS",
         "PARAMS",
@@ -53,6 +54,26 @@ def test_list_table_and_json():
     code, out = run("list", "--json")
     entries = {e["name"]: e for e in json.loads(out)}
     assert entries["resnet-8"]["parameters"] == 77754 and entries["resnet-8"]["family"] == "cnn"
+
+
+def test_list_says_what_a_family_of_several_kinds_builds():
+    """The GRU presets sit in the lstm family and resnet-8 (zoo's small residual CNN) in the cnn
+    family, not in torchvision's resnet family: the VARIANT column says which net each one is."""
+    code, out = run("list")
+    rows = {line.split()[0]: line.split()[1:4] for line in out.splitlines()[1:]}
+    assert rows["gru-small"] == ["lstm", "gru", "preset"]
+    assert rows["bigru-classifier"] == ["lstm", "bigru", "preset"]
+    assert rows["bilstm-classifier"] == ["lstm", "bilstm", "preset"]
+    assert rows["resnet-8"] == ["cnn", "resnet-style", "preset"]
+    assert rows["convnet-small"] == ["cnn", "convnet", "preset"]
+    assert rows["resnet18"] == ["resnet", "-", "preset"]  # a family of one kind: its name says it
+    entries = {e["name"]: e for e in json.loads(run("list", "--json")[1])}
+    assert entries["gru-small"]["variant"] == "gru" and entries["resnet18"]["variant"] == ""
+    code, out = run("show", "gru-small")
+    assert code == 0 and "family lstm (gru), input sequence" in out
+    assert json.loads(run("show", "resnet-8", "--json")[1])["variant"] == "resnet-style"
+    code, out = run("list", "--quiet")
+    assert code == 0 and "gru-small" in out.split()  # the old names, unchanged
 
 
 def test_show_prints_fields_types_values_and_descriptions():

@@ -4,6 +4,8 @@ refused, before anything is built."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -190,3 +192,110 @@ def test_a_wrong_override_is_named(monkeypatch):
     monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, "lots")
     with pytest.raises(SetupError, match=r"ZOO_AVAILABLE_MEMORY='lots' is not a size; give one such as 6GB"):
         peak_memory.available_bytes()
+
+
+# ---------------------------------------------------------------------------- adapters
+
+
+@pytest.fixture(scope="module")
+def adapter_run(tmp_path_factory):
+    """A LoRA run on a one-layer gpt2-micro's seed init, one short epoch: its run folder (the
+    adapter names its base by seed and sha256; its B moved off zero, its q/k/v/out biases trained)."""
+    import zoo
+
+    root = tmp_path_factory.mktemp("lora")
+    text = root / "text.txt"
+    text.write_text("the cat sat on the mat. a dog ran in the fog. " * 40)
+    recipe = {
+        "name": "lora", "model": {"architecture": "gpt2-micro", "n_layer": 1},
+        "data": {"name": "text", "path": str(text), "seq_len": 16, "batch_size": 8},
+        "optimizer": {"name": "adamw", "lr": 0.01},
+        "trainer": {"max_epochs": 1, "progress_bar": False, "framework": "lightning"},
+        "init": {"lora": {"rank": 4, "train_bias": "lora_only"}},
+        "export": {"dir": str(root / "runs")}, "tracking": {"tensorboard": False},
+    }  # fmt: skip
+    return zoo.train(recipe).run_dir
+
+
+def on_a_base_file(adapter_path, folder, change: str | None = None):
+    """The adapter, re-written to name a checkpoint of its seed base (``change``: one of that
+    base's tensors moved, so that the base is another)."""
+    from zoo.checkpoint import write_checkpoint
+    from zoo.initial_weights import initial_tensors
+    from zoo.lora import read_adapter, write_adapter
+
+    adapter = read_adapter(adapter_path)
+    tensors = initial_tensors(adapter.family, adapter.config, adapter.base["seed"])
+    if change is not None:
+        tensors[change] = tensors[change] + 0.5
+    vocab = json.loads(adapter.metadata["task_info"])["vocab"]
+    base = write_checkpoint(folder / "base.safetensors", adapter.config, tensors, framework="lightning",
+                            vocab=vocab)  # fmt: skip
+    named = {"path": str(base), "sha256": adapter.base["sha256"]}
+    return write_adapter(folder / "adapter.safetensors", adapter.family, adapter.config, adapter.adapter,
+                         adapter.tensors, named, framework="lightning", vocab=vocab)  # fmt: skip
+
+
+def test_an_adapter_is_compared_on_its_base_with_its_tensors_in_both_twins(adapter_run, built):
+    """Both twins are the adapted model ``zoo.lora.load_adapter`` gives, and only the adapter's
+    tensors (A, B, the biases it trained) count as trainable."""
+    import torch
+
+    from zoo.compare import compare
+    from zoo.lora import load_adapter, read_adapter
+
+    result = compare(adapter_run, steps=3, speed_steps=0, write=False)
+    assert result.passed, result.text
+    assert "lora.adapters." in result.sections["gradients"].reason  # the worst gradient is an adapter's
+    adapter = read_adapter(adapter_run / "adapter.safetensors")
+    twins = built[0]
+    trained = adapter.adapter.bias_names(adapter.family, adapter.config)
+    assert set(twins.trainable) == {n for n in twins.initial if n.startswith("lora.")} | set(trained)
+    ids = adapter.config.example_input(2, seed=1)
+    with torch.no_grad():
+        ours = twins.torch_model.eval()(torch.from_numpy(ids)).numpy()
+        theirs = load_adapter(adapter.path, "lightning")(torch.from_numpy(ids)).numpy()
+    keras = np.asarray(twins.keras_model(ids, training=False))
+    assert np.abs(ours - theirs).max() <= 1e-5
+    assert np.abs(keras - np.asarray(load_adapter(adapter.path, "keras")(ids))).max() <= 1e-5
+    assert (
+        np.abs(adapter.tensors[f"{adapter.adapter.points[0].name}.lora_B"]).max() > 0
+    )  # not the base's output
+    assert any("LoRA adapter" in note for note in result.report["notes"])
+
+
+def test_an_adapter_on_a_base_file_compares_and_another_base_is_refused(adapter_run, built, tmp_path):
+    """``zoo compare ADAPTER --recipe R``: the base the adapter names loads into both twins; a
+    missing base, or one whose sha256 differs, is refused before any work with the words
+    ``zoo.lora.load_adapter`` (and zoo merge) use."""
+    from zoo.checkpoint import CheckpointError
+    from zoo.lora import load_adapter
+
+    recipe = adapter_run / "recipe.yaml"
+    args = ["--recipe", str(recipe), "--steps", "2", "--speed-steps", "0", "--quiet", "--set",
+            f"export.dir={tmp_path}"]  # fmt: skip
+    good = on_a_base_file(adapter_run / "adapter.safetensors", tmp_path)
+    outcome = CliRunner().invoke(main, ["compare", str(good), *args])
+    assert outcome.exit_code == 0, outcome.output
+    assert "PASS" in outcome.output
+    pairs = len(built)  # the float32 twins and their float64 reference
+
+    other = tmp_path / "other.txt"  # characters the base's vocabulary lacks: its embedding grows
+    other.write_text("quick brown foxes jump over lazy dogs. " * 40)
+    reshaped = CliRunner().invoke(main, ["compare", str(good), *args, "--set", f"data.path={other}"])
+    assert reshaped.exit_code == 2, reshaped.output
+    assert "was trained on a base with sha256" in reshaped.output and "re-initialised: " in reshaped.output
+
+    for case, change in (("missing", None), ("other", "h.0.ln_1.weight")):
+        folder = tmp_path / case
+        folder.mkdir()
+        adapter = on_a_base_file(adapter_run / "adapter.safetensors", folder, change)
+        if change is None:
+            (folder / "base.safetensors").unlink()
+        with pytest.raises(CheckpointError) as elsewhere:
+            load_adapter(adapter, "lightning")
+        refused = CliRunner().invoke(main, ["compare", str(adapter), *args])
+        assert refused.exit_code == 2, refused.output
+        assert str(elsewhere.value) in refused.output
+        assert ("no such file" if change is None else "but") in str(elsewhere.value)
+    assert len(built) == pairs  # no pair of twins for any refusal

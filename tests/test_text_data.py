@@ -42,6 +42,40 @@ def labelled(tmp_path, **fields):
 # ------------------------------------------------------------------------------ language modeling
 
 
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+def test_a_language_models_bits_are_per_token_for_bpe_and_per_character_for_characters(
+    tmp_path, framework, capsys
+):
+    """The metric's name says what the bits are counted over: bpt for BPE tokens, bpc for characters,
+    in the progress lines, metrics.csv, summary.json, and an evaluation in the other framework."""
+    import math
+
+    import zoo
+
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(t for t, _ in SENTENCES) * 20)
+    other_framework = "keras" if framework == "lightning" else "lightning"
+    for tokenizer, bits, not_bits in (("bpe", "bpt", "bpc"), ("char", "bpc", "bpt")):
+        recipe = {
+            "model": {"architecture": "transformer-tiny"},
+            "data": {"name": "text", "path": str(text), "tokenizer": tokenizer, "bpe_vocab_size": 300,
+                     "seq_len": 16, "batch_size": 16},
+            "trainer": {"max_epochs": 1, "progress_bar": True},
+            "export": {"dir": str(tmp_path / "runs"), "run_name": tokenizer},
+            "tracking": {"tensorboard": False},
+        }  # fmt: skip
+        result = zoo.train(recipe, framework=framework)
+        metrics = json.loads((result.run_dir / "summary.json").read_text())["metrics"]
+        assert f"test_{not_bits}" not in metrics
+        assert metrics[f"test_{bits}"] == pytest.approx(metrics["test_loss"] / math.log(2), rel=1e-5)
+        header = (result.run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
+        assert {f"train_{bits}", f"val_{bits}"} <= set(header) and f"train_{not_bits}" not in header
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("epoch ")]
+        assert f" - train_{bits} " in lines[-1], lines
+        evaluated = zoo.evaluate(result.checkpoint, recipe, framework=other_framework)
+        assert f"test_{bits}" in evaluated and f"test_{not_bits}" not in evaluated
+
+
 def test_lm_text_is_packed_into_overlapping_blocks_per_tokenizer(tmp_path):
     folder = tmp_path / "texts"
     (folder / "sub").mkdir(parents=True)

@@ -87,6 +87,12 @@ class ArchitectureConfig(BaseModel):
         tests, benchmarks and compare) draws batches of this shape."""
         raise NotImplementedError(f"{type(self).__name__} does not implement sample_shape()")
 
+    def variant(self) -> str:
+        """What this config builds, in a word or two, where the family builds more than one kind of
+        net under its name (a GRU in the lstm family, a ResNet-style net in the cnn family): the
+        VARIANT column of ``zoo list``. Empty where the family's name says it all."""
+        return ""
+
     def context_length(self) -> int | None:
         """The longest sequence the model can read (a position table's rows), or None when
         the length is unbounded (recurrent nets) or meaningless (images)."""

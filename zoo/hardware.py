@@ -68,15 +68,64 @@ def ddp_timeout_s() -> float:
     return seconds
 
 
+THREADS_VARIABLE = "ZOO_NUM_THREADS"
+
+
+def free_cpus() -> int:
+    """The CPUs free for this process's kernels: those it may run on (its affinity: a container's,
+    a cgroup's or ``taskset``'s share, else every core) less the other load on the machine (the
+    1-minute load average, the runnable threads of every process), rounded, at least 1.
+
+    Kernels that take every core on a machine whose cores are busy do not share them: their
+    threads wait on each other at every parallel region, and a small model's Lightning step ran
+    8-18x (Keras 1.7-3.4x) slower than on the one core the rule left it (bench/threads_under_load.py).
+    zoo's own start (imports, reading the data) adds a few tenths to the load average by then,
+    which the rounding absorbs."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this system: the CPUs are all there is
+        load = 0.0
+    return max(1, round(cpus - load))
+
+
+def kernel_threads(trainer, recorded: int | None = None, processes: int = 1) -> int:
+    """The CPU threads a run's kernels use. ``trainer.num_threads`` where the recipe sets it;
+    else ``recorded``, the count a resumed run's state was trained with (a float sum's order
+    follows the thread count, so a resume with another would not be bit-exact); else
+    ``$ZOO_NUM_THREADS``; else this machine's :func:`free_cpus`, shared by the ``processes``
+    the run starts on it (Lightning's ddp/fsdp: one per device), at least 1 each."""
+    if trainer.num_threads:
+        return trainer.num_threads
+    if recorded:
+        return int(recorded)
+    return threads_variable() or max(1, free_cpus() // max(1, processes))
+
+
+def threads_variable() -> int | None:
+    """``$ZOO_NUM_THREADS``: the kernel threads of a run whose recipe leaves them unset, or None."""
+    text = os.environ.get(THREADS_VARIABLE)
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise SetupError(
+            f"{THREADS_VARIABLE}={text!r} is not a number of threads; set it to a whole number "
+            "of at least 1, or unset it to use the CPUs free on this machine"
+        )
+    return int(text)
+
+
 def check_trainer(trainer) -> str:
     """At the start of a run: refuse what this machine cannot do for the recipe's trainer
     section (float16 or fsdp where ``auto`` finds no GPU), naming the field, the value and
-    what would work; and a collective timeout a data-parallel Lightning run cannot use.
-    Returns the accelerator the run uses."""
+    what would work; and a collective timeout or a thread count (the environment's) the run
+    cannot use. Returns the accelerator the run uses."""
     from zoo.recipe.capabilities import cpu_problems
 
     if trainer.framework == "lightning" and trainer.resolved_strategy() in ("ddp", "fsdp"):
         ddp_timeout_s()
+    if not trainer.num_threads:
+        threads_variable()
 
     accelerator = resolve_accelerator(trainer.accelerator)
     if accelerator == "cpu":

@@ -14,8 +14,8 @@ from pathlib import Path
 from zoo.hardware import SetupError
 from zoo.runs import read_metrics
 
-PANEL_ORDER = ("loss", "accuracy", "bpc")
-LOSS_PANELS = ("loss", "bpc")  # the panels --log-loss draws on a log scale (bpc is loss / ln 2)
+PANEL_ORDER = ("loss", "accuracy", "bpc", "bpt")
+LOSS_PANELS = ("loss", "bpc", "bpt")  # the panels --log-loss draws on a log scale (bits: loss / ln 2)
 MARKERS = ("o", "x", "s", "+", "^", "D")
 
 

@@ -350,6 +350,9 @@ class Entry:
     parameters: int
     description: str
     frameworks: tuple[str, ...] = ("lightning", "keras")
+    variant: str = (
+        ""  # what the config builds where the family builds several kinds (ArchitectureConfig.variant)
+    )
 
 
 def list_architectures() -> list[Entry]:
@@ -365,4 +368,4 @@ def list_architectures() -> list[Entry]:
 
 def _entry(name, family: Family, kind, config, description) -> Entry:
     params = count_parameters(family.weight_table(config))
-    return Entry(name, family.name, kind, family.tasks, params, description)
+    return Entry(name, family.name, kind, family.tasks, params, description, variant=config.variant())

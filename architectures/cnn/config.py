@@ -100,3 +100,8 @@ class CNNConfig(ArchitectureConfig):
 
     def sample_shape(self) -> tuple[int, ...]:
         return (self.in_channels, self.image_size, self.image_size)
+
+    def variant(self) -> str:
+        """``resnet-style`` (residual blocks: resnet-8, zoo's own small net, not the torchvision
+        ``resnet`` family) or a plain ``convnet``."""
+        return "resnet-style" if self.residual else "convnet"

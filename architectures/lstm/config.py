@@ -19,6 +19,10 @@ class LSTMConfig(RecurrentConfig):
     architecture: Literal["lstm"] = "lstm"
     cell: Literal["lstm", "gru"] = Field("lstm", description="The gated cell of every recurrent layer.")
 
+    def variant(self) -> str:
+        """The cell, ``bi``-prefixed when bidirectional: lstm, bilstm, gru, bigru."""
+        return ("bi" if self.bidirectional else "") + self.cell
+
     @property
     def gates(self) -> int:
         return 4 if self.cell == "lstm" else 3

@@ -26,9 +26,17 @@ def list_(as_json: bool, quiet: bool) -> None:
     if quiet:
         click.echo("\n".join(e.name for e in entries))
         return
-    rows = [("NAME", "FAMILY", "KIND", "TASKS", "PARAMS", "FRAMEWORKS")]
+    rows = [("NAME", "FAMILY", "VARIANT", "KIND", "TASKS", "PARAMS", "FRAMEWORKS")]
     rows += [
-        (e.name, e.family, e.kind, ",".join(e.tasks), f"{e.parameters:,}", ",".join(e.frameworks))
+        (
+            e.name,
+            e.family,
+            e.variant or "-",
+            e.kind,
+            ",".join(e.tasks),
+            f"{e.parameters:,}",
+            ",".join(e.frameworks),
+        )
         for e in entries
     ]
     table(rows)
@@ -56,7 +64,8 @@ def show(name: str, as_json: bool, quiet: bool) -> None:
     doc = " ".join(family.config.__doc__.split()) if family.config.__doc__ else ""
     if as_json:
         emit_json({
-            "name": name, "description": description, "family": family.name, "preset": bool(preset),
+            "name": name, "description": description, "family": family.name, "variant": config.variant(),
+            "preset": bool(preset),
             "input_kind": family.input_kind, "tasks": list(family.tasks), "doc": doc, "fields": fields,
             "data_fields": list(family.config.DATA_FIELDS),
         })  # fmt: skip
@@ -66,7 +75,8 @@ def show(name: str, as_json: bool, quiet: bool) -> None:
             click.echo(f"{field['name']}={json.dumps(field['value'])}")
         return
     click.echo(f"{name}: {description}")
-    click.echo(f"family {family.name}, input {family.input_kind}, tasks {', '.join(family.tasks)}")
+    variant = f" ({config.variant()})" if config.variant() else ""
+    click.echo(f"family {family.name}{variant}, input {family.input_kind}, tasks {', '.join(family.tasks)}")
     if doc:
         click.echo("\n" + doc)
     click.echo()

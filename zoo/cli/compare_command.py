@@ -43,7 +43,8 @@ def compare(
     """Both frameworks from the same init on the same batches: parity, speed and memory.
 
     RECIPE starts both twins from its seed (or its init.from); CHECKPOINT (a zoo checkpoint,
-    trained or imported, or a run folder) loads its weights into both. The peak memory is
+    trained or imported, a LoRA adapter, or a run folder) loads its weights into both: an
+    adapter on the base it names, checked by its sha256. The peak memory is
     estimated first; a comparison that does not fit is refused (exit 2) with what would fit.
     Exits 1 when a parity section DIFFERS (the report says at which tensor or step).
     --quiet prints the verdict line.

@@ -67,7 +67,8 @@ def compare(
 
     ``checkpoint`` (or a checkpoint file or run folder given as ``recipe``) compares a user's
     trained or imported model: both twins load its tensors, on ``recipe`` and ``data`` when
-    given, else on the recipe its run folder or metadata holds (:mod:`zoo.compare.source`).
+    given, else on the recipe its run folder or metadata holds (:mod:`zoo.compare.source`); a
+    LoRA adapter's twins load its base and the adapter, and only the adapter trains.
     A recipe's ``init.from`` is honoured the same way. ``forward_only`` checks the weights,
     the forward pass and the gradients, and neither trains nor times. The peak memory is
     estimated first: a comparison the machine cannot hold is refused before anything is built.
@@ -75,6 +76,7 @@ def compare(
     from zoo.compare import parity, trajectory
     from zoo.compare.report import terminal_table, write_reports
     from zoo.compare.resync import Checker
+    from zoo.compare.source import adapter_of
     from zoo.compare.steps import training_batches
     from zoo.compare.twins import build_twins, prepare, single_threaded
     from zoo.data import steps_per_epoch
@@ -85,12 +87,13 @@ def compare(
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
+    adapter = adapter_of(recipe if checkpoint is None else checkpoint)
     recipe = resolve(recipe, overrides, checkpoint, data)
     problems = cpu_problems(recipe.trainer.precision, "auto", "zoo compare runs both twins on the CPU")
     if problems:  # float16: no fast CPU kernels, and Lightning would silently run bf16
         raise SetupError("; ".join(problems))
     started = time.perf_counter()
-    setup = prepare(recipe)
+    setup = prepare(recipe, adapter)
     if forward_only:
         speed_steps = 0
     check_memory(setup, speed=speed_steps > 0, training=not forward_only)
@@ -287,6 +290,13 @@ def notes(setup, threads: dict[str, Any], checkpointing: dict[str, bool]) -> lis
         found.append("compare runs on one device; the recipe's strategy and devices are not used")
     if setup.init is not None:
         found.append(f"both twins start from init.from: {setup.init.describe()}")
+    if setup.adapter is not None:
+        adapter = setup.adapter.adapter
+        found.append(
+            f"both twins hold the LoRA adapter {setup.adapter.path} ({len(adapter.points)} projections, "
+            f"rank {'/'.join(map(str, sorted(set(adapter.ranks.values()))))}) on its base; only its "
+            "tensors train"
+        )
     if recipe.trainer.compile:
         found.append("trainer.compile is off in compare: both twins run eagerly / traced without XLA")
     found.append(

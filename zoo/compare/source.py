@@ -6,26 +6,52 @@ both twins load its tensors (those the data re-shapes, a new head, start from th
 ``zoo finetune``). The model is the checkpoint's; the recipe gives the data, optimizer and
 trainer: ``--recipe`` when given, else the recipe of the run folder the checkpoint is in, else
 the recipe recorded in the checkpoint. An imported checkpoint has none, so it needs ``--recipe``.
+
+A LoRA adapter (zoo.lora) is compared on its base: ``init.from`` is the base it names (or its
+seed's init), ``init.lora`` its settings, and both twins hold its A, B and trained biases. The
+base is checked as ``zoo merge`` and ``zoo.lora.load_adapter`` check it, with their messages.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from zoo import registry
 from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.lora import AdapterFile, base_of, is_adapter, read_adapter
 from zoo.recipe import Recipe, RecipeError, load_recipe
+from zoo.recipe.schema import LoraConfig
 
 log = logging.getLogger("zoo")
 CHECKPOINT_SUFFIX = ".safetensors"
 
 
+RUN_FILES = ("model.safetensors", "adapter.safetensors")  # what a run folder's checkpoint is called
+
+
 def is_checkpoint(path: str | Path) -> bool:
-    """A checkpoint file, or a run folder holding one (``model.safetensors``)."""
+    """A checkpoint or adapter file, or a run folder holding one."""
     path = Path(path)
-    return path.suffix == CHECKPOINT_SUFFIX or (path / "model.safetensors").is_file()
+    return path.suffix == CHECKPOINT_SUFFIX or any((path / name).is_file() for name in RUN_FILES)
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The file of a checkpoint given as a file or as the run folder holding it."""
+    path = Path(path)
+    if not path.is_dir():
+        return path
+    return next((path / name for name in RUN_FILES if (path / name).is_file()), path / RUN_FILES[0])
+
+
+def adapter_of(target: Any) -> AdapterFile | None:
+    """The LoRA adapter ``target`` (a path: a file or a run folder) is, or None for anything else."""
+    if not isinstance(target, str | Path):
+        return None
+    path = checkpoint_file(target)
+    return read_adapter(path) if path.is_file() and is_adapter(path) else None
 
 
 def checkpoint_recipe(
@@ -34,16 +60,19 @@ def checkpoint_recipe(
     data: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
 ) -> Recipe:
-    """The recipe that compares ``checkpoint``: its model, ``init.from`` set to it, the data of
-    ``data`` (a data source's name, or a YAML file holding a ``data`` section) when given, then
-    ``overrides``."""
+    """The recipe that compares ``checkpoint``: its model, ``init.from`` set to it (an adapter's:
+    its base, and ``init.lora``), the data of ``data`` (a data source's name, or a YAML file
+    holding a ``data`` section) when given, then ``overrides``."""
 
-    path = Path(checkpoint)
-    if path.is_dir():
-        path = path / "model.safetensors"
-    found = read_checkpoint(path)
-    raw, where = _base(found, recipe)
-    family = found.family.name
+    path = checkpoint_file(checkpoint)
+    adapter = adapter_of(path)
+    if adapter is not None:
+        base_of(adapter)  # a base that is missing or not the adapter's is refused now, before any work
+        family, recorded = adapter.family.name, json.loads(adapter.metadata.get("recipe", "{}"))
+    else:
+        found = read_checkpoint(path)
+        family, recorded = found.family.name, found.json("recipe") or {}
+    raw, where = _base(path, family, recorded, recipe)
     stated = raw.get("model", {}).get("architecture")
     if stated is not None and registry.get_family(stated).name != family:
         raise RecipeError(where, [
@@ -52,28 +81,48 @@ def checkpoint_recipe(
         ])  # fmt: skip
     if set(raw.get("model", {})) - {"architecture"}:
         log.info(f"comparing the model of {path}; the model fields of {where} are not used")
-    raw["model"] = {"architecture": family}  # the checkpoint's own config is the base
-    raw["init"] = {"from": str(path)}
+    if adapter is not None:
+        raw.update(_adapter_sections(adapter, raw.get("trainer", {})))
+    else:
+        raw["model"] = {"architecture": family}  # the checkpoint's own config is the base
+        raw["init"] = {"from": str(path)}
     if data is not None:
         raw["data"] = data_section(data, raw.get("data", {}))
     return load_recipe(raw, overrides)
 
 
-def _base(found, recipe: Recipe | str | Path | dict | None) -> tuple[dict[str, Any], str]:
+def _adapter_sections(adapter: AdapterFile, trainer: dict[str, Any]) -> dict[str, Any]:
+    """The model, init and trainer sections that put ``adapter`` on its base: the adapter's config
+    (the base's, with the dropout it trained with; the data fills in the rest), its base as
+    ``init.from`` (a seed's init: that seed), and its LoRA settings."""
+    config = adapter.config
+    model = config.model_dump(mode="json", exclude=set(config.DATA_FIELDS))
+    settings = {k: v for k, v in adapter.adapter.settings.items() if k in LoraConfig.model_fields}
+    init: dict[str, Any] = {"lora": {**settings, "target": [p.name for p in adapter.adapter.points]}}
+    base = adapter.base
+    if base.get("path"):
+        init["from"] = base["path"]
+    else:
+        trainer = {**trainer, "seed": int(base["seed"])}
+    return {"model": model, "init": init, "trainer": trainer}
+
+
+def _base(
+    path: Path, family: str, recorded: dict[str, Any], recipe: Recipe | str | Path | dict | None
+) -> tuple[dict[str, Any], str]:
     """The raw recipe to compare on, and its name for messages."""
     if isinstance(recipe, dict):
         return dict(recipe), "the recipe"
     if recipe is not None:
         return _as_set(recipe if isinstance(recipe, Recipe) else load_recipe(recipe)), str(recipe)
-    folder = found.path.parent / "recipe.yaml"
+    folder = path.parent / "recipe.yaml"
     if folder.is_file():
         return _as_set(load_recipe(folder)), str(folder)
-    recorded = found.json("recipe") or {}
     if recorded:
-        return recorded, f"the recipe recorded in {found.path}"
+        return recorded, f"the recipe recorded in {path}"
     raise CheckpointError(
-        f"{found.path} carries no recipe (an imported checkpoint) and its folder has no recipe.yaml; "
-        f"give --recipe R (a recipe with the data to compare a {found.family.name} model on)"
+        f"{path} carries no recipe (an imported checkpoint) and its folder has no recipe.yaml; "
+        f"give --recipe R (a recipe with the data to compare a {family} model on)"
     )
 
 

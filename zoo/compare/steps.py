@@ -85,8 +85,9 @@ def lightning_task(twins: Twins, table: np.ndarray):
 
     setup = twins.setup
     return build_task(
-        setup.recipe, setup.family, twins.config, setup.task, twins.torch_model, table, compiled=False
-    )
+        setup.recipe, setup.family, twins.config, setup.task, twins.torch_model, table, compiled=False,
+        metric=setup.dataset.metrics[0],
+    )  # fmt: skip
 
 
 @functools.cache

@@ -41,6 +41,7 @@ class Setup:
     parity_config: ArchitectureConfig  # the same with every dropout field at 0
     zeroed: dict[str, float] = field(default_factory=dict)  # dropout fields that were not 0
     init: Any = None  # init.from's start (zoo.finetune.InitPlan): both twins load its tensors
+    adapter: Any = None  # a LoRA adapter file both twins hold on that base (zoo.lora.AdapterFile)
 
     @property
     def precision(self) -> str:
@@ -63,9 +64,10 @@ class Setup:
         return bool(getattr(self.recipe.trainer, "gradient_checkpointing", False))
 
 
-def prepare(recipe: Recipe) -> Setup:
+def prepare(recipe: Recipe, adapter: Any = None) -> Setup:
     """The recipe bound to its data; with ``init.from``, as ``zoo train`` starts from it (the
-    checkpoint's config and tokenizer, the tensors the data re-shapes re-initialised)."""
+    checkpoint's config and tokenizer, the tensors the data re-shapes re-initialised). ``adapter``
+    (zoo.compare.source.adapter_of) goes on that start in both twins."""
     family = registry.get_family(recipe.model.architecture)
     init = None
     if recipe.init.from_ is not None:
@@ -76,7 +78,7 @@ def prepare(recipe: Recipe) -> Setup:
         dataset = load_dataset(recipe.data, family.input_kind)
         config = recipe.model.bind(dataset.info)
     parity_config, zeroed = without_dropout(config)
-    return Setup(recipe, family, dataset, config, parity_config, zeroed, init)
+    return Setup(recipe, family, dataset, config, parity_config, zeroed, init, adapter)
 
 
 def without_dropout(config: ArchitectureConfig) -> tuple[ArchitectureConfig, dict[str, float]]:
@@ -201,19 +203,25 @@ def build_twins(
     from zoo.initial_weights import seeded_torch_model
     from zoo.keras.precision import build_keras
 
-    family = setup.family
+    family, held = setup.family, setup.adapter
     precision = precision or setup.precision
     torch_model = seeded_torch_model(family, config, setup.recipe.trainer.seed)
     if initial is None:
         initial = model_tensors(torch_model)  # float32 canonical tensors, before any dtype cast
         if setup.init is not None:  # the checkpoint's, where the data leaves the shapes as they were
             initial = merged_tensors(setup.init, initial)
-    lora = setup.recipe.init.lora
+        if held is not None:  # the base the adapter was trained on, or refused; its trained biases
+            from zoo.lora import checked_base, with_trained_biases
+
+            start = setup.init.describe() if setup.init else f"the seed-{setup.recipe.trainer.seed} init"
+            initial = checked_base(held, initial, f"the base on the comparison's data ({start})")
+            initial = with_trained_biases(held, initial)
+    lora = held.adapter if held is not None else setup.recipe.init.lora
     if lora is not None:  # adapters on the frozen base: they are the model's trainable tensors
         from zoo.lora import attach
         from zoo.lora.adapter import TORCH_PREFIX
 
-        attach(torch_model, family, config, lora, setup.recipe.trainer.seed)
+        attach(torch_model, family, config, lora, setup.recipe.trainer.seed, held and held.tensors)
         drawn = {k: v for k, v in model_tensors(torch_model).items() if k.startswith(TORCH_PREFIX)}
         initial = {**drawn, **initial}  # the adapters' init, unless ``initial`` holds them already
     dtype = torch_parameter_dtype(precision)

@@ -59,6 +59,14 @@ class Dataset:
     tokenizer: Tokenizer | None = None  # text: what turned it into ids; travels with the checkpoint
     notes: tuple[str, ...] = ()  # what loading did that a user should hear (texts truncated...)
 
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The task's metrics as a run on this data names them (zoo.runs.metrics.task_metrics:
+        bits per character for character tokens, per token for a tokenizer's)."""
+        from zoo.runs.metrics import task_metrics
+
+        return task_metrics(self.task, self.tokenizer)
+
 
 def image_info(x: np.ndarray, y_all: list[np.ndarray]) -> dict[str, Any]:
     return {

@@ -187,6 +187,16 @@ def load_state(model, path: Path) -> dict:
     return position
 
 
+def saved_threads(path: Path) -> int | None:
+    """The kernel threads a state was trained with (None in states written before zoo kept them):
+    read from its header alone, before TensorFlow starts and its thread count is fixed."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="np") as handle:
+        position = json.loads((handle.metadata() or {}).get("position", "null"))
+    return position.get("num_threads") if isinstance(position, dict) else None
+
+
 def saved_epoch(path: Path, batches_done: int) -> dict | None:
     """The epoch so far as a mid-epoch state saved it (its seconds and metric sums by index), or
     None for a state written before zoo kept them (that epoch's row then covers the rest only)."""
@@ -214,11 +224,11 @@ class SaveState(BatchCounter):
 
     def __init__(
         self, run_dir: Path, batches_per_epoch: int, every_n_steps: int | None, keep: int,
-        losses: StopOnNonFiniteLoss | None = None,
+        losses: StopOnNonFiniteLoss | None = None, threads: int | None = None,
     ):  # fmt: skip
         super().__init__()
         self.run_dir, self.batches = Path(run_dir), batches_per_epoch
-        self.every_n_steps, self.keep, self.losses = every_n_steps, keep, losses
+        self.every_n_steps, self.keep, self.losses, self.threads = every_n_steps, keep, losses, threads
         self.saved = -1
         self.epoch_started = time.perf_counter()
         self.resumed_metrics: dict | None = None  # metric sums of a mid-epoch state, until put back
@@ -273,7 +283,7 @@ class SaveState(BatchCounter):
         position = {
             "batches_done": batches_done, "epoch": epoch, "batch": index, "step": step,
             "epoch_seconds": seconds if index else 0.0,
-            "first_batch_loss": self.losses.first if self.losses else None,
+            "first_batch_loss": self.losses.first if self.losses else None, "num_threads": self.threads,
         }  # fmt: skip
         save_state(self.model, state.state_path(self.run_dir, step, "safetensors"), self.keep, position)
         self.saved = batches_done

@@ -13,14 +13,19 @@ from zoo.runs import MetricsLog, RunDir, signals
 from zoo.schedule import lr_table, optimizer_steps
 
 
-def configure(trainer_cfg) -> None:
+def configure(trainer_cfg, recorded_threads: int | None = None) -> int:
     """Devices, threads and determinism: TensorFlow takes these only before its runtime starts.
 
     GPUs get memory growth (TensorFlow would otherwise take all their memory) and devices
     the recipe did not ask for are hidden. On the CPU, a multi-device recipe splits the
-    CPU into logical devices, so ``mirrored`` runs (and is tested) without a GPU.
+    CPU into logical devices, so ``mirrored`` runs (and is tested) without a GPU. The kernel
+    threads are zoo.hardware.kernel_threads' (``recorded_threads``: a resumed state's); returns them.
     """
     import tensorflow as tf
+
+    from zoo.hardware import kernel_threads
+
+    threads = kernel_threads(trainer_cfg, recorded_threads)
 
     accelerator = resolve_accelerator(trainer_cfg.accelerator)
     gpus = tf.config.list_physical_devices("GPU")
@@ -40,9 +45,8 @@ def configure(trainer_cfg) -> None:
                 cpu = tf.config.list_physical_devices("CPU")[0]
                 logical = [tf.config.LogicalDeviceConfiguration()] * trainer_cfg.devices
                 tf.config.set_logical_device_configuration(cpu, logical)
-        if trainer_cfg.num_threads:
-            tf.config.threading.set_intra_op_parallelism_threads(trainer_cfg.num_threads)
-            tf.config.threading.set_inter_op_parallelism_threads(trainer_cfg.num_threads)
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:
         # The runtime already started in this process (an earlier model): its settings stay.
         # That is only a problem if it lacks the devices this recipe needs.
@@ -54,6 +58,7 @@ def configure(trainer_cfg) -> None:
             ) from None
     if trainer_cfg.deterministic:
         tf.config.experimental.enable_op_determinism()
+    return threads
 
 
 def distribution_strategy(trainer_cfg):
@@ -75,21 +80,22 @@ def distribution_strategy(trainer_cfg):
     return None
 
 
-def compile_for(model, task: str, optimizer, jit_compile: bool = False) -> None:
-    """Loss and metrics per task, the same quantities the Lightning tasks log. Token tasks
-    skip ``IGNORE_INDEX`` labels (padding, unmasked positions)."""
+def compile_for(model, task: str, optimizer, jit_compile: bool = False, metric: str | None = None) -> None:
+    """Loss and metrics per task, the same quantities the Lightning tasks log, under the same
+    names (``metric``: the data's, :attr:`zoo.data.Dataset.metrics`). Token tasks skip
+    ``IGNORE_INDEX`` labels (padding, unmasked positions)."""
     import keras
 
     from zoo.keras.losses import TokenAccuracy, TokenBits, TokenCrossEntropy
 
     if task == "classification":
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        metric = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+        measure = keras.metrics.SparseCategoricalAccuracy(name=metric or "accuracy")
     elif task == "language_modeling":
-        loss, metric = TokenCrossEntropy(), TokenBits(name="bpc")
+        loss, measure = TokenCrossEntropy(), TokenBits(name=metric or "bpc")
     else:  # token_classification, masked_language_modeling
-        loss, metric = TokenCrossEntropy(), TokenAccuracy(name="accuracy")
-    model.compile(optimizer=optimizer, loss=loss, metrics=[metric], jit_compile=jit_compile)
+        loss, measure = TokenCrossEntropy(), TokenAccuracy(name=metric or "accuracy")
+    model.compile(optimizer=optimizer, loss=loss, metrics=[measure], jit_compile=jit_compile)
 
 
 def for_batches(model, dataset: Dataset):
@@ -173,7 +179,9 @@ def compiled_for_training(
     )
     model = for_batches(model, dataset)
     jit_compile = trainer_cfg.compile if jit_compile is None else jit_compile
-    compile_for(model, dataset.task, loss_scaled(optimizer, trainer_cfg.precision), jit_compile)
+    compile_for(
+        model, dataset.task, loss_scaled(optimizer, trainer_cfg.precision), jit_compile, dataset.metrics[0]
+    )
     return model, optimizer
 
 
@@ -201,12 +209,18 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     import keras
 
     from zoo.initial_weights import initial_tensors
-    from zoo.keras.callbacks import SaveState, StopOnNonFiniteLoss, load_state, tracking_callbacks
+    from zoo.keras.callbacks import (
+        SaveState,
+        StopOnNonFiniteLoss,
+        load_state,
+        saved_threads,
+        tracking_callbacks,
+    )
     from zoo.keras.data import eval_dataset, per_worker, train_dataset
     from zoo.keras.precision import build_keras
 
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
-    configure(trainer_cfg)
+    threads = configure(trainer_cfg, saved_threads(resume) if resume is not None else None)
     keras.utils.set_random_seed(trainer_cfg.seed)
     batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
     accumulate = trainer_cfg.accumulate_grad_batches
@@ -231,12 +245,21 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     progress = training_progress(trainer_cfg.progress_bar) if run else "none"
     if run:
         lines = EpochLines(trainer_cfg.max_epochs) if progress == "lines" else None
-        log = MetricsLog(run.metrics, dataset.task, append=resume is not None, echo=lines)
+        log = MetricsLog(
+            run.metrics, dataset.task, append=resume is not None, echo=lines, tokenizer=dataset.tokenizer
+        )
         callbacks += tracking_callbacks(recipe, run.path, log, len(dataset.train))  # CSV, TensorBoard, MLflow
     run_path = run.path if run else None
     if run_path is not None:
         callbacks.append(
-            SaveState(run_path, batches, recipe.export.state_every_n_steps, recipe.export.keep_states, losses)
+            SaveState(
+                run_path,
+                batches,
+                recipe.export.state_every_n_steps,
+                recipe.export.keep_states,
+                losses,
+                threads,
+            )
         )
 
     def train(first_epoch: int, last_epoch: int, skip: int, steps: int) -> None:
@@ -274,6 +297,6 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     metrics = {f"test_{k}": float(v) for k, v in test.items()}
     first = losses.first  # zoo.runs.growth compares the last epoch's loss with it
     return twin, {
-        **metrics, "train_seconds": seconds, "replicas": replicas,
+        **metrics, "train_seconds": seconds, "replicas": replicas, "num_threads": threads,
         **({"train_loss_first_batch": first} if first is not None else {}),
     }  # fmt: skip

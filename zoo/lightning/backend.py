@@ -36,7 +36,7 @@ class LightningBackend(Backend):
 
         tester = evaluation_trainer(trainer)
         pin = resolve_accelerator(trainer.accelerator) == "gpu"  # as fit does
-        task = TASKS[dataset.task](model, None, None)
+        task = TASKS[dataset.task](model, None, None, metric=dataset.metrics[0])
         results = tester.test(task, loader(dataset.test, batch_size, pin_memory=pin), verbose=False)[0]
         return {k: float(v) for k, v in results.items()}
 
@@ -70,12 +70,14 @@ class LightningBackend(Backend):
 def evaluation_trainer(trainer_cfg):
     """A Trainer for ``test`` on the recipe's accelerator and in its precision (:func:`one_device`)."""
     import lightning as L
+    import torch
 
-    from zoo.hardware import check_trainer
+    from zoo.hardware import check_trainer, kernel_threads
     from zoo.lightning.trainer import check_accelerator, quiet
 
     trainer_cfg = one_device(trainer_cfg)
     check_trainer(trainer_cfg)  # float16 or a GPU this machine lacks: said in zoo's words
+    torch.set_num_threads(kernel_threads(trainer_cfg))  # as training chooses them (and Keras' evaluate)
     quiet()
     return L.Trainer(
         accelerator=check_accelerator(trainer_cfg), devices=1, precision=trainer_cfg.precision,

@@ -245,6 +245,32 @@ class StopOnNonFiniteLoss(L.Callback):
         self.first = checkpoint.get(self.KEY)  # states written before zoo kept it have none
 
 
+class KernelThreads(L.Callback):
+    """torch's CPU thread count for the run (zoo.hardware.kernel_threads), kept in its training
+    states: a resume computes with the count the run was trained with, unless the recipe sets one."""
+
+    KEY = "zoo_num_threads"
+
+    def __init__(self, trainer_cfg, processes: int = 1):
+        self.trainer_cfg, self.processes = trainer_cfg, processes
+        self.count = self.apply()
+
+    def apply(self, recorded: int | None = None) -> int:
+        import torch
+
+        from zoo.hardware import kernel_threads
+
+        self.count = kernel_threads(self.trainer_cfg, recorded, self.processes)
+        torch.set_num_threads(self.count)
+        return self.count
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        checkpoint[self.KEY] = self.count
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self.apply(checkpoint.get(self.KEY))  # states written before zoo kept it have none
+
+
 class ResumePosition(L.Callback):
     """Continue the seeded batch order where a restored state stopped, and seed every
     batch from its position in the run, so a resumed run replays the uninterrupted one."""

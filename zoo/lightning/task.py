@@ -26,9 +26,20 @@ class Task(L.LightningModule):
     reading a value per step would make a GPU wait.
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer_cfg, lr_table, compiled: bool = False, groups=None):
+    METRIC = "accuracy"  # the name the task's metric is logged under, unless ``metric`` says another
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer_cfg,
+        lr_table,
+        compiled: bool = False,
+        groups=None,
+        metric=None,
+    ):
         super().__init__()
         self.model = model
+        self.metric = metric or self.METRIC
         self.groups = groups
         self.optimizer_cfg = optimizer_cfg
         self.lr_table = lr_table
@@ -162,16 +173,19 @@ class ClassificationTask(Task):
         logits, y = self.logits_and_labels(batch)
         loss = F.cross_entropy(logits, y)
         accuracy = (logits.argmax(-1) == y).float().mean()
-        return loss, {"accuracy": accuracy}, len(y)
+        return loss, {self.metric: accuracy}, len(y)
 
 
 class LanguageModelTask(Task):
-    """Next-token cross-entropy over every counted position; bits per character = loss / ln 2."""
+    """Next-token cross-entropy over every counted position; its bits (loss / ln 2) are per
+    character (``bpc``) or, for a tokenizer's tokens, per token (``metric="bpt"``)."""
+
+    METRIC = "bpc"
 
     def loss_and_metrics(self, batch):
         logits, y = self.logits_and_labels(batch)
         loss = token_cross_entropy(logits, y)
-        return loss, {"bpc": loss / math.log(2)}, len(y)
+        return loss, {self.metric: loss / math.log(2)}, len(y)
 
 
 class TokenTask(Task):
@@ -181,7 +195,7 @@ class TokenTask(Task):
 
     def loss_and_metrics(self, batch):
         logits, y = self.logits_and_labels(batch)
-        return token_cross_entropy(logits, y), {"accuracy": token_accuracy(logits, y)}, len(y)
+        return token_cross_entropy(logits, y), {self.metric: token_accuracy(logits, y)}, len(y)
 
 
 TASKS = {

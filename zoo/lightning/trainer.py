@@ -21,6 +21,7 @@ from zoo.initial_weights import seeded_torch_model
 from zoo.lightning.callbacks import (
     CallbackGroup,
     EpochMetrics,
+    KernelThreads,
     ResumePosition,
     SaveState,
     StepScalars,
@@ -164,10 +165,13 @@ def _stay_in_eval(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module
     return torch.nn.Module.train(module, False)
 
 
-def build_task(recipe, family, config, task: str, model: torch.nn.Module, table, init=None, compiled=None):
-    """The LightningModule ``fit`` trains ``model`` with: the task's loss and metrics, and the
-    optimizer's parameter groups (a fine-tuned head's rate, a frozen backbone, the tensors
-    exempt from weight decay). ``zoo compare`` steps the same module (``compiled=False``)."""
+def build_task(
+    recipe, family, config, task: str, model: torch.nn.Module, table, init=None, compiled=None, metric=None
+):
+    """The LightningModule ``fit`` trains ``model`` with: the task's loss and metrics (``metric``:
+    the data's name for it, :attr:`zoo.data.Dataset.metrics`), and the optimizer's parameter groups
+    (a fine-tuned head's rate, a frozen backbone, the tensors exempt from weight decay).
+    ``zoo compare`` steps the same module (``compiled=False``)."""
     groups = initialise(model, init)
     if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
         from zoo.lora import attach
@@ -177,7 +181,7 @@ def build_task(recipe, family, config, task: str, model: torch.nn.Module, table,
     if not recipe.optimizer.decay_biases_and_norms:
         groups = without_decay(groups, model, family.weight_table(config))
     compiled = recipe.trainer.compile if compiled is None else compiled
-    return TASKS[task](model, recipe.optimizer, table, compiled=compiled, groups=groups)
+    return TASKS[task](model, recipe.optimizer, table, compiled=compiled, groups=groups, metric=metric)
 
 
 def step_options(trainer_cfg) -> dict:
@@ -198,15 +202,15 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     quiet()
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
     accelerator = check_accelerator(trainer_cfg)
-    if trainer_cfg.num_threads:
-        torch.set_num_threads(trainer_cfg.num_threads)
+    processes = trainer_cfg.devices if trainer_cfg.resolved_strategy() in ("ddp", "fsdp") else 1
+    threads = KernelThreads(trainer_cfg, processes)  # before any kernel runs; a resume's, when restored
     L.seed_everything(trainer_cfg.seed, verbose=False)
     model = seeded_torch_model(family, config, trainer_cfg.seed)
     family.set_grad_checkpointing(model, "lightning", trainer_cfg.gradient_checkpointing)
     batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
     steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
-    task = build_task(recipe, family, config, dataset.task, model, table, init)
+    task = build_task(recipe, family, config, dataset.task, model, table, init, metric=dataset.metrics[0])
     pin = accelerator == "gpu"  # decoded image batches go to the GPU from page-locked memory
     train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, pin)
     run_path = run.path if run else Path(os.environ.get("ZOO_RUN_DIR", "."))
@@ -215,7 +219,11 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     progress = training_progress(trainer_cfg.progress_bar)
     lines = EpochLines(trainer_cfg.max_epochs) if progress == "lines" else None
     resumed = resume is not None
-    metrics_log = MetricsLog(run.metrics, dataset.task, append=resumed, echo=lines) if run else None
+    metrics_log = (
+        MetricsLog(run.metrics, dataset.task, append=resumed, echo=lines, tokenizer=dataset.tokenizer)
+        if run
+        else None
+    )
     callbacks = [
         # tqdm refreshed every few steps: Lightning's default Rich bar costs more per step
         # than a small model's step takes.
@@ -226,6 +234,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
             *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
             ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
             SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
+            threads,
             restored := Restored(),
         ),
     ]
@@ -271,6 +280,6 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
     metrics = {k: float(v) for k, v in results.items()}
     first = losses.first  # zoo.runs.growth compares the last epoch's loss with it
     return model, {
-        **metrics, "train_seconds": seconds, "replicas": trainer.world_size,
+        **metrics, "train_seconds": seconds, "replicas": trainer.world_size, "num_threads": threads.count,
         **({"train_loss_first_batch": first} if first is not None else {}),
     }  # fmt: skip

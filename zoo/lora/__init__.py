@@ -29,9 +29,10 @@ from zoo.lora.adapter import (
 )
 
 __all__ = [
-    "Adapter", "AdapterFile", "attach", "base_digest", "base_tensors", "check_base", "export_peft",
-    "import_peft", "initial_tensors", "is_adapter", "load_adapter", "merge_adapter", "merged",
-    "read_adapter", "save_adapter", "trained_tensors", "write_adapter",
+    "Adapter", "AdapterFile", "attach", "base_digest", "base_of", "base_tensors", "check_base",
+    "checked_base", "export_peft", "import_peft", "initial_tensors", "is_adapter", "load_adapter",
+    "merge_adapter", "merged", "read_adapter", "save_adapter", "trained_tensors", "with_trained_biases",
+    "write_adapter",
 ]  # fmt: skip
 
 
@@ -118,9 +119,20 @@ def base_of(adapter_file: AdapterFile, base: str | Path | None = None) -> tuple[
         )
     else:
         raise CheckpointError(f"{adapter_file.path}: names no base; give one (--base)")
+    return checked_base(adapter_file, tensors, where), where
+
+
+def checked_base(adapter_file: AdapterFile, tensors: dict[str, np.ndarray], where: str) -> dict:
+    """``tensors``, if they are the base the adapter was trained on (its digest, the biases it
+    trains left out); else refused, naming both digests (:func:`check_base`)."""
     trained = set(adapter_file.adapter.bias_names(adapter_file.family, adapter_file.config))
     check_base(adapter_file, {k: v for k, v in tensors.items() if k not in trained}, where)
-    return tensors, where
+    return tensors
+
+
+def with_trained_biases(adapter_file: AdapterFile, tensors: dict[str, np.ndarray]) -> dict:
+    """A base's tensors with the biases the adapter trained (``train_bias``) at their trained values."""
+    return {**tensors, **{k: v for k, v in adapter_file.tensors.items() if k in tensors}}
 
 
 def load_adapter(path: str | Path, framework: str = "lightning", base: str | Path | None = None) -> Any:
@@ -130,7 +142,7 @@ def load_adapter(path: str | Path, framework: str = "lightning", base: str | Pat
     adapter_file = read_adapter(path)
     tensors, _ = base_of(adapter_file, base)
     family, config = adapter_file.family, adapter_file.config
-    tensors = {**tensors, **{k: v for k, v in adapter_file.tensors.items() if k in tensors}}  # trained biases
+    tensors = with_trained_biases(adapter_file, tensors)
     if framework_name(framework) == "keras":
         from zoo.keras.precision import build_keras
 

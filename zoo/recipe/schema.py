@@ -126,7 +126,9 @@ class TrainerConfig(Section):
     deterministic: bool = Field(False, description="Ask both frameworks for deterministic kernels.")
     num_threads: PositiveInt | None = Field(
         None,
-        description="CPU threads for the framework's kernels; None leaves the framework's default.",
+        description="CPU threads for the framework's kernels; None: the CPUs free when the run starts "
+        "(this process's CPUs less the 1-minute load average, at least 1; $ZOO_NUM_THREADS instead when "
+        "set), recorded in the run's states so that a resume keeps it.",
     )
     progress_bar: bool = Field(True, description="Show the framework's progress bar.")
 

@@ -16,7 +16,7 @@ from zoo.runs.folder import HELD_LOCKS, RECORDED_RECIPE
 from zoo.runs.metrics import read_metrics
 
 RUN_FILES = ("recipe.yaml", RECORDED_RECIPE, "summary.json", "metrics.csv", "state")
-BEST = {"loss": min, "bpc": min, "accuracy": max}  # which way each validation metric improves
+BEST = {"loss": min, "bpc": min, "bpt": min, "accuracy": max}  # which way each validation metric improves
 STATUSES = ("finished", "interrupted", "diverged", "running", "damaged")
 
 
@@ -156,7 +156,7 @@ def _number(text: Any) -> float | None:
 
 
 def best_metric(rows: list[dict[str, str]]) -> tuple[str, float, int] | None:
-    """The best validation value of the task's metric (accuracy up, bpc down; loss where the
+    """The best validation value of the task's metric (accuracy up, bpc and bpt down; loss where the
     run has nothing else), and the epoch it came at."""
     if not rows:
         return None

@@ -8,17 +8,28 @@ import os
 from pathlib import Path
 from typing import Any
 
+BITS_PER_CHARACTER, BITS_PER_TOKEN = "bpc", "bpt"
 TASK_METRICS = {
     "classification": ("accuracy",),
-    "language_modeling": ("bpc",),
+    "language_modeling": (BITS_PER_CHARACTER,),
     "token_classification": ("accuracy",),
     "masked_language_modeling": ("accuracy",),
 }
 
 
-def metric_columns(task: str) -> list[str]:
+def task_metrics(task: str, tokenizer=None) -> tuple[str, ...]:
+    """The metrics a run of ``task`` logs, under the same names in both frameworks. A language
+    model's loss in bits is per character (``bpc``) where its tokens are characters, and per token
+    (``bpt``) where ``tokenizer`` makes tokens of several characters (BPE, WordPiece...): read as
+    bits per character, that number would be several times too high."""
+    if task == "language_modeling" and tokenizer is not None and tokenizer.kind != "char":
+        return (BITS_PER_TOKEN,)
+    return TASK_METRICS[task]
+
+
+def metric_columns(task: str, tokenizer=None) -> list[str]:
     """The per-epoch CSV columns: identical for both frameworks."""
-    metrics = TASK_METRICS[task]
+    metrics = task_metrics(task, tokenizer)
     return [
         "epoch", "step", "lr", "train_loss", *(f"train_{m}" for m in metrics),
         "val_loss", *(f"val_{m}" for m in metrics), "epoch_seconds",
@@ -30,9 +41,9 @@ class MetricsLog:
     (zoo.progress.EpochLines) also gets each row, in the columns' order: the progress lines of a
     run whose stderr is not a terminal."""
 
-    def __init__(self, path: Path, task: str, append: bool = False, echo=None):
+    def __init__(self, path: Path, task: str, append: bool = False, echo=None, tokenizer=None):
         self.path = path
-        self.columns = metric_columns(task)
+        self.columns = metric_columns(task, tokenizer)
         self.echo = echo
         if append and path.exists():
             return  # a resumed run continues its file
