@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import text_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -70,41 +71,18 @@ def write_corpus(megabytes: int) -> dict[int, Path]:
     stamp = WORK / f"corpus-{megabytes}mb.done"
     if stamp.is_file():
         return folders
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS, train_bpe
 
-    rng = np.random.default_rng(0)
-    words = [f"w{i}{'abcdefgh'[i % 8]}" for i in range(30_000)]
-    weights = 1 / np.arange(1, len(words) + 1) ** 1.1
-    weights /= weights.sum()
     first = folders[1]
     shutil.rmtree(first, ignore_errors=True)
-    first.mkdir(parents=True)
-    written, shard = 0, 0
-    while written < megabytes * 1e6:
-        documents = []
-        size = 0
-        while size < SHARD_MB * 1e6:
-            count = int(rng.integers(40, 400))
-            text = " ".join(words[i] for i in rng.choice(len(words), count, p=weights))
-            documents.append({"text": text})
-            size += len(text) + 12
-        path = first / f"part-{shard:04d}.{'jsonl' if shard % 2 == 0 else 'parquet'}"
-        if path.suffix == ".jsonl":
-            path.write_text("".join(json.dumps(d) + "\n" for d in documents))
-        else:
-            pq.write_table(pa.Table.from_pylist(documents), path, row_group_size=2000)
-        written, shard = written + size, shard + 1
+    text_corpus.write_corpus(first, megabytes, SHARD_MB)
     for scale in SCALES[1:]:
         shutil.rmtree(folders[scale], ignore_errors=True)
         folders[scale].mkdir()
         for copy in range(scale):
             for path in sorted(first.iterdir()):
                 shutil.copy(path, folders[scale] / f"copy{copy}-{path.name}")
-    sample = [json.loads(line)["text"] for line in (first / "part-0000.jsonl").read_text().splitlines()[:400]]
-    train_bpe(sample, 4096, DEFAULT_SPECIAL_TOKENS).save(WORK)
+    train_bpe(text_corpus.bpe_sample(first), 4096, DEFAULT_SPECIAL_TOKENS).save(WORK)
     stamp.touch()
     return folders
 
