@@ -32,7 +32,15 @@ from zoo.data.dataset import Dataset, Split
 from zoo.data.shards import SAVED_SPLITS, Shard, class_names, find_shards, parse, raw_rows, saved_splits
 from zoo.data.stream_index import ShardIndex, corpus_index, records
 from zoo.data.stream_order import epoch_stream
-from zoo.data.stream_tasks import ImageExamples, Labels, TextExamples, TokenExamples, Unit, label_lookup
+from zoo.data.stream_tasks import (
+    ImageExamples,
+    Labels,
+    TextExamples,
+    TokenExamples,
+    Unit,
+    label_lookup,
+    lone_surrogate,
+)
 from zoo.data.text import data_tokenizer, mlm_masking
 from zoo.errors import DataError
 from zoo.nn.errors import GRAPH_END, GRAPH_MARK
@@ -384,8 +392,10 @@ def sample_texts(cfg, shards: list[Shard]) -> list[str]:
                     record = parse(shard, row, stored)
                 except DataError:
                     continue  # a bad record: the index pass names it
-                texts += [record[c] for c in columns if isinstance(record.get(c), str)]
-                total += sum(len(record[c]) for c in columns if isinstance(record.get(c), str))
+                found = [record.get(c) for c in columns]
+                found = [t for t in found if isinstance(t, str) and lone_surrogate(t) is None]
+                texts += found
+                total += sum(map(len, found))
                 if total >= BPE_SAMPLE:
                     return texts
         except DataError:

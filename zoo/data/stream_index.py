@@ -20,14 +20,24 @@ import logging
 import os
 import shutil
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from zoo.data.shards import LINE_KINDS, BadRecord, BadShard, Shard, parse, raw_rows
+from zoo.data.shards import (
+    LINE_KINDS,
+    TABLE_KINDS,
+    BadRecord,
+    BadShard,
+    Shard,
+    batch_rows,
+    parse,
+    raw_batches,
+    raw_rows,
+)
 from zoo.errors import DataError
 from zoo.limits import read_json
 from zoo.tokenizer import write_atomically
@@ -51,9 +61,13 @@ class Survey(Protocol):
         when the task cannot use it."""
         ...
 
-    def sizes(self, shard: Shard, checked: list) -> np.ndarray:
-        """The sizes (int64) of records :meth:`check` passed, from what it returned."""
+    def sizes(self, shard: Shard, checked: Any) -> np.ndarray:
+        """The sizes (int64) of records :meth:`check` passed, from what it returned (a list),
+        or of a batch ``check_column`` passed whole, from what that returned."""
         ...
+
+    # Optional: check_column(batch) -> Any | None, a Parquet or Arrow RecordBatch checked whole
+    # (None: checked row by row, so that a bad row is named).
 
     def key(self) -> str:
         """What else decides the sizes (a tokenizer's fingerprint), for the cache key."""
@@ -169,23 +183,48 @@ def _index_shard(
 
 def _checked_batches(
     shard: Shard, survey: Survey, on_bad: str, bad: array, problems: list[str]
-) -> Iterator[list]:
-    """What the survey's check returns of each usable record, in batches of up to
+) -> Iterator[Any]:
+    """What the survey's check returns of each usable record, in batches (lists) of up to
     :data:`BATCH_ROWS` records or :data:`BATCH_CHARACTERS` characters of text; the rows of
-    unusable ones go to ``bad`` (or stop the pass)."""
-    batch, characters = [], 0
-    for row, stored in raw_rows(shard, survey.columns):
+    unusable ones go to ``bad`` (or stop the pass). A Parquet or Arrow batch the survey passes
+    whole (``check_column``) comes as the survey made it, no row made a Python object."""
+    whole = getattr(survey, "check_column", None)
+    if whole is None or shard.kind not in TABLE_KINDS:
+        yield from _batched(_checked(shard, survey, raw_rows(shard, survey.columns), on_bad, bad, problems))
+        return
+    for start, batch in raw_batches(shard, survey.columns):
+        passed = None if isinstance(batch, BadRecord) else whole(batch)
+        if passed is not None:
+            yield passed
+            continue
+        rows = [(start, batch)] if isinstance(batch, BadRecord) else batch_rows(batch, start)
+        yield from _batched(_checked(shard, survey, rows, on_bad, bad, problems))
+
+
+def _checked(
+    shard: Shard,
+    survey: Survey,
+    rows: Iterable[tuple[int, Any]],
+    on_bad: str,
+    bad: array,
+    problems: list[str],
+) -> Iterator[Any]:
+    for row, stored in rows:
         try:
-            checked = survey.check(shard, row, parse(shard, row, stored))
+            yield survey.check(shard, row, parse(shard, row, stored))
         except BadRecord as error:
             if on_bad == "error":
                 raise DataError(f"{error}; {FIX}") from None
             bad.append(row)
             if len(problems) < SHOWN:
                 problems.append(str(error))
-            continue
-        batch.append(checked)
-        characters += len(checked) if isinstance(checked, str) else 0
+
+
+def _batched(checked: Iterable[Any]) -> Iterator[list]:
+    batch, characters = [], 0
+    for value in checked:
+        batch.append(value)
+        characters += len(value) if isinstance(value, str) else 0
         if len(batch) >= BATCH_ROWS or characters >= BATCH_CHARACTERS:
             yield batch
             batch, characters = [], 0

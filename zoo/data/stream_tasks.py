@@ -232,12 +232,33 @@ class TextExamples(Labelled):
 
 
 def checked_text(shard: Shard, row: int, record: dict, column: str) -> str:
-    value = record[column]
-    if not isinstance(value, str):
-        raise BadRecord(shard, row, f"{column!r} is {value!r}, not text")
+    value = text_value(shard, row, record, column)
     if not value.strip():
         raise BadRecord(shard, row, f"{column!r} is empty")
     return value
+
+
+def text_value(shard: Shard, row: int, record: dict, column: str) -> str:
+    """A record's text, refused when it is none, or holds a lone surrogate (JSON can spell
+    one, ``"\\ud800"``; no tokenizer takes it)."""
+    value = record[column]
+    if not isinstance(value, str):
+        raise BadRecord(shard, row, f"{column!r} is {value!r}, not text")
+    where = lone_surrogate(value)
+    if where is not None:
+        raise BadRecord(shard, row, f"{column!r} holds {value[where]!r}, a lone surrogate, not a character")
+    return value
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (which UTF-8 cannot encode), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
 
 
 # ------------------------------------------------------------------------------ language modeling
@@ -268,20 +289,38 @@ class TokenExamples:
         return "char" if self.tokenizer is None else f"tokens:{self.tokenizer.fingerprint()}"
 
     def check(self, shard: Shard, row: int, record: dict) -> str:
-        text = has_columns(shard, row, record, self.columns)[self.text_column]
-        if not isinstance(text, str):
-            raise BadRecord(shard, row, f"{self.text_column!r} is {text!r}, not text")
-        return text
+        return text_value(shard, row, has_columns(shard, row, record, self.columns), self.text_column)
 
-    def sizes(self, shard: Shard, texts: list[str]) -> np.ndarray:
+    def check_column(self, batch) -> Any:
+        """A Parquet or Arrow batch's texts, as the Arrow array they are, when every row holds
+        one (None otherwise: its rows are checked one by one, to name the bad ones)."""
+        import pyarrow as pa
+
+        texts = batch.column(self.text_column)
+        kind = texts.type
+        return (
+            texts
+            if not texts.null_count and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+            else None
+        )
+
+    def sizes(self, shard: Shard, texts: Any) -> np.ndarray:
         """Each document's tokens in the epoch's stream, its separator included: as many as
-        :func:`document_ids` gives (``decode`` checks), counted a batch at a time."""
+        :func:`document_ids` gives (``decode`` checks), counted a batch at a time. ``texts``: a
+        list, or an Arrow array of them (characters counted in Arrow, no string made a row)."""
         tail = 0 if shard.kind == "text" else len(BLOCK_SEPARATOR)
-        if self.tokenizer is None:
+        if self.tokenizer is not None:
+            listed = texts if isinstance(texts, list) else texts.to_pylist()
+            return self.tokenizer.counts(listed) + (tail and len(separator(self.tokenizer)))
+        if isinstance(texts, list):
             self.characters |= characters(texts)
             return np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + tail
-        tail = tail and len(separator(self.tokenizer))
-        return self.tokenizer.counts(texts) + tail
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        whole = pc.binary_join(pa.ListArray.from_arrays([0, len(texts)], texts), "")[0].as_py()
+        self.characters |= characters([whole])
+        return pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.int64) + tail
 
     def found(self) -> dict[str, Any]:
         return {"characters": "".join(sorted(self.characters | set(BLOCK_SEPARATOR)))}
