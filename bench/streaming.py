@@ -48,8 +48,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import text_corpus
+STARTED = time.perf_counter()  # a child process's start, about: before numpy, zoo, torch or TensorFlow
+
+import numpy as np  # noqa: E402
+import text_corpus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -155,20 +157,38 @@ def peak_rss() -> int:
 
 
 def train(spec: dict) -> dict:
-    """``zoo train``'s plan, its training stream cut to ``steps`` batches an epoch."""
+    """``zoo train``'s plan, its training stream cut to ``steps`` batches an epoch. Besides
+    the speed and the peak: the seconds the plan took (loading the data: the index pass), the
+    peak by then, and (``data.workers=0``: batches decoded in this process) the seconds from the
+    process's start to the first batch decoded after the plan."""
     from zoo.api import execute
+    from zoo.data.stream import Stream
     from zoo.plan import plan_run
 
     raw = spec["recipe"]
     raw["export"] = {"dir": spec["runs"], "run_name": spec["name"]}
+    planning = time.perf_counter()
     plan = plan_run(raw, spec["framework"])
+    planned, planned_peak = time.perf_counter(), peak_rss()
+    first: list[float] = []
+    decode = Stream.batch
+
+    def timed(self, *args, **kwargs):
+        batch = decode(self, *args, **kwargs)
+        if not first:
+            first.append(time.perf_counter() - STARTED)
+        return batch
+
+    Stream.batch = timed
     train_split = plan.dataset.train
     batch = raw["data"]["batch_size"]
     capped = dataclasses.replace(train_split.x, length=min(len(train_split), spec["steps"] * batch))
     dataset = dataclasses.replace(plan.dataset, train=dataclasses.replace(train_split, x=capped))
     result = execute(dataclasses.replace(plan, dataset=dataset))
     seconds = float(result.history[-1]["epoch_seconds"])
-    return {"examples_per_s": len(capped) / seconds, "peak_rss": peak_rss(), "examples": len(capped)}
+    return {"examples_per_s": len(capped) / seconds, "peak_rss": peak_rss(), "examples": len(capped),
+            "plan_s": planned - planning, "plan_peak_rss": planned_peak,
+            "first_batch_s": first[0] if first else None}  # fmt: skip
 
 
 def pipeline(spec: dict) -> dict:
@@ -221,6 +241,11 @@ def child(kind: str, spec: dict) -> dict:
 # ------------------------------------------------------------------------------ the run
 
 
+def commit(checkout: Path = ROOT) -> str:
+    command = ["git", "rev-parse", "--short", "HEAD"]
+    return subprocess.run(command, cwd=checkout, capture_output=True, text=True).stdout.strip()
+
+
 def load() -> str:
     """The load averages over 1, 5 and 15 minutes, as ``uptime`` prints them."""
     return ", ".join(f"{value:.2f}" for value in os.getloadavg())
@@ -267,13 +292,12 @@ def measure(args) -> str:
 
 
 def report(args, started, started_load, sizes, memory, speeds, firsts) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     lines = [
         "```bash",
         ".venv/bin/python bench/streaming.py --write-results   # the tables below",
         "```",
         "",
-        f"Measured {started}, commit {commit.stdout.strip()}, on {os.cpu_count()} cores; load averages "
+        f"Measured {started}, commit {commit()}, on {os.cpu_count()} cores; load averages "
         f"(1, 5, 15 min) {started_load} at the start, {load()} at the end. Corpus: {args.corpus_mb} MB "
         "of generated text (1x), repeated to 2x and 4x, half JSONL and half Parquet shards; gpt2-micro, "
         f"seq 128, batch 16, BPE 4096. Pictures: {args.images} JPEGs of 160x128 in Parquet, resnet18 "
