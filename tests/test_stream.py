@@ -221,6 +221,33 @@ def test_the_index_sizes_documents_a_batch_at_a_time_as_decoding_tokenizes_them_
         load_dataset(alone, "tokens")
 
 
+def test_reading_a_few_positions_of_an_epoch_holds_none_of_the_others(tmp_path):
+    """An epoch of a large corpus has tens of millions of positions: the memory estimate's
+    first batch and a stored-order sampler's batches are read without an array of them all
+    (here 10**12 positions, 8 TB of int64: made, it would fail)."""
+    import dataclasses
+
+    from zoo.data import epoch_batches
+    from zoo.lightning.data import BatchOrder
+
+    write_corpus(tmp_path / "c", [40])
+    stream = load_dataset(
+        StreamData(path=str(tmp_path / "c"), seq_len=8, bpe_vocab_size=300), "tokens"
+    ).train.x
+    huge = dataclasses.replace(stream, length=10**12)
+    first = stream[:3]
+    assert np.array_equal(huge[:3], first) and np.array_equal(huge[[2, 0]], first[[2, 0]])
+    assert np.array_equal(huge[-(10**12)], first[0]) and np.array_equal(huge[np.int64(1)], first[1])
+    with pytest.raises(IndexError, match=f"index {10**12} is out of bounds for a stream of {10**12}"):
+        huge[[0, 10**12]]
+    order = BatchOrder(10**12, 16, seed=0, shuffle=False, keyed=True)
+    order.skip = 5  # a resumed epoch
+    epoch, batch = next(iter(order))
+    assert epoch == 0 and np.array_equal(batch, np.arange(80, 96))
+    stored = [b.tolist() for b in epoch_batches(50, 16, seed=0, epoch=0, shuffle=False)]
+    assert [b.tolist() for b in BatchOrder(50, 16, seed=0, shuffle=False)] == stored
+
+
 def test_masked_language_model_batches_are_the_same_in_both_frameworks(tmp_path):
     from zoo.data import IGNORE_INDEX
     from zoo.keras.data import eval_dataset, train_dataset

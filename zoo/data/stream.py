@@ -188,7 +188,7 @@ class Stream:
     def take(self, key) -> tuple[np.ndarray | None, ...]:
         """Every array of the examples at any numpy index of positions, in the index's order:
         read a run of consecutive positions at a time."""
-        positions = np.arange(self.length)[key]
+        positions = positions_at(key, self.length)
         if positions.ndim == 0:
             return tuple(None if a is None else a[0] for a in self.take(positions[None]))
         if not len(positions):
@@ -225,6 +225,22 @@ class Stream:
                 self._cursors.append(cursor)
             cursor.busy = True
             return cursor
+
+
+def positions_at(key, length: int) -> np.ndarray:
+    """``np.arange(length)[key]``, without the arange when ``key`` is a slice or integers: an
+    epoch of a large corpus has tens of millions of positions, and reading a few of them (the
+    memory estimate reads the first batch) must not hold them all."""
+    if isinstance(key, slice):
+        return np.arange(*key.indices(length), dtype=np.int64)
+    index = np.asarray(key)
+    if index.dtype.kind not in "iu":
+        return np.arange(length)[key]  # a mask, or anything else numpy makes of a key
+    index = index.astype(np.int64)
+    outside = index[(index < -length) | (index >= length)]
+    if outside.size:
+        raise IndexError(f"index {outside[0]} is out of bounds for a stream of {length} examples")
+    return np.where(index < 0, index + length, index)
 
 
 @dataclass(frozen=True)
