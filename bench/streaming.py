@@ -157,7 +157,8 @@ def peak_rss() -> int:
 
 
 def train(spec: dict) -> dict:
-    """``zoo train``'s plan, its training stream cut to ``steps`` batches an epoch. Besides
+    """``zoo train``'s plan, its training stream cut to ``steps`` batches an epoch (or, with
+    ``whole_epoch``, left whole and training stopped after ``steps`` steps). Besides
     the speed and the peak: the seconds the plan took (loading the data: the index pass), the
     peak by then, and (``data.workers=0``: batches decoded in this process) the seconds from the
     process's start to the first batch decoded after the plan."""
@@ -181,14 +182,35 @@ def train(spec: dict) -> dict:
 
     Stream.batch = timed
     train_split = plan.dataset.train
-    batch = raw["data"]["batch_size"]
-    capped = dataclasses.replace(train_split.x, length=min(len(train_split), spec["steps"] * batch))
-    dataset = dataclasses.replace(plan.dataset, train=dataclasses.replace(train_split, x=capped))
-    result = execute(dataclasses.replace(plan, dataset=dataset))
+    examples = min(len(train_split), spec["steps"] * raw["data"]["batch_size"])
+    if spec.get("whole_epoch"):
+        stop_after(spec["steps"], spec["framework"])
+    else:
+        capped = dataclasses.replace(train_split.x, length=examples)
+        plan = dataclasses.replace(
+            plan, dataset=dataclasses.replace(plan.dataset, train=dataclasses.replace(train_split, x=capped))
+        )
+    result = execute(plan)
     seconds = float(result.history[-1]["epoch_seconds"])
-    return {"examples_per_s": len(capped) / seconds, "peak_rss": peak_rss(), "examples": len(capped),
+    return {"examples_per_s": examples / seconds, "peak_rss": peak_rss(), "examples": examples,
             "plan_s": planned - planning, "plan_peak_rss": planned_peak,
             "first_batch_s": first[0] if first else None}  # fmt: skip
+
+
+def stop_after(steps: int, framework: str) -> None:
+    """Training stopped after ``steps`` steps by the framework's own limit (Lightning's
+    ``max_steps``, Keras' ``steps_per_epoch``; recipes have none), set where zoo makes the
+    trainer: the sampler and the keys still span the split's whole epoch."""
+    if framework == "lightning":
+        import lightning as L
+
+        make = L.Trainer.__init__
+        L.Trainer.__init__ = lambda self, *args, **kwargs: make(self, *args, **{**kwargs, "max_steps": steps})
+        return
+    import keras
+
+    fit = keras.Model.fit
+    keras.Model.fit = lambda self, *args, **kwargs: fit(self, *args, **{**kwargs, "steps_per_epoch": steps})
 
 
 def pipeline(spec: dict) -> dict:

@@ -10,7 +10,9 @@ corpus, and the evaluation with it).
 Then, for each corpus and framework, a fresh process trains gpt2-micro (seq 128, batch 16, a
 character vocabulary, ``data.workers=0``: everything in one process) ``--steps`` steps from an
 empty index cache, so it first indexes the whole corpus: reads, parses and checks every
-document and counts its tokens (bench/stream_index.py measures that pass alone). Reported:
+document and counts its tokens (bench/stream_index.py measures that pass alone). The training
+split is the corpus' whole epoch (the sampler, or tf.data's keys, span all of it); the
+framework stops after ``--steps`` steps (``bench/streaming.py``'s ``stop_after``). Reported:
 the seconds of the plan (the index pass, mostly), the seconds from the process's start to the
 first training batch, the peak resident memory (``VmHWM``) after the plan and at the end.
 
@@ -85,7 +87,7 @@ def measure(args) -> str:
                 shutil.rmtree(cache, ignore_errors=True)
                 spec = {"recipe": recipe(folders[scale], test), "framework": framework,
                         "steps": args.steps, "runs": str(work / "runs"), "cache": str(cache),
-                        "name": f"scale-{scale}-{framework}"}  # fmt: skip
+                        "name": f"scale-{scale}-{framework}", "whole_epoch": True}  # fmt: skip
                 found[scale, framework] = streaming.child("train", spec)
                 print(f"{scale}x {framework}: {found[scale, framework]}", file=sys.stderr)
     finally:
