@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -16,7 +17,9 @@ def build_optimizer(cfg, parameters) -> torch.optim.Optimizer:
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, table, base_lr: float):
-    """``LambdaLR`` reading zoo's table: the rate of update ``s`` is ``table[s]``."""
+    """``LambdaLR`` reading zoo's table: the rate of update ``s`` is ``table[s]``. The factors
+    stay a float64 array (the same doubles as Python's division gives): a list of Python
+    floats would hold 32 bytes a step, 90 MB for an epoch of 3 million steps."""
     last = len(table) - 1
-    factors = [float(v) / base_lr for v in table]
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: factors[min(step, last)])
+    factors = np.asarray(table, dtype=np.float64) / base_lr
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: float(factors[min(step, last)]))
