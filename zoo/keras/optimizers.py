@@ -261,7 +261,7 @@ def build_optimizer(
 ) -> keras.optimizers.Optimizer:
     """``table`` holds one rate per optimizer step. With gradient accumulation Keras reads
     the schedule at its micro-step counter, so each rate is repeated ``accumulate`` times."""
-    schedule = TableSchedule(np.repeat(np.asarray(table), accumulate))
+    schedule = TableSchedule(np.repeat(table, accumulate) if accumulate > 1 else table)
     common = {
         "gradient_accumulation_steps": accumulate if accumulate > 1 else None,
         "lr_multipliers": lr_multipliers,
