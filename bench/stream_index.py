@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import text_corpus
-from streaming import commit, load
+from streaming import commit, load, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -154,13 +154,7 @@ def main() -> None:
         print(json.dumps(index_once(json.loads(args.child))))
         return
     WORK.mkdir(parents=True, exist_ok=True)
-    text = measure(args)
-    print(text)
-    (OUT / "stream_index.md").write_text(text)
-    if args.write_results:
-        from results_section import write_section
-
-        write_section(HEADING, text)
+    publish(measure(args), "stream_index", HEADING, args.write_results)
 
 
 if __name__ == "__main__":

@@ -375,13 +375,18 @@ def main() -> None:
         print(json.dumps({"train": train, "pipeline": pipeline}[kind](json.loads(spec))))
         return
     WORK.mkdir(parents=True, exist_ok=True)
-    text = measure(args)
+    publish(measure(args), "streaming", HEADING, args.write_results)
+
+
+def publish(text: str, name: str, heading: str, write_results: bool) -> None:
+    """Print the tables, keep them in bench/out/``name``.md and (``write_results``) rewrite
+    their section of bench/RESULTS.md."""
     print(text)
-    (OUT / "streaming.md").write_text(text)
-    if args.write_results:
+    (OUT / f"{name}.md").write_text(text)
+    if write_results:
         from results_section import write_section
 
-        write_section(HEADING, text)
+        write_section(heading, text)
 
 
 if __name__ == "__main__":

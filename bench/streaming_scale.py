@@ -139,13 +139,7 @@ def main() -> None:
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    text = measure(args)
-    print(text)
-    (OUT / "streaming_scale.md").write_text(text)
-    if args.write_results:
-        from results_section import write_section
-
-        write_section(HEADING, text)
+    streaming.publish(measure(args), "streaming_scale", HEADING, args.write_results)
 
 
 if __name__ == "__main__":
