@@ -31,7 +31,7 @@ KINDS = {
 }  # fmt: skip
 LINE_KINDS = ("jsonl", "csv", "text")  # rows named by line number; the others by row index
 TABLE_KINDS = ("parquet", "arrow")  # read with pyarrow, a RecordBatch at a time
-ARROW_BATCH = 1024  # Parquet rows converted to Python at once
+ARROW_BATCH = 1024  # Parquet rows read at once
 SAVED_STATE = "state.json"  # a Hugging Face Dataset.save_to_disk folder
 SAVED_SPLITS = "dataset_dict.json"  # a DatasetDict.save_to_disk folder: one such folder a split
 
@@ -248,9 +248,9 @@ def _check_columns(shard: Shard, names: Sequence[str], columns: Sequence[str]) -
 
 
 def raw_batches(shard: Shard, columns: Sequence[str], first: int = 0) -> Iterator[tuple[int, Any]]:
-    """A Parquet or Arrow shard a batch of rows at a time, from the batch holding row ``first``:
-    (its first row, a pyarrow RecordBatch of ``columns``), or (row, :class:`BadRecord`) for each
-    row of a Parquet row group that cannot be read."""
+    """A Parquet or Arrow shard a batch of rows at a time: (its first row, a pyarrow RecordBatch
+    of ``columns``), or (row, :class:`BadRecord`) for each row of a Parquet row group that cannot
+    be read. Parquet row groups that end before row ``first`` are not read."""
     return (
         _parquet_batches(shard, columns, first) if shard.kind == "parquet" else _arrow_batches(shard, columns)
     )
