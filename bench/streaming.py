@@ -48,7 +48,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+STARTED = time.perf_counter()  # a child process's start, about: before numpy, zoo, torch or TensorFlow
+
+import numpy as np  # noqa: E402
+import text_corpus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -70,41 +73,18 @@ def write_corpus(megabytes: int) -> dict[int, Path]:
     stamp = WORK / f"corpus-{megabytes}mb.done"
     if stamp.is_file():
         return folders
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS, train_bpe
 
-    rng = np.random.default_rng(0)
-    words = [f"w{i}{'abcdefgh'[i % 8]}" for i in range(30_000)]
-    weights = 1 / np.arange(1, len(words) + 1) ** 1.1
-    weights /= weights.sum()
     first = folders[1]
     shutil.rmtree(first, ignore_errors=True)
-    first.mkdir(parents=True)
-    written, shard = 0, 0
-    while written < megabytes * 1e6:
-        documents = []
-        size = 0
-        while size < SHARD_MB * 1e6:
-            count = int(rng.integers(40, 400))
-            text = " ".join(words[i] for i in rng.choice(len(words), count, p=weights))
-            documents.append({"text": text})
-            size += len(text) + 12
-        path = first / f"part-{shard:04d}.{'jsonl' if shard % 2 == 0 else 'parquet'}"
-        if path.suffix == ".jsonl":
-            path.write_text("".join(json.dumps(d) + "\n" for d in documents))
-        else:
-            pq.write_table(pa.Table.from_pylist(documents), path, row_group_size=2000)
-        written, shard = written + size, shard + 1
+    text_corpus.write_corpus(first, megabytes, SHARD_MB)
     for scale in SCALES[1:]:
         shutil.rmtree(folders[scale], ignore_errors=True)
         folders[scale].mkdir()
         for copy in range(scale):
             for path in sorted(first.iterdir()):
                 shutil.copy(path, folders[scale] / f"copy{copy}-{path.name}")
-    sample = [json.loads(line)["text"] for line in (first / "part-0000.jsonl").read_text().splitlines()[:400]]
-    train_bpe(sample, 4096, DEFAULT_SPECIAL_TOKENS).save(WORK)
+    train_bpe(text_corpus.bpe_sample(first), 4096, DEFAULT_SPECIAL_TOKENS).save(WORK)
     stamp.touch()
     return folders
 
@@ -177,20 +157,60 @@ def peak_rss() -> int:
 
 
 def train(spec: dict) -> dict:
-    """``zoo train``'s plan, its training stream cut to ``steps`` batches an epoch."""
+    """``zoo train``'s plan, its training stream cut to ``steps`` batches an epoch (or, with
+    ``whole_epoch``, left whole and training stopped after ``steps`` steps). Besides
+    the speed and the peak: the seconds the plan took (loading the data: the index pass), the
+    peak by then, and (``data.workers=0``: batches decoded in this process) the seconds from the
+    process's start to the first batch decoded after the plan."""
     from zoo.api import execute
+    from zoo.data.stream import Stream
     from zoo.plan import plan_run
 
     raw = spec["recipe"]
     raw["export"] = {"dir": spec["runs"], "run_name": spec["name"]}
+    planning = time.perf_counter()
     plan = plan_run(raw, spec["framework"])
+    planned, planned_peak = time.perf_counter(), peak_rss()
+    first: list[float] = []
+    decode = Stream.batch
+
+    def timed(self, *args, **kwargs):
+        batch = decode(self, *args, **kwargs)
+        if not first:
+            first.append(time.perf_counter() - STARTED)
+        return batch
+
+    Stream.batch = timed
     train_split = plan.dataset.train
-    batch = raw["data"]["batch_size"]
-    capped = dataclasses.replace(train_split.x, length=min(len(train_split), spec["steps"] * batch))
-    dataset = dataclasses.replace(plan.dataset, train=dataclasses.replace(train_split, x=capped))
-    result = execute(dataclasses.replace(plan, dataset=dataset))
+    examples = min(len(train_split), spec["steps"] * raw["data"]["batch_size"])
+    if spec.get("whole_epoch"):
+        stop_after(spec["steps"], spec["framework"])
+    else:
+        capped = dataclasses.replace(train_split.x, length=examples)
+        plan = dataclasses.replace(
+            plan, dataset=dataclasses.replace(plan.dataset, train=dataclasses.replace(train_split, x=capped))
+        )
+    result = execute(plan)
     seconds = float(result.history[-1]["epoch_seconds"])
-    return {"examples_per_s": len(capped) / seconds, "peak_rss": peak_rss(), "examples": len(capped)}
+    return {"examples_per_s": examples / seconds, "peak_rss": peak_rss(), "examples": examples,
+            "plan_s": planned - planning, "plan_peak_rss": planned_peak,
+            "first_batch_s": first[0] if first else None}  # fmt: skip
+
+
+def stop_after(steps: int, framework: str) -> None:
+    """Training stopped after ``steps`` steps by the framework's own limit (Lightning's
+    ``max_steps``, Keras' ``steps_per_epoch``; recipes have none), set where zoo makes the
+    trainer: the sampler and the keys still span the split's whole epoch."""
+    if framework == "lightning":
+        import lightning as L
+
+        make = L.Trainer.__init__
+        L.Trainer.__init__ = lambda self, *args, **kwargs: make(self, *args, **{**kwargs, "max_steps": steps})
+        return
+    import keras
+
+    fit = keras.Model.fit
+    keras.Model.fit = lambda self, *args, **kwargs: fit(self, *args, **{**kwargs, "steps_per_epoch": steps})
 
 
 def pipeline(spec: dict) -> dict:
@@ -243,6 +263,11 @@ def child(kind: str, spec: dict) -> dict:
 # ------------------------------------------------------------------------------ the run
 
 
+def commit(checkout: Path = ROOT) -> str:
+    command = ["git", "rev-parse", "--short", "HEAD"]
+    return subprocess.run(command, cwd=checkout, capture_output=True, text=True).stdout.strip()
+
+
 def load() -> str:
     """The load averages over 1, 5 and 15 minutes, as ``uptime`` prints them."""
     return ", ".join(f"{value:.2f}" for value in os.getloadavg())
@@ -289,13 +314,12 @@ def measure(args) -> str:
 
 
 def report(args, started, started_load, sizes, memory, speeds, firsts) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     lines = [
         "```bash",
         ".venv/bin/python bench/streaming.py --write-results   # the tables below",
         "```",
         "",
-        f"Measured {started}, commit {commit.stdout.strip()}, on {os.cpu_count()} cores; load averages "
+        f"Measured {started}, commit {commit()}, on {os.cpu_count()} cores; load averages "
         f"(1, 5, 15 min) {started_load} at the start, {load()} at the end. Corpus: {args.corpus_mb} MB "
         "of generated text (1x), repeated to 2x and 4x, half JSONL and half Parquet shards; gpt2-micro, "
         f"seq 128, batch 16, BPE 4096. Pictures: {args.images} JPEGs of 160x128 in Parquet, resnet18 "
@@ -351,13 +375,18 @@ def main() -> None:
         print(json.dumps({"train": train, "pipeline": pipeline}[kind](json.loads(spec))))
         return
     WORK.mkdir(parents=True, exist_ok=True)
-    text = measure(args)
+    publish(measure(args), "streaming", HEADING, args.write_results)
+
+
+def publish(text: str, name: str, heading: str, write_results: bool) -> None:
+    """Print the tables, keep them in bench/out/``name``.md and (``write_results``) rewrite
+    their section of bench/RESULTS.md."""
     print(text)
-    (OUT / "streaming.md").write_text(text)
-    if args.write_results:
+    (OUT / f"{name}.md").write_text(text)
+    if write_results:
         from results_section import write_section
 
-        write_section(HEADING, text)
+        write_section(heading, text)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,8 @@ def test_both_frameworks_read_the_same_rates():
     keras_rates = [float(TableSchedule(table)(step)) for step in range(len(table))]
     np.testing.assert_allclose(torch_rates, table, rtol=1e-6)
     np.testing.assert_allclose(keras_rates, table, rtol=1e-6)
+    # The very doubles: LambdaLR multiplies the base rate by the factor, Keras reads the table.
+    assert torch_rates == [0.01 * (float(v) / 0.01) for v in table] and keras_rates == table.tolist()
 
 
 def test_npz_data(tmp_path):

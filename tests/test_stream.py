@@ -177,6 +177,77 @@ def test_language_model_blocks_pack_the_epochs_documents_in_order(tmp_path):
     assert np.array_equal(later[0], x[5:9]) and np.array_equal(later[1], y[5:9])
 
 
+@pytest.mark.parametrize("tokenizer", ["bpe", "char"])
+def test_the_index_sizes_documents_a_batch_at_a_time_as_decoding_tokenizes_them_one_by_one(
+    tmp_path, monkeypatch, tokenizer
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from zoo.data import stream_index
+    from zoo.data.stream_tasks import document_ids
+
+    # Batches of 7 records or 200 characters; a Parquet row group with a null text is checked
+    # row by row, the others whole; bad JSONL lines are left out mid-batch.
+    monkeypatch.setattr(stream_index, "BATCH_ROWS", 7)
+    monkeypatch.setattr(stream_index, "BATCH_CHARACTERS", 200)
+    write_corpus(tmp_path / "c", [30], kinds=("jsonl",))
+    lines = (tmp_path / "c" / "part-000.jsonl").read_text().splitlines(keepends=True)
+    lines[3], lines[11] = "not json\n", '{"text": 5}\n'
+    lines[20] = json.dumps({"text": "a lone surrogate \ud800"}) + "\n"  # JSON spells it; no text holds it
+    lines[21] = json.dumps({"text": "çà et là, 😀"}) + "\n"
+    (tmp_path / "c" / "part-000.jsonl").write_text("".join(lines))
+    texts = [text_of(n) for n in range(30, 75)]
+    texts[17] = None
+    pq.write_table(pa.table({"text": texts}), tmp_path / "c" / "part-001.parquet", row_group_size=15)
+    cfg = StreamData(path=str(tmp_path / "c"), seq_len=8, tokenizer=tokenizer, bpe_vocab_size=300,
+                     on_bad_record="skip", val_fraction=0)  # fmt: skip
+    data = load_dataset(cfg, "tokens")
+    kept = {
+        "jsonl": [json.loads(line)["text"] for i, line in enumerate(lines) if i not in (3, 11, 20)],
+        "parquet": [t for t in texts if t is not None],
+    }
+    for part in data.train.x.parts:
+        kind = part.index.shard.kind
+        expected = [len(document_ids(data.tokenizer, text, kind)) for text in kept[kind]]
+        assert part.index.records == len(expected)
+        assert list(part.index.sizes(0, part.index.records)) == expected
+    if tokenizer == "char":
+        assert set(data.tokenizer.vocab) == set("".join(kept["jsonl"] + kept["parquet"]) + "\n\n")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "one.jsonl").write_text(lines[21] + lines[20])
+    alone = cfg.model_copy(update={"path": [str(tmp_path / "d")], "on_bad_record": "error"})
+    with pytest.raises(DataError, match=r"one\.jsonl, line 2: 'text' holds '\\ud800', a lone surrogate"):
+        load_dataset(alone, "tokens")
+
+
+def test_reading_a_few_positions_of_an_epoch_holds_none_of_the_others(tmp_path):
+    """An epoch of a large corpus has tens of millions of positions: the memory estimate's
+    first batch and a stored-order sampler's batches are read without an array of them all
+    (here 10**12 positions, 8 TB of int64: made, it would fail)."""
+    import dataclasses
+
+    from zoo.data import epoch_batches
+    from zoo.lightning.data import BatchOrder
+
+    write_corpus(tmp_path / "c", [40])
+    stream = load_dataset(
+        StreamData(path=str(tmp_path / "c"), seq_len=8, bpe_vocab_size=300), "tokens"
+    ).train.x
+    huge = dataclasses.replace(stream, length=10**12)
+    first = stream[:3]
+    assert np.array_equal(huge[:3], first) and np.array_equal(huge[[2, 0]], first[[2, 0]])
+    assert np.array_equal(huge[-(10**12)], first[0]) and np.array_equal(huge[np.int64(1)], first[1])
+    with pytest.raises(IndexError, match=f"index {10**12} is out of bounds for a stream of {10**12}"):
+        huge[[0, 10**12]]
+    order = BatchOrder(10**12, 16, seed=0, shuffle=False, keyed=True)
+    order.skip = 5  # a resumed epoch
+    epoch, batch = next(iter(order))
+    assert epoch == 0 and np.array_equal(batch, np.arange(80, 96))
+    stored = [b.tolist() for b in epoch_batches(50, 16, seed=0, epoch=0, shuffle=False)]
+    assert [b.tolist() for b in BatchOrder(50, 16, seed=0, shuffle=False)] == stored
+
+
 def test_masked_language_model_batches_are_the_same_in_both_frameworks(tmp_path):
     from zoo.data import IGNORE_INDEX
     from zoo.keras.data import eval_dataset, train_dataset

@@ -30,7 +30,8 @@ KINDS = {
     ".csv": "csv", ".txt": "text",
 }  # fmt: skip
 LINE_KINDS = ("jsonl", "csv", "text")  # rows named by line number; the others by row index
-ARROW_BATCH = 1024  # Parquet rows converted to Python at once
+TABLE_KINDS = ("parquet", "arrow")  # read with pyarrow, a RecordBatch at a time
+ARROW_BATCH = 1024  # Parquet rows read at once
 SAVED_STATE = "state.json"  # a Hugging Face Dataset.save_to_disk folder
 SAVED_SPLITS = "dataset_dict.json"  # a DatasetDict.save_to_disk folder: one such folder a split
 
@@ -150,9 +151,7 @@ def raw_rows(shard: Shard, columns: Sequence[str], first: int = 0) -> Iterator[t
         return _text_lines(shard, columns[0] if columns else "text", first)
     if shard.kind == "csv":
         return _csv_rows(shard, columns, first)
-    if shard.kind == "parquet":
-        return _parquet_rows(shard, columns, first)
-    return _arrow_rows(shard, columns, first)
+    return _table_rows(raw_batches(shard, columns, first), first)
 
 
 def parse(shard: Shard, row: int, stored: Any) -> dict:
@@ -248,7 +247,16 @@ def _check_columns(shard: Shard, names: Sequence[str], columns: Sequence[str]) -
     return list(columns)
 
 
-def _parquet_rows(shard: Shard, columns: Sequence[str], first: int) -> Iterator[tuple[int, Any]]:
+def raw_batches(shard: Shard, columns: Sequence[str], first: int = 0) -> Iterator[tuple[int, Any]]:
+    """A Parquet or Arrow shard a batch of rows at a time: (its first row, a pyarrow RecordBatch
+    of ``columns``), or (row, :class:`BadRecord`) for each row of a Parquet row group that cannot
+    be read. Parquet row groups that end before row ``first`` are not read."""
+    return (
+        _parquet_batches(shard, columns, first) if shard.kind == "parquet" else _arrow_batches(shard, columns)
+    )
+
+
+def _parquet_batches(shard: Shard, columns: Sequence[str], first: int) -> Iterator[tuple[int, Any]]:
     import pyarrow as pa
 
     file = parquet_file(shard)
@@ -262,7 +270,7 @@ def _parquet_rows(shard: Shard, columns: Sequence[str], first: int) -> Iterator[
         done = start
         try:
             for batch in file.iter_batches(ARROW_BATCH, row_groups=[group], columns=wanted):
-                yield from _batch_rows(batch, done, first)
+                yield done, batch
                 done += batch.num_rows
         except (pa.ArrowException, OSError) as error:
             problem = f"in a row group that cannot be read ({error})"
@@ -271,7 +279,16 @@ def _parquet_rows(shard: Shard, columns: Sequence[str], first: int) -> Iterator[
         start += rows
 
 
-def _batch_rows(batch, start: int, first: int) -> Iterator[tuple[int, dict]]:
+def _table_rows(batches: Iterator[tuple[int, Any]], first: int) -> Iterator[tuple[int, Any]]:
+    for start, batch in batches:
+        if isinstance(batch, BadRecord):
+            yield start, batch
+        else:
+            yield from batch_rows(batch, start, first)
+
+
+def batch_rows(batch, start: int, first: int = 0) -> Iterator[tuple[int, dict]]:
+    """(row, record) of a RecordBatch whose first row is ``start``, from row ``first`` on."""
     if start + batch.num_rows <= first:
         return
     columns = batch.to_pydict()
@@ -318,7 +335,7 @@ class _FileBatches:
         return (self.reader.get_batch(i) for i in range(self.reader.num_record_batches))
 
 
-def _arrow_rows(shard: Shard, columns: Sequence[str], first: int) -> Iterator[tuple[int, Any]]:
+def _arrow_batches(shard: Shard, columns: Sequence[str]) -> Iterator[tuple[int, Any]]:
     import pyarrow as pa
 
     with _arrow_reader(shard) as reader:
@@ -332,7 +349,7 @@ def _arrow_rows(shard: Shard, columns: Sequence[str], first: int) -> Iterator[tu
                 return
             except (pa.ArrowException, OSError) as error:
                 raise BadShard(f"{shard.path}: cut short or damaged after row {done - 1} ({error})") from None
-            yield from _batch_rows(batch.select(wanted), done, first)
+            yield done, batch.select(wanted)
             done += batch.num_rows
 
 

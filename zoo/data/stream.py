@@ -32,7 +32,15 @@ from zoo.data.dataset import Dataset, Split
 from zoo.data.shards import SAVED_SPLITS, Shard, class_names, find_shards, parse, raw_rows, saved_splits
 from zoo.data.stream_index import ShardIndex, corpus_index, records
 from zoo.data.stream_order import epoch_stream
-from zoo.data.stream_tasks import ImageExamples, Labels, TextExamples, TokenExamples, Unit, label_lookup
+from zoo.data.stream_tasks import (
+    ImageExamples,
+    Labels,
+    TextExamples,
+    TokenExamples,
+    Unit,
+    label_lookup,
+    lone_surrogate,
+)
 from zoo.data.text import data_tokenizer, mlm_masking
 from zoo.errors import DataError
 from zoo.nn.errors import GRAPH_END, GRAPH_MARK
@@ -180,7 +188,7 @@ class Stream:
     def take(self, key) -> tuple[np.ndarray | None, ...]:
         """Every array of the examples at any numpy index of positions, in the index's order:
         read a run of consecutive positions at a time."""
-        positions = np.arange(self.length)[key]
+        positions = positions_at(key, self.length)
         if positions.ndim == 0:
             return tuple(None if a is None else a[0] for a in self.take(positions[None]))
         if not len(positions):
@@ -217,6 +225,22 @@ class Stream:
                 self._cursors.append(cursor)
             cursor.busy = True
             return cursor
+
+
+def positions_at(key, length: int) -> np.ndarray:
+    """``np.arange(length)[key]``, without the arange when ``key`` is a slice or integers: an
+    epoch of a large corpus has tens of millions of positions, and reading a few of them (the
+    memory estimate reads the first batch) must not hold them all."""
+    if isinstance(key, slice):
+        return np.arange(*key.indices(length), dtype=np.int64)
+    index = np.asarray(key)
+    if index.dtype.kind not in "iu":
+        return np.arange(length)[key]  # a mask, or anything else numpy makes of a key
+    index = index.astype(np.int64)
+    outside = index[(index < -length) | (index >= length)]
+    if outside.size:
+        raise IndexError(f"index {outside[0]} is out of bounds for a stream of {length} examples")
+    return np.where(index < 0, index + length, index)
 
 
 @dataclass(frozen=True)
@@ -384,8 +408,10 @@ def sample_texts(cfg, shards: list[Shard]) -> list[str]:
                     record = parse(shard, row, stored)
                 except DataError:
                     continue  # a bad record: the index pass names it
-                texts += [record[c] for c in columns if isinstance(record.get(c), str)]
-                total += sum(len(record[c]) for c in columns if isinstance(record.get(c), str))
+                found = [record.get(c) for c in columns]
+                found = [t for t in found if isinstance(t, str) and lone_surrogate(t) is None]
+                texts += found
+                total += sum(map(len, found))
                 if total >= BPE_SAMPLE:
                     return texts
         except DataError:

@@ -2,7 +2,8 @@
 
 The order of an epoch (:mod:`zoo.data.stream_order`) needs the number of records of every
 shard, and a language model's epoch (blocks of tokens) needs the token count of every record:
-one pass over the files finds them, parsing and checking every row. A row that is not a usable
+one pass over the files finds them, parsing and checking every row, and sizing the records a
+batch at a time (a tokenizer encodes a batch on every core). A row that is not a usable
 record stops the pass with its file and row named (``data.on_bad_record: error``), or is left
 out of every epoch and counted (``skip``). The counts are written to ``$ZOO_CACHE/streams``
 (default ``~/.cache/zoo``) as they come, a file a shard, and read back a chunk at a time: the
@@ -19,14 +20,24 @@ import logging
 import os
 import shutil
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from zoo.data.shards import LINE_KINDS, BadRecord, BadShard, Shard, parse, raw_rows
+from zoo.data.shards import (
+    LINE_KINDS,
+    TABLE_KINDS,
+    BadRecord,
+    BadShard,
+    Shard,
+    batch_rows,
+    parse,
+    raw_batches,
+    raw_rows,
+)
 from zoo.errors import DataError
 from zoo.limits import read_json
 from zoo.tokenizer import write_atomically
@@ -34,16 +45,29 @@ from zoo.tokenizer import write_atomically
 log = logging.getLogger("zoo")
 INDEX_VERSION = 1  # part of every cache key: a new layout never reads an old index
 FLUSH = 1 << 16  # record sizes written to disk at once
+BATCH_ROWS = 1024  # records sized at once ...
+BATCH_CHARACTERS = 1 << 20  # ... or fewer, when their texts reach this many characters
 SHOWN = 3  # bad records named in the log when they are skipped
 
 
 class Survey(Protocol):
-    """What the index pass asks of a task: the columns it reads, and each record's size
-    (checked first: a record the task cannot use raises :class:`BadRecord`)."""
+    """What the index pass asks of a task: the columns it reads, whether a record is usable,
+    and the sizes of a batch of usable records."""
 
     columns: tuple[str, ...]
 
-    def size(self, shard: Shard, row: int, record: dict) -> int: ...
+    def check(self, shard: Shard, row: int, record: dict) -> Any:
+        """What :meth:`sizes` needs of the record (its text, or None); :class:`BadRecord`
+        when the task cannot use it."""
+        ...
+
+    def sizes(self, shard: Shard, checked: Any) -> np.ndarray:
+        """The sizes (int64) of records :meth:`check` passed, from what it returned (a list),
+        or of a batch ``check_column`` passed whole, from what that returned."""
+        ...
+
+    # Optional: check_column(batch) -> Any | None, a Parquet or Arrow RecordBatch checked whole
+    # (None: checked row by row, so that a bad row is named).
 
     def key(self) -> str:
         """What else decides the sizes (a tokenizer's fingerprint), for the cache key."""
@@ -141,26 +165,13 @@ def _build(folder: Path, shards: Sequence[Shard], survey: Survey, on_bad: str, s
 def _index_shard(
     i: int, shard: Shard, survey: Survey, on_bad: str, folder: Path, sized: bool, problems: list[str]
 ) -> dict:
-    bad, sizes, records = array("q"), array("q"), 0
+    bad, records = array("q"), 0
     try:
         with open(folder / f"sizes-{i}.bin", "wb") as out:
-            for row, stored in raw_rows(shard, survey.columns):
-                try:
-                    size = survey.size(shard, row, parse(shard, row, stored))
-                except BadRecord as error:
-                    if on_bad == "error":
-                        raise DataError(f"{error}; {FIX}") from None
-                    bad.append(row)
-                    if len(problems) < SHOWN:
-                        problems.append(str(error))
-                    continue
-                records += 1
+            for checked in _checked_batches(shard, survey, on_bad, bad, problems):
+                records += len(checked)
                 if sized:
-                    sizes.append(size)
-                    if len(sizes) >= FLUSH:
-                        sizes.tofile(out)
-                        sizes = array("q")
-            sizes.tofile(out)
+                    np.asarray(survey.sizes(shard, checked), dtype=np.int64).tofile(out)
     except BadShard as error:
         if on_bad == "error":
             raise DataError(f"{error}; {FIX}") from None
@@ -168,6 +179,57 @@ def _index_shard(
         return {"records": 0, "bad": -1}
     np.save(folder / f"bad-{i}.npy", np.frombuffer(bad, dtype=np.int64))
     return {"records": records, "bad": len(bad)}
+
+
+def _checked_batches(
+    shard: Shard, survey: Survey, on_bad: str, bad: array, problems: list[str]
+) -> Iterator[Any]:
+    """What the survey's check returns of each usable record, in batches (lists) of up to
+    :data:`BATCH_ROWS` records or :data:`BATCH_CHARACTERS` characters of text; the rows of
+    unusable ones go to ``bad`` (or stop the pass). A Parquet or Arrow batch the survey passes
+    whole (``check_column``) comes as the survey made it, no row made a Python object."""
+    whole = getattr(survey, "check_column", None)
+    if whole is None or shard.kind not in TABLE_KINDS:
+        yield from _batched(_checked(shard, survey, raw_rows(shard, survey.columns), on_bad, bad, problems))
+        return
+    for start, batch in raw_batches(shard, survey.columns):
+        passed = None if isinstance(batch, BadRecord) else whole(batch)
+        if passed is not None:
+            yield passed
+            continue
+        rows = [(start, batch)] if isinstance(batch, BadRecord) else batch_rows(batch, start)
+        yield from _batched(_checked(shard, survey, rows, on_bad, bad, problems))
+
+
+def _checked(
+    shard: Shard,
+    survey: Survey,
+    rows: Iterable[tuple[int, Any]],
+    on_bad: str,
+    bad: array,
+    problems: list[str],
+) -> Iterator[Any]:
+    for row, stored in rows:
+        try:
+            yield survey.check(shard, row, parse(shard, row, stored))
+        except BadRecord as error:
+            if on_bad == "error":
+                raise DataError(f"{error}; {FIX}") from None
+            bad.append(row)
+            if len(problems) < SHOWN:
+                problems.append(str(error))
+
+
+def _batched(checked: Iterable[Any]) -> Iterator[list]:
+    batch, characters = [], 0
+    for value in checked:
+        batch.append(value)
+        characters += len(value) if isinstance(value, str) else 0
+        if len(batch) >= BATCH_ROWS or characters >= BATCH_CHARACTERS:
+            yield batch
+            batch, characters = [], 0
+    if batch:
+        yield batch
 
 
 FIX = "fix or remove it, or set data.on_bad_record: skip to leave such records out"

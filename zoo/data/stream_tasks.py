@@ -8,9 +8,11 @@ batch by batch by whichever process or thread asks.
 - language modeling: a document's text, tokenized on the fly and packed with the others
   into blocks (next-token windows of ``seq_len + 1``, or masked-LM blocks of ``seq_len``).
 
-Every task answers :meth:`span` (the records, or tokens, that a run of positions covers) and
-:meth:`decode` (those records as the batch's arrays). Labels are integers used as they are, or
-names sorted into ids (the dataset's ``classes``), as for CSV/JSONL text classification.
+Every task answers :meth:`check` and :meth:`sizes` (for the index pass: a record is usable,
+and how many offsets a batch of them fills), :meth:`span` (the records, or tokens, that a run
+of positions covers) and :meth:`decode` (those records as the batch's arrays). Labels are
+integers used as they are, or names sorted into ids (the dataset's ``classes``), as for
+CSV/JSONL text classification.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from zoo.data.shards import BadRecord, Shard, image_source, parse
 from zoo.data.text_classification import INTEGER, encode_examples, padded
 from zoo.errors import DataError
+from zoo.tokenizer import characters
 
 if TYPE_CHECKING:
     from zoo.data.masking import Masking
@@ -115,6 +118,9 @@ class Labelled:
     def found(self) -> dict[str, Any]:
         return self.labels.found()
 
+    def sizes(self, shard: Shard, checked: list) -> np.ndarray:
+        return np.ones(len(checked), dtype=np.int64)
+
     def span(self, positions: np.ndarray) -> tuple[int, int]:
         return int(positions[0]), int(positions[-1]) + 1
 
@@ -138,7 +144,7 @@ class ImageExamples(Labelled):
     def key(self) -> str:
         return f"images:{self.decode_check}"
 
-    def size(self, shard: Shard, row: int, record: dict) -> int:
+    def check(self, shard: Shard, row: int, record: dict) -> None:
         from zoo.data.image_folder import problem
 
         has_columns(shard, row, record, self.columns)
@@ -147,7 +153,6 @@ class ImageExamples(Labelled):
         trouble = problem(source, self.decode_check)
         if trouble is not None:
             raise BadRecord(shard, row, f"not a readable image ({trouble})")
-        return 1
 
     def outputs(self, channels_last: bool) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
         """(name, dtype, shape of one example) of each array :meth:`decode` returns."""
@@ -202,13 +207,12 @@ class TextExamples(Labelled):
     def key(self) -> str:
         return "text"
 
-    def size(self, shard: Shard, row: int, record: dict) -> int:
+    def check(self, shard: Shard, row: int, record: dict) -> None:
         has_columns(shard, row, record, self.columns)
         for column in (self.text_column, self.pair_column):
             if column is not None:
                 checked_text(shard, row, record, column)
         self.labels.check(shard, row, record[self.label_column])
-        return 1
 
     def outputs(self, channels_last: bool) -> list[tuple[str, np.dtype, tuple[int, ...]]]:
         """The arrays :meth:`decode` returns that are not None, by the twins' argument names."""
@@ -228,12 +232,33 @@ class TextExamples(Labelled):
 
 
 def checked_text(shard: Shard, row: int, record: dict, column: str) -> str:
-    value = record[column]
-    if not isinstance(value, str):
-        raise BadRecord(shard, row, f"{column!r} is {value!r}, not text")
+    value = text_value(shard, row, record, column)
     if not value.strip():
         raise BadRecord(shard, row, f"{column!r} is empty")
     return value
+
+
+def text_value(shard: Shard, row: int, record: dict, column: str) -> str:
+    """A record's text, refused when it is none, or holds a lone surrogate (JSON can spell
+    one, ``"\\ud800"``; no tokenizer takes it)."""
+    value = record[column]
+    if not isinstance(value, str):
+        raise BadRecord(shard, row, f"{column!r} is {value!r}, not text")
+    where = lone_surrogate(value)
+    if where is not None:
+        raise BadRecord(shard, row, f"{column!r} holds {value[where]!r}, a lone surrogate, not a character")
+    return value
+
+
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (which UTF-8 cannot encode), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
 
 
 # ------------------------------------------------------------------------------ language modeling
@@ -263,14 +288,39 @@ class TokenExamples:
     def key(self) -> str:
         return "char" if self.tokenizer is None else f"tokens:{self.tokenizer.fingerprint()}"
 
-    def size(self, shard: Shard, row: int, record: dict) -> int:
-        text = has_columns(shard, row, record, self.columns)[self.text_column]
-        if not isinstance(text, str):
-            raise BadRecord(shard, row, f"{self.text_column!r} is {text!r}, not text")
-        if self.tokenizer is None:
-            self.characters.update(text)
-            return len(text) + (0 if shard.kind == "text" else len(BLOCK_SEPARATOR))
-        return len(document_ids(self.tokenizer, text, shard.kind))
+    def check(self, shard: Shard, row: int, record: dict) -> str:
+        return text_value(shard, row, has_columns(shard, row, record, self.columns), self.text_column)
+
+    def check_column(self, batch) -> Any:
+        """A Parquet or Arrow batch's texts, as the Arrow array they are, when every row holds
+        one (None otherwise: its rows are checked one by one, to name the bad ones)."""
+        import pyarrow as pa
+
+        texts = batch.column(self.text_column)
+        kind = texts.type
+        return (
+            texts
+            if not texts.null_count and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+            else None
+        )
+
+    def sizes(self, shard: Shard, texts: Any) -> np.ndarray:
+        """Each document's tokens in the epoch's stream, its separator included: as many as
+        :func:`document_ids` gives (``decode`` checks), counted a batch at a time. ``texts``: a
+        list, or an Arrow array of them (characters counted in Arrow, no string made a row)."""
+        tail = 0 if shard.kind == "text" else len(BLOCK_SEPARATOR)
+        if self.tokenizer is not None:
+            listed = texts if isinstance(texts, list) else texts.to_pylist()
+            return self.tokenizer.counts(listed) + (tail and len(separator(self.tokenizer)))
+        if isinstance(texts, list):
+            self.characters |= characters(texts)
+            return np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + tail
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        whole = pc.binary_join(pa.ListArray.from_arrays([0, len(texts)], texts), "")[0].as_py()
+        self.characters |= characters([whole])
+        return pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.int64) + tail
 
     def found(self) -> dict[str, Any]:
         return {"characters": "".join(sorted(self.characters | set(BLOCK_SEPARATOR)))}

@@ -9,6 +9,8 @@ depends on its epoch and the workers cannot see the sampler's.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
@@ -32,9 +34,8 @@ class BatchOrder(Sampler):
 
     def __iter__(self):
         rank, world = process_group()
-        batches = epoch_batches(self.n, self.batch_size, self.seed, self.epoch, self.shuffle)
         skip, self.skip = self.skip, 0
-        for batch in batches[skip:]:
+        for batch in self._batches(skip):
             # Data parallel: each process takes its contiguous share of the same global batch,
             # as tf.distribute splits a global batch across replicas.
             share = np.array_split(batch, world)[rank] if world > 1 else batch
@@ -42,6 +43,15 @@ class BatchOrder(Sampler):
 
     def __len__(self) -> int:
         return -(-self.n // self.batch_size)
+
+    def _batches(self, skip: int) -> Iterable[np.ndarray]:
+        if self.shuffle:
+            return epoch_batches(self.n, self.batch_size, self.seed, self.epoch)[skip:]
+        # Stored order (a stream's own order, evaluation): each batch made as it is asked for, as
+        # epoch_batches would give it; an epoch of a large streamed corpus has tens of millions of
+        # positions, not to be held (nor a view object a batch of them).
+        starts = range(skip * self.batch_size, self.n, self.batch_size)
+        return (np.arange(s, min(s + self.batch_size, self.n), dtype=np.int64) for s in starts)
 
 
 def process_group() -> tuple[int, int]:
