@@ -74,7 +74,7 @@ def compare(
     """
     from zoo.compare import parity, trajectory
     from zoo.compare.report import terminal_table, write_reports
-    from zoo.compare.resync import Checker
+    from zoo.compare.resync import Checker, free_memory
     from zoo.compare.steps import training_batches
     from zoo.compare.twins import build_twins, prepare, single_threaded
     from zoo.data import steps_per_epoch
@@ -121,14 +121,17 @@ def compare(
             stage(3)
             sections["training"] = trajectory.check_training(twins, checker, batches, table, tolerances)
         explain_forward(sections)
+        checkpointing = twins.checkpointing
+        del twins, reference, checker  # the speed section builds its own pair: not beside these two
         speed = None
         if speed_steps > 0:
             from zoo.compare.speed import Timing, measure_speed
 
+            free_memory()  # the pairs' Trainers and traced steps hold them in reference cycles
             stage(4)
             speed = measure_speed(setup, table, Timing.for_steps(speed_steps))
 
-    report = build_report(setup, 0 if forward_only else steps, threads, twins.checkpointing, tolerances,
+    report = build_report(setup, 0 if forward_only else steps, threads, checkpointing, tolerances,
                           sections, speed)  # fmt: skip
     report["seconds"] = round(time.perf_counter() - started, 2)
     path = None
