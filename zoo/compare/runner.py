@@ -93,7 +93,7 @@ def compare(
     setup = prepare(recipe)
     if forward_only:
         speed_steps = 0
-    check_memory(setup, speed=speed_steps > 0, training=not forward_only)
+    check_memory(setup, training=not forward_only)
     tolerances = tolerances_for(setup.precision)
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
@@ -176,32 +176,32 @@ def resolve(
     return recipe
 
 
-def check_memory(setup, *, speed: bool, training: bool) -> None:
+def check_memory(setup, *, training: bool) -> None:
     """Refuse, before any twin is built, a comparison whose estimated peak is more than the
-    machine has available, saying what would fit: no speed section, a smaller batch, or the
-    forward check alone."""
+    machine has available, saying what would fit: a smaller batch, or the forward check alone."""
     from zoo import peak_memory
 
-    def estimate(batch: int, speed: bool, training: bool) -> peak_memory.Estimate:
+    def estimate(batch: int, training: bool) -> peak_memory.Estimate:
         inputs = setup.dataset.train.x[:batch]
         return peak_memory.compare_estimate(
             setup.recipe, setup.family, setup.config, inputs, fine_tune=setup.init is not None,
-            speed=speed, training=training,
+            training=training,
         )  # fmt: skip
 
-    wanted = estimate(setup.batch_size, speed, training)
+    wanted = estimate(setup.batch_size, training)
     available = peak_memory.available_bytes()
     if available is None or wanted.total <= available:
         return
     fits = []
-    if speed and estimate(setup.batch_size, False, training).total <= available:
-        fits.append("--speed-steps 0 (no speed section)")
     smaller = [b for b in (32, 16, 8, 4, 2, 1) if b < setup.batch_size]
-    batch = next((b for b in smaller if estimate(b, speed, training).total <= available), None)
+    batch = next((b for b in smaller if estimate(b, training).total <= available), None)
     if batch is not None:
         fits.append(f"--batch-size {batch}")
-    if training and estimate(1, False, False).total <= available:
-        fits.append("--forward-only (the checkpoint's weights, forward and gradients; no training)")
+    if training:
+        forward = estimate(setup.batch_size, False)
+        if forward.total <= available:
+            about = peak_memory.gib(forward.total)
+            fits.append(f"--forward-only (the weights, forward and gradients, about {about}; no training)")
     if not fits:
         fits.append("a machine with more memory: even the forward check alone does not fit")
     peak_memory.check_memory(wanted, fits, available)
