@@ -135,29 +135,49 @@ def test_a_comparison_that_does_not_fit_is_refused_with_both_numbers(monkeypatch
     assert not list(tmp_path.iterdir())  # and no report folder
 
 
-def test_the_refusal_says_what_would_fit(monkeypatch, built, tmp_path):
-    """Between the estimates with and without the speed pair, dropping the speed section fits."""
-    from zoo.compare import compare
+def estimate(tmp_path, *extra: str, training: bool = True, fine_tune: bool = False) -> peak_memory.Estimate:
+    """zoo.peak_memory's estimate of the tiny CNN's comparison, at the recipe's batch."""
     from zoo.compare.runner import resolve
     from zoo.compare.twins import prepare
 
-    setup = prepare(resolve(RECIPE, quick(TINY, tmp_path), None, None))
+    setup = prepare(resolve(RECIPE, [*quick(TINY, tmp_path), *extra], None, None))
     inputs = setup.dataset.train.x[: setup.batch_size]
+    return peak_memory.compare_estimate(
+        setup.recipe, setup.family, setup.config, inputs, fine_tune=fine_tune, training=training
+    )
 
-    def estimate(speed, training=True):
-        return peak_memory.compare_estimate(
-            setup.recipe, setup.family, setup.config, inputs, fine_tune=False, speed=speed, training=training
-        ).total
 
-    full, without_speed = estimate(True), estimate(False)
-    assert without_speed < full
-    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((full + without_speed) // 2))
-    with pytest.raises(peak_memory.MemoryShort, match=r"--speed-steps 0") as refused:
+def test_the_refusal_says_what_would_fit(monkeypatch, built, tmp_path):
+    """Between the estimates of the forward check and of the whole comparison, the forward check
+    is offered, with its own size, and fits."""
+    from zoo.compare import compare
+
+    full, forward = estimate(tmp_path).total, estimate(tmp_path, training=False).total
+    assert forward < full
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((full + forward) // 2))
+    offer = r"--forward-only \(the weights, forward and gradients, about "
+    with pytest.raises(peak_memory.MemoryShort, match=offer + peak_memory.gib(forward)) as refused:
         compare(RECIPE, steps=2, overrides=quick(TINY, tmp_path), write=False)
     assert peak_memory.gib(full) in str(refused.value)
     assert built == []
-    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, "unlimited")
-    assert compare(RECIPE, steps=2, overrides=quick(TINY, tmp_path), speed_steps=0, write=False).passed
+    assert compare(RECIPE, overrides=quick(TINY, tmp_path), forward_only=True, write=False).passed
+
+
+@pytest.mark.parametrize(
+    ("precision", "pairs"),
+    [("32-true", 1 + 2), ("bf16-true", 0.5 + 1), ("64-true", 2)],  # float32 and float64 bytes, bf16's half
+)
+def test_the_estimate_counts_the_recipes_pair_and_its_reference(tmp_path, precision, pairs):
+    """A float32 comparison also holds a float64 pair, a bf16 one a float32 pair; float64 has none
+    above it. The update adds the Keras twins' Adam moments, its snapshot and the moves."""
+    weights = estimate(tmp_path, f"trainer.precision={precision}").parts["initial tensors"]
+    full = estimate(tmp_path, f"trainer.precision={precision}")
+    assert full.parts["twins"] == int(2 * weights * pairs)
+    forward = estimate(tmp_path, f"trainer.precision={precision}", training=False)
+    assert forward.parts["optimizer state"] == forward.parts["snapshot"] == 0
+    assert full.parts["optimizer state"] >= 2 * weights * pairs  # AdamW: two moments per pair
+    assert full.parts["gradients and moves"] >= forward.parts["gradients and moves"]  # and the moves
+    assert estimate(tmp_path, fine_tune=True).parts["initial tensors"] == 2 * weights  # and the checkpoint's
 
 
 def test_the_estimate_counts_what_torch_really_holds():

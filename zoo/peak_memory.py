@@ -26,6 +26,13 @@ AVAILABLE_VARIABLE = "ZOO_AVAILABLE_MEMORY"
 # libraries, kernels, graph caches), measured by bench/memory_estimate.py on this project's
 # CPU machine: torch with Lightning, and TensorFlow with Keras.
 RUNTIME_BYTES = {"torch": 700 * 2**20, "tensorflow": 900 * 2**20}
+# What a comparison that trains holds beyond the tensors compare_estimate counts: both frameworks
+# with the training steps they traced in two precisions (Lightning's and train_on_batch's), and
+# the pages glibc keeps freed between trims. Measured by bench/memory_estimate.py as the peaks of
+# gpt2 comparisons at 4, 6 and 8 layers less the 28 float32 copies of their weights counted:
+# 2.26, 2.25 and 2.24 GB. (A 0.4M-parameter comparison's whole peak is 1.1 GB: the traced steps
+# and the kept pages grow with the model, so this overestimates the smallest ones.)
+COMPARE_RUNTIME_BYTES = int(2.25 * 2**30)
 UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
          "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}  # fmt: skip
 
@@ -126,31 +133,52 @@ def optimizer_slots(optimizer: Any) -> int:
 
 
 def compare_estimate(
-    recipe, family: Family, config: ArchitectureConfig, inputs: Any, *, fine_tune: bool, speed: bool,
-    training: bool,
-) -> Estimate:  # fmt: skip
-    """``zoo compare``'s peak, in its last section: everything the sections before it built is
-    still alive. Each pair is a torch and a Keras twin, each with its own optimizer: the recipe's
-    precision, its reference precision, and (``speed``) a pair with the recipe's dropout."""
+    recipe, family: Family, config: ArchitectureConfig, inputs: Any, *, fine_tune: bool, training: bool
+) -> Estimate:
+    """``zoo compare``'s peak, counted from what its sections hold (zoo.compare.resync).
+
+    Two pairs of twins (a torch and a Keras model each) live through the parity sections:
+    the recipe's precision, and the reference precision its rounding is measured against,
+    checked last. With ``training`` the peak is the last pair's re-synchronised update: both
+    pairs, each Keras twin's optimizer slots, the updating torch optimizer's state and the
+    gradient fed to it, the snapshot the update starts from, and the gradients and moves
+    of both pairs, kept to be judged together; or, where activations outweigh the update,
+    that pair's pass. Without training there are no optimizers, snapshot or moves. The speed
+    section comes after the parity pairs are freed, with one pair in the recipe's precision
+    and its activations: never more than the parity sections (bench/memory_estimate.py
+    measures both against real peaks)."""
     from zoo.compare.tolerances import reference_precision
 
     weights = parameter_bytes(family, config)
     scale = parameter_scale(recipe.trainer.precision)
     above = reference_precision(recipe.trainer.precision)
-    pairs = [scale] + ([parameter_scale(above)] if above else []) + ([scale] if speed else [])
-    # Without training only the Keras optimizers' slots exist (built with the twin); torch's
-    # optimizers create their state at the first step.
-    per_pair = 2 if training else 1
-    activations = activation_bytes(family, config, inputs)
-    return Estimate("zoo compare", {
-        "twins": int(2 * weights * sum(pairs)),
-        "optimizer state": int(per_pair * optimizer_slots(recipe.optimizer) * weights * sum(pairs)),
-        # the initial tensors, the checkpoint's (a fine-tune start), and one pass's gradients of
-        # each twin in each pair, copied out to be compared
-        "tensor copies": int(weights * (1 + fine_tune + 2 * len(pairs))),
-        "activations": int(2 * activations * max(pairs)),
-        "frameworks": RUNTIME_BYTES["torch"] + RUNTIME_BYTES["tensorflow"],
-    })  # fmt: skip
+    last = parameter_scale(above) if above else scale  # the pair checked last
+    pairs = [scale] + ([last] if above else [])
+    kept = max(scale, 1.0)  # copies of the recipe pair's tensors: float32 unless it is float64
+    slots = optimizer_slots(recipe.optimizer) if training else 0
+    # The recipe pair's gradients (and moves) in both frameworks, kept beside the last pair's
+    # three: its torch gradients, Keras's own, and their copy in the canonical layout (in an
+    # update: torch's, the copy, and the one fed to the torch twin).
+    judged = (4 if training else 2) * weights * kept if above else 0
+    parts = {
+        "twins": 2 * weights * sum(pairs),
+        "initial tensors": weights * (1 + fine_tune),  # both pairs are reset to them between checks
+        "optimizer state": slots * weights * sum(max(p, 1.0) for p in pairs),  # the Keras twins' slots
+        "snapshot": weights * kept * bool(training),
+        "gradients and moves": judged + 3 * weights * last,
+        "activations": 0,
+    }
+    # The update adds the torch optimizer's state (loaded for it only); the pass before it, the
+    # batch's activations: the larger of the two is the peak.
+    torch_state, activations = slots * weights * last, activation_bytes(family, config, inputs) * last
+    if torch_state > activations:
+        parts["optimizer state"] += torch_state
+    else:
+        parts["activations"] = activations
+    parts["frameworks"] = (
+        COMPARE_RUNTIME_BYTES if training else RUNTIME_BYTES["torch"] + RUNTIME_BYTES["tensorflow"]
+    )
+    return Estimate("zoo compare", {name: int(size) for name, size in parts.items()})
 
 
 def train_estimate(

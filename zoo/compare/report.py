@@ -30,25 +30,31 @@ def title(report: dict[str, Any]) -> str:
     )
 
 
+def ran(report: dict[str, Any]) -> list[str]:
+    """The parity sections the comparison ran: all, or without training (``--forward-only``)."""
+    return [name for name in SECTIONS if name in report["sections"]]
+
+
 def terminal_table(report: dict[str, Any], out: Path | None) -> str:
     lines = [title(report), *(f"note: {n}" for n in report["notes"]), ""]
     rows = [("SECTION", "VERDICT", "VALUE", "TOLERANCE", "REASON")]
-    for name in SECTIONS:
+    for name in ran(report):
         section = report["sections"][name]
         rows.append(
             (name, section["verdict"], fmt(section["value"]), fmt(section["tolerance"]), section["reason"])
         )
     lines += _columns(rows)
-    training = report["sections"]["training"]
+    training = report["sections"].get("training", {})
     if training.get("resync_summary"):
         lines += ["", *_columns(_resync_rows(training))]
     speed = report.get("speed")
     if speed:
         lines += ["", *_columns(_speed_rows(speed))]
-    passed = sum(report["sections"][n]["verdict"] == "PASS" for n in SECTIONS)
-    lines += ["", f"verdict: {report['verdict']} ({passed} of {len(SECTIONS)} parity sections pass)"]
+    passed = sum(report["sections"][n]["verdict"] == "PASS" for n in ran(report))
+    lines += ["", f"verdict: {report['verdict']} ({passed} of {len(ran(report))} parity sections pass)"]
     if out is not None:
-        lines.append(f"report: {out / 'report.md'} (also report.json, report.png)")
+        also = "report.json, report.png" if "training" in report["sections"] else "report.json"
+        lines.append(f"report: {out / 'report.md'} (also {also})")
     return "\n".join(lines)
 
 
@@ -117,10 +123,12 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 
 def write_reports(report: dict[str, Any], out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "report.json", "md": out / "report.md", "png": out / "report.png"}
+    paths = {"json": out / "report.json", "md": out / "report.md"}
     paths["json"].write_text(json.dumps(json_ready(report), indent=2) + "\n")
     paths["md"].write_text(markdown(report))
-    plot(report, paths["png"])
+    if "training" in report["sections"]:  # the loss curves
+        paths["png"] = out / "report.png"
+        plot(report, paths["png"])
     return paths
 
 
@@ -133,7 +141,7 @@ def markdown(report: dict[str, Any]) -> str:
         ("section", "verdict", "measure", "value", "tolerance", "reason"),
         [
             (n, s["verdict"], s["measure"], fmt(s["value"]), fmt(s["tolerance"]), s["reason"])
-            for n, s in ((n, sections[n]) for n in SECTIONS)
+            for n, s in ((n, sections[n]) for n in ran(report))
         ],
     )
     forward = sections["forward"]
@@ -151,8 +159,30 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "## Gradients (first batch), closest to their bound first", ""]
     lines += [f"Loss: torch {grads['loss']['torch']:.8g}, keras {grads['loss']['keras']:.8g}", ""]
     lines += _bounded_table(grads["tensors"][:10], "tensor", relative=True)
-    training = sections["training"]
-    lines += ["", f"## Training ({training['steps']} steps)", "", "![losses](report.png)", ""]
+    if "training" in sections:
+        lines += _training_markdown(sections["training"])
+    lines += ["", "## Weights right after the copy", ""]
+    lines += _tensor_table(sections["weights"]["tensors"][:5], "max abs value")
+    speed = report.get("speed")
+    if speed:
+        lines += ["", f"## Speed and memory (recipe's config, batch {speed['batch_size']})", ""]
+        rows = _speed_rows(speed)
+        lines += _md_table(rows[0], rows[1:])
+        lines += [
+            "",
+            f"- torch activation memory: {speed['torch']['activation_measure']}",
+            f"- keras activation memory: {speed['keras']['activation_measure']}",
+            f"- keras allocator peak: {speed['keras'].get('allocator_measure')}",
+            f"- ms/step per window: torch {speed['torch']['window_ms_per_step']}, "
+            f"keras {speed['keras']['window_ms_per_step']}",
+        ]
+    lines += ["", "## Tolerances", ""]
+    lines += _md_table(tuple(report["tolerances"]), [tuple(fmt(v) for v in report["tolerances"].values())])
+    return "\n".join(lines) + "\n"
+
+
+def _training_markdown(training: dict[str, Any]) -> list[str]:
+    lines = ["", f"## Training ({training['steps']} steps)", "", "![losses](report.png)", ""]
     lines += _md_table(("step", "lr", "torch loss", "keras loss", "gap", "bound"), _loss_rows(training))
     floor = training.get("noise_floor")
     if floor:
@@ -175,24 +205,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _md_table(rows[0], rows[1:])
     lines += ["", "Final tensors, worst first:", ""]
     lines += _tensor_table(training["final_weights"], "max abs value")
-    lines += ["", "## Weights right after the copy", ""]
-    lines += _tensor_table(sections["weights"]["tensors"][:5], "max abs value")
-    speed = report.get("speed")
-    if speed:
-        lines += ["", f"## Speed and memory (recipe's config, batch {speed['batch_size']})", ""]
-        rows = _speed_rows(speed)
-        lines += _md_table(rows[0], rows[1:])
-        lines += [
-            "",
-            f"- torch activation memory: {speed['torch']['activation_measure']}",
-            f"- keras activation memory: {speed['keras']['activation_measure']}",
-            f"- keras allocator peak: {speed['keras'].get('allocator_measure')}",
-            f"- ms/step per window: torch {speed['torch']['window_ms_per_step']}, "
-            f"keras {speed['keras']['window_ms_per_step']}",
-        ]
-    lines += ["", "## Tolerances", ""]
-    lines += _md_table(tuple(report["tolerances"]), [tuple(fmt(v) for v in report["tolerances"].values())])
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _bounded_table(rows: list[dict[str, Any]], what: str, relative: bool) -> list[str]:

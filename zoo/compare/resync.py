@@ -20,6 +20,7 @@ allowance. The state travels into the Keras twin by :mod:`zoo.compare.transfer`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +107,12 @@ class Checker:
         self.pair, self.reference, self.table, self.tolerances = pair, reference, table, tolerances
         self._updaters: dict[int, Updater] = {}
 
+    def forget_updaters(self) -> None:
+        """Drop the updaters (the next check builds them anew): the training section compiles
+        each Keras twin again, and an updater's optimizer (two model's worth of Adam moments,
+        in float64 for the reference) would stay alive beside that compile's."""
+        self._updaters.clear()
+
     def _updater(self, twins: Twins) -> Updater:
         if id(twins) not in self._updaters:
             self._updaters[id(twins)] = Updater(twins, self.table)
@@ -131,16 +138,22 @@ class Checker:
         twins.load(tensors)
         updater = self._updater(twins)
         torch_found = torch_pass(updater.task, batch.torch, twins.precision)
+        release_memory(twins, collect=False)  # each pass frees its graph: activations, temporaries
         keras_found = keras_side(twins, updater.keras_model, batch.keras)
+        release_memory(twins, collect=False)
         found = {"torch": torch_found, "keras": keras_found, "skipped": None}
         if state is not None:
             twins.load(tensors)  # the train passes moved running statistics
             if updater.load(state):
-                start = _trainable(twins, twins.torch_state())
+                release_memory(twins, collect=False)  # the optimizer state read from the snapshot
+                # A snapshot holds the pair's torch tensors, exact in every twin's dtype: the
+                # update starts from them, and no copy of the twin's weights is needed.
+                start = _trainable(twins, tensors)
                 updater.step(torch_found["gradients"] if feed is None else feed)
+                release_memory(twins, collect=False)
                 wide = any(p.dtype.itemsize == 8 for p in twins.torch_model.parameters())
-                for side, after in (("torch", twins.torch_state()), ("keras", twins.keras_state())):
-                    moved, found[side]["largest"] = _moves(start, _trainable(twins, after), wide)
+                for side, after in (("torch", twins.torch_tensors()), ("keras", twins.keras_tensors())):
+                    moved, found[side]["largest"] = _moves(start, after, wide)
                     found[side]["moved"] = moved
             else:
                 found["skipped"] = updater.reason
@@ -209,13 +222,18 @@ class Checker:
         )
 
 
-def _moves(start: dict[str, np.ndarray], after: dict[str, np.ndarray], wide: bool) -> tuple[dict, dict]:
-    """How far an update moved each tensor, and its largest new |weight|, without holding a
-    second copy of the weights: each move is taken in float64 and kept in float32 unless the
-    twin is ``wide`` (float64): a float32 move's rounding is far below any bound it is checked
-    against, and a GPT-2's moves are 0.5 GB in float32."""
+def _moves(
+    start: dict[str, np.ndarray], after: Iterable[tuple[str, np.ndarray]], wide: bool
+) -> tuple[dict, dict]:
+    """How far an update moved each tensor of ``start``, and its largest new |weight|, with
+    ``after`` read one tensor at a time, so no second copy of the weights is held: each move
+    is taken in float64 and kept in float32 unless the twin is ``wide`` (float64): a float32
+    move's rounding is far below any bound it is checked against, and a GPT-2's moves are
+    0.5 GB in float32."""
     moved, largest = {}, {}
-    for name, value in after.items():
+    for name, value in after:
+        if name not in start:  # not trained: running statistics, a LoRA base
+            continue
         exact = np.asarray(value, np.float64) - np.asarray(start[name], np.float64)
         moved[name] = exact if wide else exact.astype(np.float32)
         largest[name] = float(np.max(np.abs(value), initial=0.0))
@@ -225,17 +243,29 @@ def _moves(start: dict[str, np.ndarray], after: dict[str, np.ndarray], wide: boo
 RELEASE_FROM_BYTES = 128 * 2**20  # weights of a pair below which a release frees too little
 
 
-def release_memory(twins: Twins) -> None:
+def release_memory(twins: Twins, collect: bool = True) -> None:
     """Hand freed buffers back to the system between checks: the passes of a GPT-2-sized pair
-    free gigabytes that glibc's allocator would otherwise keep, and the next check's arrays
-    would come on top of them. Not for a small pair: with both frameworks loaded the garbage
-    collection alone took ~0.25 s under cProfile, 17 % of an rnn-small comparison over 15 calls."""
+    free gigabytes that glibc's allocator would otherwise keep, and the next pass's arrays
+    would come on top of them (trimmed after each pass as well, the comparison of a 32M-parameter
+    GPT-2 peaked at 5.4 GB instead of 6.4). Not for a small pair: with both frameworks loaded
+    the garbage collection (``collect``) alone took ~0.25 s under cProfile, 17 % of an rnn-small
+    comparison over 15 calls."""
+    if worth_releasing(twins):
+        free_memory(collect)
+
+
+def worth_releasing(twins: Twins) -> bool:
+    return sum(p.numel() * p.element_size() for p in twins.torch_model.parameters()) >= RELEASE_FROM_BYTES
+
+
+def free_memory(collect: bool = True) -> None:
+    """Free what reference cycles hold (``collect``: a Lightning Trainer with its optimizer's
+    moments, a traced Keras step) and give glibc's freed pages back to the system."""
     import ctypes
     import gc
 
-    if sum(p.numel() * p.element_size() for p in twins.torch_model.parameters()) < RELEASE_FROM_BYTES:
-        return
-    gc.collect()
+    if collect:
+        gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 

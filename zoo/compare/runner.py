@@ -75,7 +75,7 @@ def compare(
     """
     from zoo.compare import parity, trajectory
     from zoo.compare.report import terminal_table, write_reports
-    from zoo.compare.resync import Checker
+    from zoo.compare.resync import Checker, free_memory
     from zoo.compare.source import adapter_of
     from zoo.compare.steps import training_batches
     from zoo.compare.twins import build_twins, prepare, single_threaded
@@ -96,7 +96,7 @@ def compare(
     setup = prepare(recipe, adapter)
     if forward_only:
         speed_steps = 0
-    check_memory(setup, speed=speed_steps > 0, training=not forward_only)
+    check_memory(setup, training=not forward_only)
     tolerances = tolerances_for(setup.precision)
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
@@ -124,14 +124,17 @@ def compare(
             stage(3)
             sections["training"] = trajectory.check_training(twins, checker, batches, table, tolerances)
         explain_forward(sections)
+        checkpointing = twins.checkpointing
+        del twins, reference, checker  # the speed section builds its own pair: not beside these two
         speed = None
         if speed_steps > 0:
             from zoo.compare.speed import Timing, measure_speed
 
+            free_memory()  # the pairs' Trainers and traced steps hold them in reference cycles
             stage(4)
             speed = measure_speed(setup, table, Timing.for_steps(speed_steps))
 
-    report = build_report(setup, 0 if forward_only else steps, threads, twins.checkpointing, tolerances,
+    report = build_report(setup, 0 if forward_only else steps, threads, checkpointing, tolerances,
                           sections, speed)  # fmt: skip
     report["seconds"] = round(time.perf_counter() - started, 2)
     path = None
@@ -176,32 +179,32 @@ def resolve(
     return recipe
 
 
-def check_memory(setup, *, speed: bool, training: bool) -> None:
+def check_memory(setup, *, training: bool) -> None:
     """Refuse, before any twin is built, a comparison whose estimated peak is more than the
-    machine has available, saying what would fit: no speed section, a smaller batch, or the
-    forward check alone."""
+    machine has available, saying what would fit: a smaller batch, or the forward check alone."""
     from zoo import peak_memory
 
-    def estimate(batch: int, speed: bool, training: bool) -> peak_memory.Estimate:
+    def estimate(batch: int, training: bool) -> peak_memory.Estimate:
         inputs = setup.dataset.train.x[:batch]
         return peak_memory.compare_estimate(
             setup.recipe, setup.family, setup.config, inputs, fine_tune=setup.init is not None,
-            speed=speed, training=training,
+            training=training,
         )  # fmt: skip
 
-    wanted = estimate(setup.batch_size, speed, training)
+    wanted = estimate(setup.batch_size, training)
     available = peak_memory.available_bytes()
     if available is None or wanted.total <= available:
         return
     fits = []
-    if speed and estimate(setup.batch_size, False, training).total <= available:
-        fits.append("--speed-steps 0 (no speed section)")
     smaller = [b for b in (32, 16, 8, 4, 2, 1) if b < setup.batch_size]
-    batch = next((b for b in smaller if estimate(b, speed, training).total <= available), None)
+    batch = next((b for b in smaller if estimate(b, training).total <= available), None)
     if batch is not None:
         fits.append(f"--batch-size {batch}")
-    if training and estimate(1, False, False).total <= available:
-        fits.append("--forward-only (the checkpoint's weights, forward and gradients; no training)")
+    if training:
+        forward = estimate(setup.batch_size, False)
+        if forward.total <= available:
+            about = peak_memory.gib(forward.total)
+            fits.append(f"--forward-only (the weights, forward and gradients, about {about}; no training)")
     if not fits:
         fits.append("a machine with more memory: even the forward check alone does not fit")
     peak_memory.check_memory(wanted, fits, available)

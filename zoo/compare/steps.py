@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from zoo.compare.twins import Setup, Twins
+from zoo.compare.twins import Setup, Twins, exact_array
 
 
 @dataclass(frozen=True)
@@ -152,8 +152,10 @@ def lightning_losses(twins: Twins, table: np.ndarray, steps: int, watch: Watcher
 
 
 def torch_pass(task, batch: tuple, precision: str) -> dict[str, Any]:
-    """Eval-mode outputs, then train-mode outputs, the task's loss and every parameter's
-    gradient (left on the parameters for an optimizer step)."""
+    """Eval-mode outputs, then train-mode outputs, the task's loss and a copy of every
+    parameter's gradient. The parameters' own gradients are dropped: an update is fed its
+    gradients explicitly (:class:`zoo.compare.transfer.Updater`), and left on a float64
+    reference twin they would be a model's worth of memory through the Keras pass."""
     import torch
 
     plugin = precision_plugin(precision)
@@ -173,10 +175,11 @@ def torch_pass(task, batch: tuple, precision: str) -> dict[str, Any]:
         hook.remove()
     loss.backward()
     gradients = {
-        name: (np.zeros(p.shape, _numpy_dtype(p)) if p.grad is None else _exact_array(p.grad))
+        name: (np.zeros(p.shape, _numpy_dtype(p)) if p.grad is None else exact_array(p.grad))
         for name, p in task.model.named_parameters()
         if p.requires_grad  # frozen tensors (a LoRA base) have none, as in the Keras twin
     }
+    task.zero_grad(set_to_none=True)
     return {
         "eval": evaluated,
         "train": outputs[-1].detach().double().numpy(),
@@ -190,16 +193,6 @@ def _numpy_dtype(tensor) -> type:
     import torch
 
     return np.float64 if tensor.dtype == torch.float64 else np.float32
-
-
-def _exact_array(tensor) -> np.ndarray:
-    """A copy in the narrowest numpy dtype that holds the values exactly (float32 for float32,
-    bf16 and float16): float64 copies of a float32 twin's gradients would double what a
-    comparison holds (GPT-2's gradients are 0.5 GB in float32)."""
-    import torch
-
-    detached = tensor.detach()
-    return np.array(detached if detached.dtype == torch.float64 else detached.float())
 
 
 class TorchStep:

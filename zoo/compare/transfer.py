@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from zoo.compare.steps import dense_gradients, keras_compiled, lightning_task
-from zoo.compare.twins import Twins
+from zoo.compare.twins import Twins, exact_array
 from zoo.weights import keras_layer
 
 # torch optimizer state -> the slot list of zoo's Keras optimizers (zoo.keras.optimizers).
@@ -24,11 +24,11 @@ KERAS_SLOTS = {"exp_avg": "_m", "exp_avg_sq": "_v", "momentum_buffer": "_buffers
 
 @dataclass
 class Snapshot:
-    """The torch twin's state before update ``step`` (1-based): canonical tensors (float64,
-    exact for every precision) and the optimizer's ``state_dict`` (moments, step, rate).
+    """The torch twin's state before update ``step`` (1-based): canonical tensors (each in the
+    narrowest dtype that holds it exactly) and the optimizer's ``state_dict`` (moments, step, rate).
 
     Kept on disk, in ``folder``, and read back when checked: a run keeps up to six of them,
-    and six float64 copies of an 86M-parameter ViT with its Adam moments (~1.4 GB each) next
+    and six copies of an 86M-parameter ViT with its Adam moments (~1 GB each) next
     to both twins and their float64 references do not fit in the memory of a small machine."""
 
     step: int
@@ -57,7 +57,8 @@ def snapshot(twins: Twins, torch_optimizer: Any, step: int, folder: Path) -> Sna
     from safetensors.numpy import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: np.ascontiguousarray(v) if v.ndim else v for k, v in twins.torch_state().items()},
+    tensors = {name: exact_array(value) for name, value in twins.torch_model.state_dict().items()}
+    save_file({k: np.ascontiguousarray(v) if v.ndim else v for k, v in tensors.items()},
               str(folder / "tensors.safetensors"))  # fmt: skip
     torch.save(torch_optimizer.state_dict(), folder / "optimizer.pt")
     return Snapshot(step, folder)
@@ -127,13 +128,16 @@ class Updater:
         self.names = [named[id(p)] for group in self.torch.param_groups for p in group["params"]]
         self.keras_model, self.keras = keras_compiled(twins, table)
         self.variables = list(twins.keras_model.trainable_variables)
-        self.keras.build(self.variables)
         self.clip_norm = twins.setup.recipe.trainer.gradient_clip_norm
         self.reason: str | None = None
 
     def load(self, state: Snapshot) -> bool:
         """Both optimizers at the snapshot's state; False (and ``reason``) if impossible."""
+        # Built here, not with the updater: a check without an update (the forward section,
+        # --forward-only) needs no slots, and they are a model's worth per moment.
+        self.keras.build(self.variables)
         saved = state.optimizer  # read from disk: the optimizer may take its tensors as they are
+        self.torch.state.clear()  # else the last state is alive beside the one loading (a model's worth)
         self.torch.load_state_dict(saved)
         per_key: dict[str, dict[str, np.ndarray]] = {}
         steps = set()
@@ -169,6 +173,7 @@ class Updater:
 
     def step(self, gradients: dict[str, np.ndarray]) -> None:
         """One update of each twin from the same ``gradients`` (canonical layout, float64)."""
+        import tensorflow as tf
         import torch
 
         for name, parameter in self.twins.torch_model.named_parameters():
@@ -178,11 +183,17 @@ class Updater:
         if self.clip_norm:  # Lightning clips before the step; zoo's Keras optimizers inside theirs
             torch.nn.utils.clip_grad_norm_(self.task.parameters(), self.clip_norm)
         self.torch.step()
+        # Neither is read again (the next update loads its state from a snapshot), and each is
+        # a model's worth beside the Keras gradients and the moves the caller measures next.
+        self.task.zero_grad(set_to_none=True)
+        self.torch.state.clear()
+        # Tensors made one at a time: Keras would convert a list of arrays all at once, two
+        # copies of the gradients alive together.
         grads = {
-            id(variable): np.asarray(array, dtype=_gradient_dtype(variable))
+            id(variable): tf.convert_to_tensor(np.asarray(array, dtype=_gradient_dtype(variable)))
             for variable, array in _trainable_in_keras_layout(self.twins, gradients)
         }
-        pairs = [(grads.get(id(v), np.zeros(v.shape, _gradient_dtype(v))), v) for v in self.variables]
+        pairs = [(grads.get(id(v), tf.zeros(v.shape, _gradient_dtype(v))), v) for v in self.variables]
         self.keras.apply_gradients(pairs)
 
 

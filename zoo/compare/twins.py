@@ -161,13 +161,15 @@ class Twins:
         tensors_to_keras(self.keras_model, self.table, tensors)
 
     def torch_state(self) -> dict[str, np.ndarray]:
-        """Copies of the torch twin's tensors, floating ones in float64 (exact for every
-        precision; a float64 tensor's ``.double().numpy()`` would be a view of it)."""
-        state = self.torch_model.state_dict()
-        return {
-            name: np.array(value.detach().cpu().double() if value.is_floating_point() else value.cpu())
-            for name, value in state.items()
-        }
+        """Copies of the torch twin's tensors, floating ones in float64 (exact for every precision)."""
+        return dict(self.torch_tensors())
+
+    def torch_tensors(self) -> Iterator[tuple[str, np.ndarray]]:
+        """:meth:`torch_state` one tensor at a time, for a caller that needs no float64 copy of
+        the whole model (a GPT-2's is 1 GB). Each is a copy: a float64 tensor's
+        ``.double().numpy()`` would be a view of it."""
+        for name, value in self.torch_model.state_dict().items():
+            yield name, np.array(value.detach().cpu().double() if value.is_floating_point() else value.cpu())
 
     def keras_state(self) -> dict[str, np.ndarray]:
         """The Keras twin's variables in the canonical layout, floating ones in float64.
@@ -175,13 +177,15 @@ class Twins:
         Unlike ``zoo.weights.keras_to_tensors`` nothing is rounded to the checkpoint's
         float32, so a float64 run is compared at float64 resolution.
         """
-        state: dict[str, np.ndarray] = {}
+        return dict(self.keras_tensors())
+
+    def keras_tensors(self) -> Iterator[tuple[str, np.ndarray]]:
+        """:meth:`keras_state` one port's tensors at a time."""
         for port in self.table:
             layer = keras_layer(self.keras_model, port.layer)
             values = [_float64(keras_layer(layer, name).numpy()) for name in port.variables]
             for spec, array in zip(port.tensors, port.to_torch(*values), strict=True):
-                state[spec.name] = np.asarray(array)
-        return state
+                yield spec.name, np.asarray(array)
 
     @property
     def trainable(self) -> list[str]:
@@ -255,6 +259,19 @@ def enable_checkpointing(torch_model: Any, keras_model: Any) -> dict[str, bool]:
             continue
         done[name] = True
     return done
+
+
+def exact_array(tensor) -> np.ndarray:
+    """A numpy copy of a torch tensor in the narrowest dtype that holds its values exactly:
+    float32 for float32, bf16 and float16, float64 for float64, integers as they are. A float64
+    copy of a float32 model would double what a comparison holds (GPT-2's tensors are 0.5 GB
+    in float32)."""
+    import torch
+
+    detached = tensor.detach().cpu()
+    if detached.is_floating_point() and detached.dtype != torch.float64:
+        detached = detached.float()
+    return np.array(detached)
 
 
 def _float64(value: Any) -> np.ndarray:
