@@ -13,8 +13,12 @@ written, from the page cache.
 
 Each save is reported as a ratio to the durable floor, and each load to ``load_file``: in
 every repetition the two are timed one after the other, each first in every other
-repetition, and the ratio (floor time / zoo time: 1.0 is as fast as the floor) is the median
-over all repetitions, so a machine that slows down between repetitions slows both sides.
+repetition, and the ratio is floor time / zoo time (1.0 is as fast as the floor). Which of
+the two goes first matters on this VM far more than either's code (gpt2-medium, 2026-11-27:
+the same save measured 0.6-0.8x the floor going second and 2.0-2.8x going first), so each
+figure is the geometric mean of a repetition in each order (two repetitions in one process,
+which cancels the position), and the median of those over the rounds. A machine that slows
+down between repetitions slows both sides.
 
 Each round runs one fresh process per framework and model, interleaved; the GB/s figures are
 the fastest of all rounds (on a shared machine other work only ever slows a run down). Also
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -163,7 +168,7 @@ def run_one(framework: str, model_name: str, repeats: int, threads: int | None, 
 
 def fastest(results: list[dict]) -> dict:
     """Per framework and model: the fastest time of each kind over every round, its GB/s, and
-    the median ratio of each floor's time to zoo's in the same repetition."""
+    the ratio of each floor's time to zoo's (see the module's docstring)."""
     merged: dict[tuple[str, str], dict] = {}
     for result in results:
         entry = merged.setdefault((result["model"], result["framework"]), {**result, "times": {}})
@@ -175,9 +180,9 @@ def fastest(results: list[dict]) -> dict:
         for kind in ("load", "into", "save", "floor_load", "floor_save", "floor_durable"):
             entry[f"{kind}_GBps"] = entry["bytes"] / entry["best"][kind] / 1e9
         for kind, floor in (("save", "floor_durable"), ("load", "floor_load")):
-            entry[f"{kind}_ratio"] = statistics.median(
-                f / t for f, t in zip(times[floor], times[kind], strict=True)
-            )
+            ratios = [f / t for f, t in zip(times[floor], times[kind], strict=True)]
+            pairs = zip(ratios[::2], ratios[1::2], strict=True)  # one each order, in one process
+            entry[f"{kind}_ratio"] = statistics.median(math.sqrt(a * b) for a, b in pairs)
     return merged
 
 
@@ -198,8 +203,9 @@ def table(merged: dict, rounds: int, repeats: int) -> str:
     lines.append(
         f"\nGB/s: fastest of {rounds} interleaved rounds x {repeats} repetitions, one fresh process per "
         "round, framework and model; one kernel thread (`--threads 1`). save / floor and load / floor: "
-        "the floor's time over zoo's in the same repetition (1.00: as fast as the floor; the two swap "
-        "order every repetition), median of all repetitions. Durable floor: `save_file` to a temporary "
+        "the floor's time over zoo's in the same repetition (1.00: as fast as the floor), the geometric "
+        "mean of two repetitions in one process, one with each first, and the median of those over the "
+        "rounds. Durable floor: `save_file` to a temporary "
         "file, fsync, rename, fsync of the folder"
     )
     return "\n".join(lines)
@@ -223,6 +229,8 @@ def main() -> None:
     parser.add_argument("--write-results", action="store_true", help="rewrite this section of RESULTS.md")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeats % 2:
+        parser.error(f"--repeats {args.repeats}: give an even number (one repetition in each order)")
     if args.one:
         print(json.dumps(measure(args.one, args.models, args.repeats, args.threads, args.out)))
         return

@@ -17,15 +17,15 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from zoo.aligned import ALIGNMENT, aligned_empty, aligned_view, contiguous
+from zoo.aligned import ALIGNMENT, aligned_empty, aligned_view
 
 SAFETENSORS_DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -205,7 +205,12 @@ def refuse_pickles(path: Path) -> None:
 # ------------------------------------------------------------------------------ write
 
 IO_THREADS = min(4, os.cpu_count() or 1)  # memory-bound copies and page-cache writes: a few saturate it
-WRITE_PART = 8 << 20  # bytes a write call, each part handed to the disk as soon as it is in the page cache
+# Bytes a writing thread makes ready (copied where strided, checked finite) and writes at a time,
+# each part handed to the disk as soon as it is in the page cache: small enough that the write
+# reads what the copy and the check left in the cache, large enough that a call costs nothing
+# (gpt2's Keras save, same-run median against the durable floor: 1.59x at 1 MB, 0.98x at 4 MB,
+# 1.39x at 8 MB, one noisy run of 14 repetitions).
+WRITE_PART = 1 << 20
 # safetensors lays tensors out by its dtype enum, last member first, then by name (its ``prepare``).
 SAFETENSORS_ORDER = (
     "BOOL", "U8", "I8", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64",
@@ -234,13 +239,15 @@ def write_safetensors(
     """Atomically write ``tensors``, laid out byte for byte as safetensors' ``save_file`` lays
     them out: temporary file, fsync, rename, fsync the folder.
 
-    The tensors are made ready on a few threads (a strided one, such as a Keras kernel in
-    torch's layout, copied once into reused memory; each checked finite) while one thread
-    writes those made before, in order, straight from their memory: a file takes one writer
-    at a time (ext4 locks it for each write call). Every part is handed to the disk as soon
-    as it is in the page cache (``sync_file_range``), so the one fsync at the end waits for
-    little more than the last part, where ``save_file`` and an fsync leave the disk idle
-    until everything is written.
+    Each tensor is written at its offset by one of a few threads, ``WRITE_PART`` bytes at a
+    time: straight from its memory where it is C-ordered, and through a small buffer of the
+    thread's own where it is strided (a Keras kernel in torch's layout), so that the copy,
+    the finite check and the write all find the part in the cache and no tensor is ever
+    copied whole. Every part is handed to the disk as soon as it is in the page cache
+    (``sync_file_range``), so the one fsync at the end waits for little more than the last
+    part, where ``save_file`` and an fsync leave the disk idle until everything is written.
+    (A whole-tensor copy on some threads and the writes on another, the previous design,
+    took 1.4-2x as long on gpt2's Keras twin: bench/RESULTS.md.)
 
     With ``finite_source``, a tensor holding NaN or inf is refused (:class:`NonFiniteTensors`,
     naming ``finite_source``) once all are checked, and nothing is replaced. ``float_dtype``
@@ -258,23 +265,15 @@ def write_safetensors(
 
     prefix, offsets = safetensors_header({n: (s, stored(d)) for n, (s, d) in layout.items()}, metadata)
     arrays = tensors.arrays if stream else ((name, tensors[name]) for name in offsets)  # file order
-    spare, bad = _Spare(), set()
+    bad, buffers = set(), threading.local()
 
-    def ready(name: str, array: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:  # on the pool
-        memory = None
-        if not array.flags.c_contiguous or array.dtype.byteorder == ">":
-            dtype = array.dtype.newbyteorder("<")
-            memory = spare.take(array.size * dtype.itemsize)
-            array = contiguous(array, out=aligned_view(memory, array.shape, dtype))
-        if finite_source is not None and not finite(array):
-            bad.add(name)
-        target = stored(array.dtype)
-        return (array if array.dtype == target else array.astype(target)), memory
-
-    def write(name: str, made: Future) -> None:  # on the writing thread, in order
-        array, memory = made.result()
-        _write_at(descriptor, array, offsets[name])
-        spare.give(memory)
+    def write(name: str, array: np.ndarray) -> None:  # on a writing thread
+        for part, start in _parts(array, buffers):  # little-endian, as the file is
+            if finite_source is not None and name not in bad and not finite(part):
+                bad.add(name)
+            target = stored(part.dtype)
+            _write_at(descriptor, part if part.dtype == target else part.astype(target),
+                      offsets[name] + start * target.itemsize)  # fmt: skip
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -284,7 +283,7 @@ def write_safetensors(
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask decides
         try:
             _write_at(descriptor, np.frombuffer(prefix, np.uint8), 0)
-            _write_all(layout, arrays, ready, write)
+            _write_all(layout, arrays, write)
             if finite_source is not None:
                 refuse_nonfinite(finite_source, [name for name in layout if name in bad], len(layout))
             os.fsync(descriptor)
@@ -325,21 +324,15 @@ def safetensors_header(layout: Layout, metadata: dict[str, str] | None) -> tuple
 
 
 def _write_all(
-    layout: Layout,
-    arrays: Iterable[tuple[str, np.ndarray]],
-    ready: Callable[[str, np.ndarray], Any],
-    write: Callable[[str, Future], None],
+    layout: Layout, arrays: Iterable[tuple[str, np.ndarray]], write: Callable[[str, np.ndarray], None]
 ) -> None:
-    """Make each of ``arrays`` ``ready`` on a few threads as they come and ``write`` them on
-    one, in the same order, at most ``2 * IO_THREADS`` tensors between the two (the memory
-    their copies take). Every name of ``layout`` exactly once, of its shape and dtype, or
-    nothing is kept: a tensor never given would leave zeros in the file. A failure cancels
-    what has not started."""
+    """``write`` each of ``arrays`` on a few threads as they come, at most ``2 * IO_THREADS``
+    given and not yet written (a stream's next tensors are read while earlier ones are
+    written, and no further). Every name of ``layout`` exactly once, of its shape and dtype,
+    or nothing is kept: a tensor never given would leave zeros in the file. A failure
+    cancels what has not started."""
     expected, between = dict(layout), threading.BoundedSemaphore(2 * IO_THREADS)
-    with (
-        ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-ready") as pool,
-        ThreadPoolExecutor(1, thread_name_prefix="zoo-write") as writer,
-    ):
+    with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-write") as pool:
         try:
             writes = []
             for name, array in arrays:
@@ -351,7 +344,7 @@ def _write_all(
                     found, laid_out = f"{array.dtype} {list(array.shape)}", f"{np.dtype(dtype)} {list(shape)}"
                     raise ValueError(f"{name}: {found}, laid out as {laid_out}")
                 between.acquire()
-                writes.append(writer.submit(write, name, pool.submit(ready, name, array)))
+                writes.append(pool.submit(write, name, array))
                 writes[-1].add_done_callback(lambda _: between.release())
             if expected:
                 raise ValueError(f"tensors laid out but never given: {some(list(expected))}")
@@ -359,29 +352,33 @@ def _write_all(
                 done.result()
         except BaseException:
             pool.shutdown(cancel_futures=True)
-            writer.shutdown(cancel_futures=True)
             raise
 
 
-class _Spare:
-    """Memory for the copies a write makes, given back once each is written and taken again
-    by the next: a save pays page faults for a few tensors' worth, not for every copy."""
-
-    def __init__(self) -> None:
-        self._free: list[np.ndarray] = []
-        self._lock = threading.Lock()
-
-    def take(self, nbytes: int) -> np.ndarray:
-        with self._lock:
-            fits = [i for i, memory in enumerate(self._free) if memory.nbytes >= nbytes + ALIGNMENT]
-            if fits:
-                return self._free.pop(min(fits, key=lambda i: self._free[i].nbytes))
-        return np.empty(nbytes + ALIGNMENT, np.uint8)
-
-    def give(self, memory: np.ndarray | None) -> None:
-        if memory is not None:
-            with self._lock:
-                self._free.append(memory)
+def _parts(array: np.ndarray, buffers: threading.local) -> Iterator[tuple[np.ndarray, int]]:
+    """``array`` in C order as consecutive C-ordered little-endian parts of about ``WRITE_PART``
+    bytes, each with the index of its first element: views of its memory where that is
+    already so, else bands of its first axis copied into the thread's buffer (reused by the
+    next part, so one part at a time)."""
+    dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    if array.flags.c_contiguous and dtype == array.dtype:
+        flat, step = array.reshape(-1), max(1, WRITE_PART // max(dtype.itemsize, 1))
+        for start in range(0, max(flat.size, 1), step):
+            yield flat[start : start + step], start
+        return
+    if array.ndim == 0:
+        yield np.ascontiguousarray(array, dtype), 0
+        return
+    row = math.prod(array.shape[1:])
+    rows = max(1, WRITE_PART // max(row * dtype.itemsize, 1))
+    memory = getattr(buffers, "memory", None)
+    if memory is None or memory.nbytes < rows * row * dtype.itemsize + ALIGNMENT:
+        memory = buffers.memory = np.empty(rows * row * dtype.itemsize + ALIGNMENT, np.uint8)
+    for start in range(0, array.shape[0], rows):
+        band = array[start : start + rows]
+        part = aligned_view(memory, band.shape, dtype)
+        part[...] = band
+        yield part, start * row
 
 
 def _write_at(descriptor: int, array: np.ndarray, offset: int) -> None:

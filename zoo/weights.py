@@ -217,8 +217,8 @@ def keras_to_tensors(model, table: Sequence[Port], *, pool: Executor | None = No
 def keras_tensor_stream(model, table: Sequence[Port]) -> TensorStream:
     """A Keras twin's weights as a save writes them: laid out from the table before any
     variable is read, then made port by port in this thread, each a view of its variable in
-    torch's layout (a transposed kernel is a strided view, which the writer copies), so
-    the writer's threads write one port while this one reads the next."""
+    torch's layout (a transposed kernel is a strided view, which the writer copies a band
+    at a time), so the writer's threads write one port while this one reads the next."""
     from zoo.safetensors_io import TensorStream
 
     def arrays() -> Iterator[tuple[str, np.ndarray]]:
