@@ -28,8 +28,9 @@ def aligned_view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np
 
 def contiguous(array: np.ndarray, rows: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """A C-ordered copy of ``array``, 64-byte aligned. A transposed matrix (the usual case: a
-    kernel between torch's (out, in) and Keras' (in, out)) is copied in bands of ``rows``
-    source rows, which keeps both sides in cache: ~3x numpy's element-strided copy.
+    kernel between torch's (out, in) and Keras' (in, out)), or a band of one's rows, is copied
+    in bands of ``rows`` source rows, which keeps both sides in cache: ~3x numpy's
+    element-strided copy.
 
     Each destination row takes one element from every source row of the band, ``rows``
     cache lines one source row apart. Where that distance is a multiple of 4 KiB they all
@@ -38,8 +39,8 @@ def contiguous(array: np.ndarray, rows: int | None = None, out: np.ndarray | Non
     1024): 1.1 -> 2.5; (768, 2304), 3 KiB apart: 4.0 with 32, 3.9 with 12). Into ``out``
     where given (aligned memory of the same shape and dtype)."""
     out = aligned_empty(array.shape, array.dtype) if out is None else out
-    if array.ndim == 2 and array.T.flags.c_contiguous and array.shape[1] > 1:
-        source = array.T  # C-ordered: each band of its rows is a column band of ``out``
+    if array.ndim == 2 and array.strides[0] == array.itemsize and array.shape[1] > 1:
+        source = array.T  # rows in order in memory: each band of them is a column band of ``out``
         if rows is None:
             rows = 12 if source.strides[0] % 4096 == 0 else 32
         for start in range(0, source.shape[0], rows):

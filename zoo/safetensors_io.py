@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.aligned import ALIGNMENT, aligned_empty, aligned_view
+from zoo.aligned import ALIGNMENT, aligned_empty, aligned_view, contiguous
 
 SAFETENSORS_DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -376,9 +376,7 @@ def _parts(array: np.ndarray, buffers: threading.local) -> Iterator[tuple[np.nda
         memory = buffers.memory = np.empty(rows * row * dtype.itemsize + ALIGNMENT, np.uint8)
     for start in range(0, array.shape[0], rows):
         band = array[start : start + rows]
-        part = aligned_view(memory, band.shape, dtype)
-        part[...] = band
-        yield part, start * row
+        yield contiguous(band, out=aligned_view(memory, band.shape, dtype)), start * row
 
 
 def _write_at(descriptor: int, array: np.ndarray, offset: int) -> None:
