@@ -46,6 +46,9 @@ SIGNAL_AT = """
 import os, signal, sys
 
 framework, hook, count, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+# Ctrl-C in a terminal: Python's own handler, even where the suite was started in the background
+# (a shell's `cmd &` starts it with SIGINT ignored, which every child would inherit).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 if framework == "lightning":
     from zoo.lightning import callbacks
     method = {"train": "on_train_batch_end", "val": "on_validation_batch_end"}[hook]
