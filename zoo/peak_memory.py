@@ -16,12 +16,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from zoo.hardware import SetupError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from zoo.data import Dataset
     from zoo.family import ArchitectureConfig, Family
 
 AVAILABLE_VARIABLE = "ZOO_AVAILABLE_MEMORY"
+# zoo train's peaks, measured by bench/memory_estimate.py --train (bench/RESULTS.md): gpt2 at
+# 1-12 layers and bert-base at 4-12 layers (11M-89M parameters, batch 2 of 64 tokens), and
+# resnet50 at 64 and 128 px. Lightning's peak grows by 7.4-7.9 float32 copies of the weights per
+# parameter, Keras' by 8.1-9.0; the estimate counts the copies it can name (weights, gradients,
+# Adam's two moments, the saved state; in Keras the initial tensors fit keeps) and these:
+# - one more copy in both, what the allocator keeps of the steps' freed gradients and temporaries
+#   (Lightning's steps hold 3.7 copies where gradients and moments are 3, rising step by step);
+ALLOCATOR_COPIES = 1
+# - what Keras' fit holds from its first step on beyond those (TensorFlow's gradients and update
+#   arithmetic in the traced step): 9 copies measured, 6 named;
+KERAS_FIT_COPIES = 3
+# - a pass holds about twice what the meta trace counts: the backward's gradients of the
+#   activations beside them (Lightning, gpt2 at 4 x 256 tokens: 1.9 times the trace), Keras'
+#   convolutions keep twice torch's (resnet50: 2.1), the loss's log-probabilities beside the logits;
+PASS_COPIES = 2
+# - the process before the model: the libraries (torch for the estimate's trace in both), the data,
+#   and with Keras the traced step: the peaks' intercepts, 0.26-0.48 GB with Lightning and 0.88-1.05
+#   GB with Keras for the transformers, 1.22 GB for resnet50's 161-layer graph.
+TRAIN_RUNTIME_BYTES = {"lightning": 512 * 2**20, "keras": 1280 * 2**20}
 # What a process holds once the frameworks are imported and have run a step (their
 # libraries, kernels, graph caches), measured by bench/memory_estimate.py on this project's
 # CPU machine: torch with Lightning, and TensorFlow with Keras.
@@ -182,17 +206,35 @@ def compare_estimate(
 
 
 def train_estimate(
-    recipe, family: Family, config: ArchitectureConfig, inputs: Any, fine_tune: bool
+    recipe, family: Family, config: ArchitectureConfig, inputs: Any, fine_tune: bool, evaluated: Any = None
 ) -> Estimate:
-    """One twin training: its weights, gradients and optimizer state, and one batch's activations."""
+    """One twin training: its weights, gradients and optimizer state, what the framework keeps
+    beside them (above: ALLOCATOR_COPIES, Keras' initial tensors), and the largest of what comes
+    and goes: one training batch's pass (with what Keras' fit holds per step), one evaluation
+    batch's (``evaluated``: validation and test run at ``data.eval_batch_size``, 512 by default),
+    or the copy of the weights and optimizer state a saved training state is written from.
+    bench/memory_estimate.py --train measures it against real runs."""
     weights = parameter_bytes(family, config)
     scale = parameter_scale(recipe.trainer.precision)
+    slots = optimizer_slots(recipe.optimizer)
+    framework = recipe.trainer.framework
+    keras = framework == "keras"
+    trained = PASS_COPIES * activation_bytes(family, config, inputs) * max(scale, 1)
+    evaluation = 0 if evaluated is None else activation_bytes(family, config, evaluated, training=False)
+    passing = [  # one of these at a time
+        {"activations": trained, "Keras fit": KERAS_FIT_COPIES * weights * scale * keras},
+        {"evaluation batch": PASS_COPIES * evaluation * max(scale, 1)},
+        {"saved state": (1 + slots) * weights * max(scale, 1)},
+    ]
+    largest = max(passing, key=lambda parts: sum(parts.values()))
     return Estimate("zoo train", {
         "weights and gradients": int(2 * weights * scale),
-        "optimizer state": int(optimizer_slots(recipe.optimizer) * weights * scale),
+        "optimizer state": int(slots * weights * scale),
         "checkpoint": weights * fine_tune,
-        "activations": int(activation_bytes(family, config, inputs) * max(scale, 1)),
-        "framework": RUNTIME_BYTES["torch" if recipe.trainer.framework == "lightning" else "tensorflow"],
+        "initial tensors": weights * keras,  # float32, kept by zoo.keras.trainer.fit to its end
+        "kept by the allocator": int(ALLOCATOR_COPIES * weights * scale),
+        **{name: int(size) if parts is largest else 0 for parts in passing for name, size in parts.items()},
+        "framework": TRAIN_RUNTIME_BYTES[framework],
     })  # fmt: skip
 
 
@@ -222,20 +264,50 @@ def first(x: Any, count: int) -> Any:
     return x[: min(count, len(x))]
 
 
-def check_training(recipe, family: Family, config: ArchitectureConfig, x: Any, *, fine_tune: bool) -> None:
+def like(x: Any, count: int) -> np.ndarray:
+    """``count`` examples (at most the split's) shaped as the split's first, uninitialised: the
+    estimate reads only their shape, so no image is decoded and no page is touched."""
+    one = np.asarray(first(x, 1))
+    return np.empty((min(count, len(x)), *one.shape[1:]), one.dtype)
+
+
+def training_estimator(
+    recipe, family: Family, config: ArchitectureConfig, dataset: Dataset, *, fine_tune: bool
+) -> Callable[[int, int], Estimate]:
+    """``zoo train``'s estimate at a batch size and an evaluation batch size: the first
+    examples of the training split, and as many shaped as the larger split evaluated."""
+    evaluated = max((dataset.val.x, dataset.test.x), key=len)
+
+    def estimate(size: int, eval_size: int) -> Estimate:
+        evaluation = like(evaluated, max(eval_size, 1)) if len(evaluated) else None
+        return train_estimate(
+            recipe, family, config, first(dataset.train.x, max(size, 1)), fine_tune, evaluation
+        )
+
+    return estimate
+
+
+def check_training(
+    recipe, family: Family, config: ArchitectureConfig, dataset: Dataset, *, fine_tune: bool
+) -> None:
     """Refuse, before the run folder exists, a run whose estimated peak is more than the
-    machine has available, saying what would fit: a smaller batch, gradient checkpointing."""
+    machine has available, saying what would fit: a smaller batch or evaluation batch,
+    gradient checkpointing."""
     available = available_bytes()
     batch = recipe.data.batch_size // max(recipe.trainer.devices * recipe.trainer.num_nodes, 1)
-
-    def estimate(size: int) -> Estimate:
-        return train_estimate(recipe, family, config, first(x, max(size, 1)), fine_tune)
-
-    wanted = estimate(batch)
+    eval_batch = recipe.data.eval_batch_size
+    estimate = training_estimator(recipe, family, config, dataset, fine_tune=fine_tune)
+    wanted = estimate(batch, eval_batch)
     if available is None or wanted.total <= available:
         return
     fits = []
-    smaller = next((b for b in _smaller_batches(batch) if estimate(b).total <= available), None)
+    if wanted.parts["evaluation batch"]:
+        smaller = next(
+            (b for b in _smaller_batches(eval_batch) if estimate(batch, b).total <= available), None
+        )
+        if smaller is not None:
+            fits.append(f"--set data.eval_batch_size={smaller}")
+    smaller = next((b for b in _smaller_batches(batch) if estimate(b, eval_batch).total <= available), None)
     if smaller is not None:
         fits.append(f"--set data.batch_size={smaller}")
     if not recipe.trainer.gradient_checkpointing and wanted.parts["activations"] > wanted.total - available:
