@@ -65,15 +65,15 @@ def test_a_fine_tune_that_does_not_fit_is_refused(monkeypatch, tmp_path, trained
     assert not list(tmp_path.iterdir())
 
 
-def estimator(tmp_path, *extra: str):
-    """zoo train's estimate of the tiny CNN's run at a batch size and an evaluation batch size
-    (as zoo.plan makes it; the recipe's evaluation batch by default)."""
+def estimator(tmp_path, *extra: str, architecture: str = TINY):
+    """zoo train's estimate of a run (the tiny CNN's) at a batch size and an evaluation batch
+    size (as zoo.plan makes it; the recipe's evaluation batch by default)."""
     import zoo
     from zoo.plan import _fresh_start
     from zoo.recipe import load_recipe
 
-    recipe = load_recipe(RECIPE, [*quick(TINY, tmp_path), *extra])
-    family = zoo.registry.get_family(TINY)
+    recipe = load_recipe(RECIPE, [*quick(architecture, tmp_path), *extra])
+    family = zoo.registry.get_family(architecture)
     dataset, config, _ = _fresh_start(recipe, family)
     recipe = recipe.model_copy(update={"model": config})
     at = peak_memory.training_estimator(recipe, family, config, dataset, fine_tune=False)
@@ -109,6 +109,25 @@ def test_the_evaluation_batch_is_counted_and_a_smaller_one_offered(monkeypatch, 
     with pytest.raises(peak_memory.MemoryShort, match=r"--set data\.eval_batch_size=\d+\b"):
         zoo.train(RECIPE, overrides=quick(TINY, tmp_path))
     assert not list(tmp_path.iterdir())
+
+
+def test_gradient_checkpointing_is_counted_and_offered_where_it_fits(monkeypatch, tmp_path):
+    """With trainer.gradient_checkpointing a pass keeps each residual block's inputs and one
+    block's recompute: the estimate counts that, and a run that fits only that way is offered
+    it, and then runs."""
+    import zoo
+
+    resnet, shape = "resnet-8", ["data.batch_size=64", "data.eval_batch_size=8"]  # the pass is the peak
+    plain = estimator(tmp_path, *shape, architecture=resnet)(64)
+    recomputed = estimator(tmp_path, *shape, "trainer.gradient_checkpointing=true", architecture=resnet)(64)
+    assert 0 < recomputed.parts["activations"] < 0.8 * plain.parts["activations"]
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((plain.total + recomputed.total) // 2))
+    overrides = [*quick(resnet, tmp_path), *shape]
+    with pytest.raises(peak_memory.MemoryShort, match=r"--set trainer\.gradient_checkpointing=true \(about"):
+        zoo.train(RECIPE, overrides=overrides)
+    assert not list(tmp_path.iterdir())
+    result = zoo.train(RECIPE, overrides=[*overrides, "trainer.gradient_checkpointing=true"])
+    assert result.checkpoint.is_file()
 
 
 def test_a_saved_state_is_counted(tmp_path):

@@ -92,27 +92,55 @@ def parameter_bytes(family: Family, config: ArchitectureConfig) -> int:
     return sum(math.prod(spec.shape) * 4 for spec in tensor_specs(family.weight_table(config)).values())
 
 
-def activation_bytes(family: Family, config: ArchitectureConfig, inputs: Any, training: bool = True) -> int:
+def activation_bytes(
+    family: Family,
+    config: ArchitectureConfig,
+    inputs: Any,
+    training: bool = True,
+    checkpointing: bool = False,
+) -> int:
     """What one float32 forward pass of the torch twin keeps for the backward (``training``),
     or the largest two module outputs alive at once (inference), traced on torch's ``meta``
-    device: shapes only, no memory. ``inputs`` is a numpy batch in the canonical layout.
+    device: shapes only, no memory. ``inputs`` is a numpy batch in the canonical layout. With
+    ``checkpointing`` (trainer.gradient_checkpointing), each recomputed block keeps only its
+    inputs, and the backward holds one block's own activations at a time, the largest counted.
     0 when the family's twin cannot be built there (the estimate then counts weights only)."""
     import torch
+
+    from zoo.nn.torch import remat
 
     try:
         with torch.device("meta"):
             model = family.build_torch(config)
+        if checkpointing and family.supports_grad_checkpointing("lightning"):
+            family.set_grad_checkpointing(model, "lightning", True)
         x = torch.empty(inputs.shape, dtype=torch.from_numpy(inputs[:0]).dtype, device="meta")
         parameters = {p.untyped_storage()._cdata for p in model.parameters()}
         saved: dict[int, int] = {}
         kept: list[Any] = []  # alive until counted, so no storage address is reused
 
-        def pack(tensor):
-            storage = tensor.untyped_storage()
-            if storage._cdata not in parameters:
-                saved.setdefault(storage._cdata, storage.nbytes())
-                kept.append(tensor)
-            return tensor
+        def packing(into: dict[int, int], known: dict[int, int] | None = None):
+            def pack(tensor):
+                storage = tensor.untyped_storage()
+                if storage._cdata not in parameters and storage._cdata not in (known or ()):
+                    into.setdefault(storage._cdata, storage.nbytes())
+                    kept.append(tensor)
+                return tensor
+
+            return pack
+
+        pack = packing(saved)
+        blocks: list[int] = []  # what each checkpointed block's recompute holds beside what is kept
+
+        def run_block(block, *args):
+            for arg in args:  # torch's checkpoint keeps the block's inputs
+                if isinstance(arg, torch.Tensor):
+                    pack(arg)
+            inner: dict[int, int] = {}
+            with torch.autograd.graph.saved_tensors_hooks(packing(inner, saved), lambda t: t):
+                out = block(*args)
+            blocks.append(sum(inner.values()))
+            return out
 
         outputs: list[int] = []
         hooks = [
@@ -121,14 +149,19 @@ def activation_bytes(family: Family, config: ArchitectureConfig, inputs: Any, tr
             if not list(m.children())
         ]
         model.train(training)
-        with torch.set_grad_enabled(training), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with (
+            torch.set_grad_enabled(training),
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+            remat.traced(run_block),
+        ):
             output = model(x)
         for hook in hooks:
             hook.remove()
     except Exception:  # a twin that does not build or run on meta tensors: weights only
         return 0
     if training:
-        return sum(saved.values()) + 2 * _nbytes(output)  # the loss keeps its own copy of the output
+        # the loss keeps its own copy of the output
+        return sum(saved.values()) + max(blocks, default=0) + 2 * _nbytes(output)
     return sum(sorted(outputs)[-2:])
 
 
@@ -219,7 +252,10 @@ def train_estimate(
     slots = optimizer_slots(recipe.optimizer)
     framework = recipe.trainer.framework
     keras = framework == "keras"
-    trained = PASS_COPIES * activation_bytes(family, config, inputs) * max(scale, 1)
+    checkpointing = recipe.trainer.gradient_checkpointing
+    trained = (
+        PASS_COPIES * activation_bytes(family, config, inputs, checkpointing=checkpointing) * max(scale, 1)
+    )
     evaluation = 0 if evaluated is None else activation_bytes(family, config, evaluated, training=False)
     passing = [  # one of these at a time
         {"activations": trained, "Keras fit": KERAS_FIT_COPIES * weights * scale * keras},
@@ -310,11 +346,18 @@ def check_training(
     smaller = next((b for b in _smaller_batches(batch) if estimate(b, eval_batch).total <= available), None)
     if smaller is not None:
         fits.append(f"--set data.batch_size={smaller}")
-    if not recipe.trainer.gradient_checkpointing and wanted.parts["activations"] > wanted.total - available:
-        fits.append(
-            f"--set trainer.gradient_checkpointing=true (recomputes the {gib(wanted.parts['activations'])} "
-            "of activations block by block)"
+    trainer = recipe.trainer
+    if not trainer.gradient_checkpointing and family.supports_grad_checkpointing(trainer.framework):
+        recomputing = recipe.model_copy(
+            update={"trainer": trainer.model_copy(update={"gradient_checkpointing": True})}
         )
+        checkpointed = training_estimator(recomputing, family, config, dataset, fine_tune=fine_tune)
+        needs = checkpointed(batch, eval_batch).total
+        if needs <= available:
+            fits.append(
+                f"--set trainer.gradient_checkpointing=true (about {gib(needs)}: the activations recomputed "
+                "block by block)"
+            )
     if not fits:
         fits.append("a machine with more memory: even one example per batch does not fit")
     check_memory(wanted, fits, available)
