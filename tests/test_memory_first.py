@@ -65,9 +65,9 @@ def test_a_fine_tune_that_does_not_fit_is_refused(monkeypatch, tmp_path, trained
     assert not list(tmp_path.iterdir())
 
 
-def estimator(tmp_path, *extra: str, architecture: str = TINY):
-    """zoo train's estimate of a run (the tiny CNN's) at a batch size and an evaluation batch
-    size (as zoo.plan makes it; the recipe's evaluation batch by default)."""
+def planned(tmp_path, *extra: str, architecture: str = TINY):
+    """The recipe (its model bound to the data), family, config and dataset of a run of the
+    tiny CNN (or ``architecture``), as zoo.plan makes them."""
     import zoo
     from zoo.plan import _fresh_start
     from zoo.recipe import load_recipe
@@ -75,7 +75,13 @@ def estimator(tmp_path, *extra: str, architecture: str = TINY):
     recipe = load_recipe(RECIPE, [*quick(architecture, tmp_path), *extra])
     family = zoo.registry.get_family(architecture)
     dataset, config, _ = _fresh_start(recipe, family)
-    recipe = recipe.model_copy(update={"model": config})
+    return recipe.model_copy(update={"model": config}), family, config, dataset
+
+
+def estimator(tmp_path, *extra: str, architecture: str = TINY):
+    """zoo train's estimate of that run at a batch size and an evaluation batch size (the
+    recipe's by default)."""
+    recipe, family, config, dataset = planned(tmp_path, *extra, architecture=architecture)
     at = peak_memory.training_estimator(recipe, family, config, dataset, fine_tune=False)
     return lambda batch, eval_batch=recipe.data.eval_batch_size: at(batch, eval_batch)
 
@@ -131,11 +137,16 @@ def test_gradient_checkpointing_is_counted_and_offered_where_it_fits(monkeypatch
 
 
 def test_a_saved_state_is_counted(tmp_path):
-    """A training state is written from a copy of the weights and the optimizer's moments: with
-    tiny batches that copy, not the activations, is the peak."""
+    """A training state is written from a copy of the weights and the optimizer's moments while
+    the allocator still holds what the last step's pass freed: with tiny batches that, not the
+    pass, is the peak."""
+    _, family, config, dataset = planned(tmp_path)
     estimate = estimator(tmp_path, "data.eval_batch_size=1")(1)
     weights = estimate.parts["weights and gradients"] // 2
-    assert estimate.parts["saved state"] == 3 * weights  # the weights and Adam's two moments
+    step = peak_memory.activation_bytes(family, config, dataset.train.x[:1])
+    assert 0 < step < weights
+    assert estimate.parts["saved state"] == 3 * weights + step  # the weights and Adam's two moments
+    assert estimate.parts["activations"] == estimate.parts["evaluation batch"] == 0
 
 
 def test_an_evaluation_that_does_not_fit_is_refused(monkeypatch, trained):

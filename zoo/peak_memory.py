@@ -28,24 +28,31 @@ if TYPE_CHECKING:
 
 AVAILABLE_VARIABLE = "ZOO_AVAILABLE_MEMORY"
 # zoo train's peaks, measured by bench/memory_estimate.py --train (bench/RESULTS.md): gpt2 at
-# 1-12 layers and bert-base at 4-12 layers (11M-89M parameters, batch 2 of 64 tokens), and
-# resnet50 at 64 and 128 px. Lightning's peak grows by 7.4-7.9 float32 copies of the weights per
-# parameter, Keras' by 8.1-9.0; the estimate counts the copies it can name (weights, gradients,
-# Adam's two moments, the saved state; in Keras the initial tensors fit keeps) and these:
+# 1-12 layers and bert-base at 4-12 layers (11M-89M parameters, batch 2 of 64 tokens), resnet50
+# at 64 and 128 px, a pass and an evaluation batch larger than the weights. Lightning's peak grows
+# by 7.4-7.9 float32 copies of the weights per parameter, Keras' by 8.1-9.0 (runs of one shape
+# differ by up to 0.45 GB in Keras, 0.2 GB in Lightning). The estimate counts the copies it can
+# name (weights, gradients, Adam's two moments, the saved state; in Keras the initial tensors fit
+# keeps) and these:
 # - one more copy in both, what the allocator keeps of the steps' freed gradients and temporaries
 #   (Lightning's steps hold 3.7 copies where gradients and moments are 3, rising step by step);
 ALLOCATOR_COPIES = 1
 # - what Keras' fit holds from its first step on beyond those (TensorFlow's gradients and update
-#   arithmetic in the traced step): 9 copies measured, 6 named;
-KERAS_FIT_COPIES = 3
-# - a pass holds about twice what the meta trace counts: the backward's gradients of the
-#   activations beside them (Lightning, gpt2 at 4 x 256 tokens: 1.9 times the trace), Keras'
-#   convolutions keep twice torch's (resnet50: 2.1), the loss's log-probabilities beside the logits;
+#   arithmetic in the traced step, and the allocator's arenas of its threads): 9 copies measured
+#   on average, 6 named, one more for the spread between runs;
+KERAS_FIT_COPIES = 4
+# - a training pass holds about twice what the meta trace counts: the backward's gradients of the
+#   activations beside them (Lightning, gpt2 at 4 x 256 tokens: 1.8 times the trace), and Keras'
+#   convolutions keep twice torch's (resnet50 at 128 px: 2.1);
 PASS_COPIES = 2
-# - the process before the model: the libraries (torch for the estimate's trace in both), the data,
-#   and with Keras the traced step: the peaks' intercepts, 0.26-0.48 GB with Lightning and 0.88-1.05
-#   GB with Keras for the transformers, 1.22 GB for resnet50's 161-layer graph.
-TRAIN_RUNTIME_BYTES = {"lightning": 512 * 2**20, "keras": 1280 * 2**20}
+# - an evaluation pass, 1.2 times its two largest outputs (the loss's log-probabilities beside the
+#   logits: Lightning, gpt2 at 256 x 64 tokens);
+EVAL_COPIES = 1.5
+# - the process before the model: the libraries (torch, for the estimate's trace, in both), the
+#   data, and with Keras the traced step. The peaks' intercepts: 0.26-0.48 GB with Lightning; with
+#   Keras 0.88-1.05 GB for the transformers and 1.2-1.3 GB for resnet50, whose traced step
+#   (161 layers of convolutions and their gradients) costs 0.35 GB at its first step.
+TRAIN_RUNTIME_BYTES = {"lightning": int(0.5 * 2**30), "keras": int(1.3 * 2**30)}
 # What a process holds once the frameworks are imported and have run a step (their
 # libraries, kernels, graph caches), measured by bench/memory_estimate.py on this project's
 # CPU machine: torch with Lightning, and TensorFlow with Keras.
@@ -253,14 +260,14 @@ def train_estimate(
     framework = recipe.trainer.framework
     keras = framework == "keras"
     checkpointing = recipe.trainer.gradient_checkpointing
-    trained = (
-        PASS_COPIES * activation_bytes(family, config, inputs, checkpointing=checkpointing) * max(scale, 1)
-    )
+    step = activation_bytes(family, config, inputs, checkpointing=checkpointing) * max(scale, 1)
     evaluation = 0 if evaluated is None else activation_bytes(family, config, evaluated, training=False)
     passing = [  # one of these at a time
-        {"activations": trained, "Keras fit": KERAS_FIT_COPIES * weights * scale * keras},
-        {"evaluation batch": PASS_COPIES * evaluation * max(scale, 1)},
-        {"saved state": (1 + slots) * weights * max(scale, 1)},
+        {"activations": PASS_COPIES * step, "Keras fit": KERAS_FIT_COPIES * weights * scale * keras},
+        {"evaluation batch": EVAL_COPIES * evaluation * max(scale, 1)},
+        # written while the allocator still holds what the last step's pass freed (Lightning: the
+        # copy adds its 3 copies of the weights on top of the steps' peak)
+        {"saved state": (1 + slots) * weights * max(scale, 1) + step},
     ]
     largest = max(passing, key=lambda parts: sum(parts.values()))
     return Estimate("zoo train", {
