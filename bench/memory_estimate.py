@@ -11,14 +11,14 @@ measured; the target is within 30 %, never under.
         [--train keras] [--eval-examples 16]
 
 A ``--train`` row is one whole ``zoo train`` of the shape, kept short (zoo train has no step
-limit; under a minute a row here): one epoch over TRAIN_EXAMPLES of the shape's own data (four
-steps at batch 2), a validation pass and the test pass over ``--eval-examples`` each (in one
-batch of data.eval_batch_size, 512 by default, unless set lower), the training state saved at
-the epoch's end, and the checkpoint exported: every part of a run that makes its peak. Text rows
-write the first windows (or a round of each class's paragraphs) to a file under a temporary
-folder with the tokenizer of the shape's whole data, so the model is the one a full run trains;
-the image row keeps two training images a class (five steps) and carves the evaluation splits
-as a share.
+limit; 20-100 s a row on this 2-core machine): one epoch over TRAIN_EXAMPLES of the shape's own
+data (four steps at batch 2), a validation pass and the test pass over ``--eval-examples`` each
+(in one batch of data.eval_batch_size, 512 by default, unless set lower), the training state
+saved at the epoch's end, and the checkpoint exported: every part of a run that makes its peak.
+Text rows write the first windows (or a round of each class's paragraphs) to a file under a
+temporary folder with the tokenizer of the shape's whole data, so the model is the one a full
+run trains; the image row keeps two training images a class (five steps) and carves the
+evaluation splits as a share.
 
 A watchdog polls the run's resident size every 0.2 s and kills it past ``--cap`` GB
 (default 9), so a shape too large for a shared machine is stopped before the kernel would
