@@ -31,7 +31,7 @@ AVAILABLE_VARIABLE = "ZOO_AVAILABLE_MEMORY"
 # 1-12 layers and bert-base at 4-12 layers (11M-89M parameters, batch 2 of 64 tokens), resnet50
 # at 64 and 128 px, a pass and an evaluation batch larger than the weights. Lightning's peak grows
 # by 7.4-7.9 float32 copies of the weights per parameter, Keras' by 8.1-9.0 (runs of one shape
-# differ by up to 0.45 GB in Keras, 0.2 GB in Lightning). The estimate counts the copies it can
+# differ by up to 0.45 GB in Keras, 0.3 GB in Lightning). The estimate counts the copies it can
 # name (weights, gradients, Adam's two moments, the saved state; in Keras the initial tensors fit
 # keeps) and these:
 # - one more copy in both, what the allocator keeps of the steps' freed gradients and temporaries
