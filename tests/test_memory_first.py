@@ -65,27 +65,88 @@ def test_a_fine_tune_that_does_not_fit_is_refused(monkeypatch, tmp_path, trained
     assert not list(tmp_path.iterdir())
 
 
-def test_the_refusal_names_a_batch_size_that_fits(monkeypatch, tmp_path):
-    """Between the estimates at batch 2 and at the recipe's 16, batch 2 is offered, and fits."""
+def planned(tmp_path, *extra: str, architecture: str = TINY):
+    """The recipe (its model bound to the data), family, config and dataset of a run of the
+    tiny CNN (or ``architecture``), as zoo.plan makes them."""
     import zoo
     from zoo.plan import _fresh_start
     from zoo.recipe import load_recipe
 
-    recipe = load_recipe(RECIPE, quick(TINY, tmp_path))
-    family = zoo.registry.get_family(TINY)
+    recipe = load_recipe(RECIPE, [*quick(architecture, tmp_path), *extra])
+    family = zoo.registry.get_family(architecture)
     dataset, config, _ = _fresh_start(recipe, family)
-    recipe = recipe.model_copy(update={"model": config})
+    return recipe.model_copy(update={"model": config}), family, config, dataset
 
-    def estimate(batch: int) -> int:
-        x = dataset.train.x[:batch]
-        return peak_memory.train_estimate(recipe, family, config, x, fine_tune=False).total
 
-    assert estimate(2) < estimate(4) < estimate(16)  # activations grow with the batch
-    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((estimate(2) + estimate(4)) // 2))
-    with pytest.raises(peak_memory.MemoryShort, match=r"--set data\.batch_size=2\b") as error:
-        zoo.train(RECIPE, overrides=quick(TINY, tmp_path))
-    assert peak_memory.gib(estimate(16)) in str(error.value)
+def estimator(tmp_path, *extra: str, architecture: str = TINY):
+    """zoo train's estimate of that run at a batch size and an evaluation batch size (the
+    recipe's by default)."""
+    recipe, family, config, dataset = planned(tmp_path, *extra, architecture=architecture)
+    at = peak_memory.training_estimator(recipe, family, config, dataset, fine_tune=False)
+    return lambda batch, eval_batch=recipe.data.eval_batch_size: at(batch, eval_batch)
+
+
+def test_the_refusal_names_a_batch_size_that_fits(monkeypatch, tmp_path):
+    """Between the estimates at batch 8 and at the recipe's 16, batch 8 is offered, and fits."""
+    import zoo
+
+    small_eval = "data.eval_batch_size=8"  # so that the training batch's activations are the peak
+    estimate = estimator(tmp_path, small_eval)
+    assert estimate(8).total < estimate(16).total  # activations grow with the batch
+    assert estimate(16).parts["activations"] > 0
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((estimate(8).total + estimate(16).total) // 2))
+    with pytest.raises(peak_memory.MemoryShort, match=r"--set data\.batch_size=8\b") as error:
+        zoo.train(RECIPE, overrides=[*quick(TINY, tmp_path), small_eval])
+    assert peak_memory.gib(estimate(16).total) in str(error.value)
     assert not list(tmp_path.iterdir())
+
+
+def test_the_evaluation_batch_is_counted_and_a_smaller_one_offered(monkeypatch, tmp_path):
+    """Validation and test run at data.eval_batch_size (512): where that pass is the peak, the
+    refusal offers a smaller evaluation batch."""
+    import zoo
+
+    estimate = estimator(tmp_path)
+    wanted = estimate(16)
+    assert wanted.parts["evaluation batch"] > wanted.parts["activations"] == 0
+    smaller = estimate(16, 64).total
+    assert smaller < wanted.total
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((smaller + wanted.total) // 2))
+    with pytest.raises(peak_memory.MemoryShort, match=r"--set data\.eval_batch_size=\d+\b"):
+        zoo.train(RECIPE, overrides=quick(TINY, tmp_path))
+    assert not list(tmp_path.iterdir())
+
+
+def test_gradient_checkpointing_is_counted_and_offered_where_it_fits(monkeypatch, tmp_path):
+    """With trainer.gradient_checkpointing a pass keeps each residual block's inputs and one
+    block's recompute: the estimate counts that, and a run that fits only that way is offered
+    it, and then runs."""
+    import zoo
+
+    resnet, shape = "resnet-8", ["data.batch_size=64", "data.eval_batch_size=8"]  # the pass is the peak
+    plain = estimator(tmp_path, *shape, architecture=resnet)(64)
+    recomputed = estimator(tmp_path, *shape, "trainer.gradient_checkpointing=true", architecture=resnet)(64)
+    assert 0 < recomputed.parts["activations"] < 0.8 * plain.parts["activations"]
+    monkeypatch.setenv(peak_memory.AVAILABLE_VARIABLE, str((plain.total + recomputed.total) // 2))
+    overrides = [*quick(resnet, tmp_path), *shape]
+    with pytest.raises(peak_memory.MemoryShort, match=r"--set trainer\.gradient_checkpointing=true \(about"):
+        zoo.train(RECIPE, overrides=overrides)
+    assert not list(tmp_path.iterdir())
+    result = zoo.train(RECIPE, overrides=[*overrides, "trainer.gradient_checkpointing=true"])
+    assert result.checkpoint.is_file()
+
+
+def test_a_saved_state_is_counted(tmp_path):
+    """A training state is written from a copy of the weights and the optimizer's moments while
+    the allocator still holds what the last step's pass freed: with tiny batches that, not the
+    pass, is the peak."""
+    _, family, config, dataset = planned(tmp_path)
+    estimate = estimator(tmp_path, "data.eval_batch_size=1")(1)
+    weights = estimate.parts["weights and gradients"] // 2
+    step = peak_memory.activation_bytes(family, config, dataset.train.x[:1])
+    assert 0 < step < weights
+    assert estimate.parts["saved state"] == 3 * weights + step  # the weights and Adam's two moments
+    assert estimate.parts["activations"] == estimate.parts["evaluation batch"] == 0
 
 
 def test_an_evaluation_that_does_not_fit_is_refused(monkeypatch, trained):

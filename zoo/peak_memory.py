@@ -16,12 +16,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from zoo.hardware import SetupError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from zoo.data import Dataset
     from zoo.family import ArchitectureConfig, Family
 
 AVAILABLE_VARIABLE = "ZOO_AVAILABLE_MEMORY"
+# zoo train's peaks, measured by bench/memory_estimate.py --train (bench/RESULTS.md): gpt2 at
+# 1-12 layers and bert-base at 4-12 layers (11M-89M parameters, batch 2 of 64 tokens), resnet50
+# at 64 and 128 px, a pass and an evaluation batch larger than the weights. Lightning's peak grows
+# by 7.4-7.9 float32 copies of the weights per parameter, Keras' by 8.1-9.0 (runs of one shape
+# differ by up to 0.45 GB in Keras, 0.3 GB in Lightning). The estimate counts the copies it can
+# name (weights, gradients, Adam's two moments, the saved state; in Keras the initial tensors fit
+# keeps) and these:
+# - one more copy in both, what the allocator keeps of the steps' freed gradients and temporaries
+#   (Lightning's steps hold 3.7 copies where gradients and moments are 3, rising step by step);
+ALLOCATOR_COPIES = 1
+# - what Keras' fit holds from its first step on beyond those (TensorFlow's gradients and update
+#   arithmetic in the traced step, and the allocator's arenas of its threads): 9 copies measured
+#   on average, 6 named, one more for the spread between runs;
+KERAS_FIT_COPIES = 4
+# - a training pass holds about twice what the meta trace counts: the backward's gradients of the
+#   activations beside them (Lightning, gpt2 at 4 x 256 tokens: 1.8 times the trace), and Keras'
+#   convolutions keep twice torch's (resnet50 at 128 px: 2.1);
+PASS_COPIES = 2
+# - an evaluation pass, 1.2 times its two largest outputs (the loss's log-probabilities beside the
+#   logits: Lightning, gpt2 at 256 x 64 tokens);
+EVAL_COPIES = 1.5
+# - the process before the model: the libraries (torch, for the estimate's trace, in both), the
+#   data, and with Keras the traced step. The peaks' intercepts: 0.26-0.48 GB with Lightning; with
+#   Keras 0.88-1.05 GB for the transformers and 1.2-1.3 GB for resnet50, whose traced step
+#   (161 layers of convolutions and their gradients) costs 0.35 GB at its first step.
+TRAIN_RUNTIME_BYTES = {"lightning": int(0.5 * 2**30), "keras": int(1.3 * 2**30)}
 # What a process holds once the frameworks are imported and have run a step (their
 # libraries, kernels, graph caches), measured by bench/memory_estimate.py on this project's
 # CPU machine: torch with Lightning, and TensorFlow with Keras.
@@ -68,27 +99,55 @@ def parameter_bytes(family: Family, config: ArchitectureConfig) -> int:
     return sum(math.prod(spec.shape) * 4 for spec in tensor_specs(family.weight_table(config)).values())
 
 
-def activation_bytes(family: Family, config: ArchitectureConfig, inputs: Any, training: bool = True) -> int:
+def activation_bytes(
+    family: Family,
+    config: ArchitectureConfig,
+    inputs: Any,
+    training: bool = True,
+    checkpointing: bool = False,
+) -> int:
     """What one float32 forward pass of the torch twin keeps for the backward (``training``),
     or the largest two module outputs alive at once (inference), traced on torch's ``meta``
-    device: shapes only, no memory. ``inputs`` is a numpy batch in the canonical layout.
+    device: shapes only, no memory. ``inputs`` is a numpy batch in the canonical layout. With
+    ``checkpointing`` (trainer.gradient_checkpointing), each recomputed block keeps only its
+    inputs, and the backward holds one block's own activations at a time, the largest counted.
     0 when the family's twin cannot be built there (the estimate then counts weights only)."""
     import torch
+
+    from zoo.nn.torch import remat
 
     try:
         with torch.device("meta"):
             model = family.build_torch(config)
+        if checkpointing and family.supports_grad_checkpointing("lightning"):
+            family.set_grad_checkpointing(model, "lightning", True)
         x = torch.empty(inputs.shape, dtype=torch.from_numpy(inputs[:0]).dtype, device="meta")
         parameters = {p.untyped_storage()._cdata for p in model.parameters()}
         saved: dict[int, int] = {}
         kept: list[Any] = []  # alive until counted, so no storage address is reused
 
-        def pack(tensor):
-            storage = tensor.untyped_storage()
-            if storage._cdata not in parameters:
-                saved.setdefault(storage._cdata, storage.nbytes())
-                kept.append(tensor)
-            return tensor
+        def packing(into: dict[int, int], known: dict[int, int] | None = None):
+            def pack(tensor):
+                storage = tensor.untyped_storage()
+                if storage._cdata not in parameters and storage._cdata not in (known or ()):
+                    into.setdefault(storage._cdata, storage.nbytes())
+                    kept.append(tensor)
+                return tensor
+
+            return pack
+
+        pack = packing(saved)
+        blocks: list[int] = []  # what each checkpointed block's recompute holds beside what is kept
+
+        def run_block(block, *args):
+            for arg in args:  # torch's checkpoint keeps the block's inputs
+                if isinstance(arg, torch.Tensor):
+                    pack(arg)
+            inner: dict[int, int] = {}
+            with torch.autograd.graph.saved_tensors_hooks(packing(inner, saved), lambda t: t):
+                out = block(*args)
+            blocks.append(sum(inner.values()))
+            return out
 
         outputs: list[int] = []
         hooks = [
@@ -97,14 +156,19 @@ def activation_bytes(family: Family, config: ArchitectureConfig, inputs: Any, tr
             if not list(m.children())
         ]
         model.train(training)
-        with torch.set_grad_enabled(training), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with (
+            torch.set_grad_enabled(training),
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+            remat.traced(run_block),
+        ):
             output = model(x)
         for hook in hooks:
             hook.remove()
     except Exception:  # a twin that does not build or run on meta tensors: weights only
         return 0
     if training:
-        return sum(saved.values()) + 2 * _nbytes(output)  # the loss keeps its own copy of the output
+        # the loss keeps its own copy of the output
+        return sum(saved.values()) + max(blocks, default=0) + 2 * _nbytes(output)
     return sum(sorted(outputs)[-2:])
 
 
@@ -182,17 +246,38 @@ def compare_estimate(
 
 
 def train_estimate(
-    recipe, family: Family, config: ArchitectureConfig, inputs: Any, fine_tune: bool
+    recipe, family: Family, config: ArchitectureConfig, inputs: Any, fine_tune: bool, evaluated: Any = None
 ) -> Estimate:
-    """One twin training: its weights, gradients and optimizer state, and one batch's activations."""
+    """One twin training: its weights, gradients and optimizer state, what the framework keeps
+    beside them (above: ALLOCATOR_COPIES, Keras' initial tensors), and the largest of what comes
+    and goes: one training batch's pass (with what Keras' fit holds per step), one evaluation
+    batch's (``evaluated``: validation and test run at ``data.eval_batch_size``, 512 by default),
+    or the copy of the weights and optimizer state a saved training state is written from.
+    bench/memory_estimate.py --train measures it against real runs."""
     weights = parameter_bytes(family, config)
     scale = parameter_scale(recipe.trainer.precision)
+    slots = optimizer_slots(recipe.optimizer)
+    framework = recipe.trainer.framework
+    keras = framework == "keras"
+    checkpointing = recipe.trainer.gradient_checkpointing
+    step = activation_bytes(family, config, inputs, checkpointing=checkpointing) * max(scale, 1)
+    evaluation = 0 if evaluated is None else activation_bytes(family, config, evaluated, training=False)
+    passing = [  # one of these at a time
+        {"activations": PASS_COPIES * step, "Keras fit": KERAS_FIT_COPIES * weights * scale * keras},
+        {"evaluation batch": EVAL_COPIES * evaluation * max(scale, 1)},
+        # written while the allocator still holds what the last step's pass freed (Lightning: the
+        # copy adds its 3 copies of the weights on top of the steps' peak)
+        {"saved state": (1 + slots) * weights * max(scale, 1) + step},
+    ]
+    largest = max(passing, key=lambda parts: sum(parts.values()))
     return Estimate("zoo train", {
         "weights and gradients": int(2 * weights * scale),
-        "optimizer state": int(optimizer_slots(recipe.optimizer) * weights * scale),
+        "optimizer state": int(slots * weights * scale),
         "checkpoint": weights * fine_tune,
-        "activations": int(activation_bytes(family, config, inputs) * max(scale, 1)),
-        "framework": RUNTIME_BYTES["torch" if recipe.trainer.framework == "lightning" else "tensorflow"],
+        "initial tensors": weights * keras,  # float32, kept by zoo.keras.trainer.fit to its end
+        "kept by the allocator": int(ALLOCATOR_COPIES * weights * scale),
+        **{name: int(size) if parts is largest else 0 for parts in passing for name, size in parts.items()},
+        "framework": TRAIN_RUNTIME_BYTES[framework],
     })  # fmt: skip
 
 
@@ -222,27 +307,64 @@ def first(x: Any, count: int) -> Any:
     return x[: min(count, len(x))]
 
 
-def check_training(recipe, family: Family, config: ArchitectureConfig, x: Any, *, fine_tune: bool) -> None:
+def like(x: Any, count: int) -> np.ndarray:
+    """``count`` examples (at most the split's) shaped as the split's first, uninitialised: the
+    estimate reads only their shape, so no image is decoded and no page is touched."""
+    one = np.asarray(first(x, 1))
+    return np.empty((min(count, len(x)), *one.shape[1:]), one.dtype)
+
+
+def training_estimator(
+    recipe, family: Family, config: ArchitectureConfig, dataset: Dataset, *, fine_tune: bool
+) -> Callable[[int, int], Estimate]:
+    """``zoo train``'s estimate at a batch size and an evaluation batch size: the first
+    examples of the training split, and as many shaped as the larger split evaluated."""
+    evaluated = max((dataset.val.x, dataset.test.x), key=len)
+
+    def estimate(size: int, eval_size: int) -> Estimate:
+        evaluation = like(evaluated, max(eval_size, 1)) if len(evaluated) else None
+        return train_estimate(
+            recipe, family, config, first(dataset.train.x, max(size, 1)), fine_tune, evaluation
+        )
+
+    return estimate
+
+
+def check_training(
+    recipe, family: Family, config: ArchitectureConfig, dataset: Dataset, *, fine_tune: bool
+) -> None:
     """Refuse, before the run folder exists, a run whose estimated peak is more than the
-    machine has available, saying what would fit: a smaller batch, gradient checkpointing."""
+    machine has available, saying what would fit: a smaller batch or evaluation batch,
+    gradient checkpointing."""
     available = available_bytes()
     batch = recipe.data.batch_size // max(recipe.trainer.devices * recipe.trainer.num_nodes, 1)
-
-    def estimate(size: int) -> Estimate:
-        return train_estimate(recipe, family, config, first(x, max(size, 1)), fine_tune)
-
-    wanted = estimate(batch)
+    eval_batch = recipe.data.eval_batch_size
+    estimate = training_estimator(recipe, family, config, dataset, fine_tune=fine_tune)
+    wanted = estimate(batch, eval_batch)
     if available is None or wanted.total <= available:
         return
     fits = []
-    smaller = next((b for b in _smaller_batches(batch) if estimate(b).total <= available), None)
+    if wanted.parts["evaluation batch"]:
+        smaller = next(
+            (b for b in _smaller_batches(eval_batch) if estimate(batch, b).total <= available), None
+        )
+        if smaller is not None:
+            fits.append(f"--set data.eval_batch_size={smaller}")
+    smaller = next((b for b in _smaller_batches(batch) if estimate(b, eval_batch).total <= available), None)
     if smaller is not None:
         fits.append(f"--set data.batch_size={smaller}")
-    if not recipe.trainer.gradient_checkpointing and wanted.parts["activations"] > wanted.total - available:
-        fits.append(
-            f"--set trainer.gradient_checkpointing=true (recomputes the {gib(wanted.parts['activations'])} "
-            "of activations block by block)"
+    trainer = recipe.trainer
+    if not trainer.gradient_checkpointing and family.supports_grad_checkpointing(trainer.framework):
+        recomputing = recipe.model_copy(
+            update={"trainer": trainer.model_copy(update={"gradient_checkpointing": True})}
         )
+        checkpointed = training_estimator(recomputing, family, config, dataset, fine_tune=fine_tune)
+        needs = checkpointed(batch, eval_batch).total
+        if needs <= available:
+            fits.append(
+                f"--set trainer.gradient_checkpointing=true (about {gib(needs)}: the activations recomputed "
+                "block by block)"
+            )
     if not fits:
         fits.append("a machine with more memory: even one example per batch does not fit")
     check_memory(wanted, fits, available)

@@ -82,7 +82,7 @@ def plan_run(
     recipe = recipe.model_copy(update={"model": config})
     preprocessing = _preprocessing(recipe, family, dataset, config, labels)
     # Last of the refusals: the estimate traces the bound config on the data's own examples.
-    peak_memory.check_training(recipe, family, config, dataset.train.x, fine_tune=init is not None)
+    peak_memory.check_training(recipe, family, config, dataset, fine_tune=init is not None)
     run, state = _place(recipe, framework, resume)
     return RunPlan(recipe, framework, family, config, dataset, init, run, state, preprocessing)
 

@@ -10,15 +10,35 @@ time, so a checkpointed step would not train like a plain one (nor like the Kera
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+# What runs a checkpointed block instead of torch's checkpoint, while set (see :func:`traced`).
+_TRACER: ContextVar[Callable[..., Any] | None] = ContextVar("remat_tracer", default=None)
+
+
+@contextmanager
+def traced(run_block: Callable[..., Any]) -> Iterator[None]:
+    """Have :func:`checkpointed_call` call ``run_block(block, *args)`` in its place: zoo.peak_memory's
+    meta-device trace counts there what a block keeps (its inputs) and what its recompute holds."""
+    token = _TRACER.set(run_block)
+    try:
+        yield
+    finally:
+        _TRACER.reset(token)
+
 
 def checkpointed_call(block: nn.Module, *args: Any) -> Any:
     """``block(*args)``, keeping only its inputs for backward and recomputing the rest there."""
+    tracer = _TRACER.get()
+    if tracer is not None:
+        return tracer(block, *args)
     calls = 0
 
     def run(*inputs: Any) -> Any:
