@@ -247,7 +247,8 @@ def write_safetensors(
     (``sync_file_range``), so the one fsync at the end waits for little more than the last
     part, where ``save_file`` and an fsync leave the disk idle until everything is written.
     (A whole-tensor copy on some threads and the writes on another, the previous design,
-    took 1.4-2x as long on gpt2's Keras twin: bench/RESULTS.md.)
+    took 1.2-2.3x as long on gpt2's and gpt2-medium's Keras twins, measured side by side:
+    bench/RESULTS.md.)
 
     With ``finite_source``, a tensor holding NaN or inf is refused (:class:`NonFiniteTensors`,
     naming ``finite_source``) once all are checked, and nothing is replaced. ``float_dtype``
