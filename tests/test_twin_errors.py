@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+from architectures.gpt2.config import sequence_length_message as gpt2_length_message
+from architectures.llama.config import sequence_length_message as llama_length_message
 from zoo import registry
 from zoo.nn.errors import (
     InputError,
@@ -192,3 +194,50 @@ def test_input_error_finds_zoo_messages_only():
     assert str(input_error(escaped)) == message
     assert input_error(RuntimeError("assertion failed: [something else]")) is None
     assert input_error(ValueError(sequence_length_message(8, 9))) is not None
+
+
+def _descendants(roots) -> set:
+    """Every op that reads, through data or control edges, one of ``roots``."""
+    consumers: dict = {}
+    for op in roots[0].graph.get_operations():
+        for before in [t.op for t in op.inputs] + list(op.control_inputs):
+            consumers.setdefault(before, []).append(op)
+    seen, stack = set(), list(roots)
+    while stack:
+        op = stack.pop()
+        if op not in seen:
+            seen.add(op)
+            stack.extend(consumers.get(op, []))
+    return seen
+
+
+@pytest.mark.parametrize(
+    "name, overrides, said",
+    [
+        ("transformer-tiny", {"task": "language_modeling", "max_len": 16}, sequence_length_message),
+        ("gpt2-micro", {"n_positions": 16}, gpt2_length_message),
+        ("llama-micro", {"max_position_embeddings": 16}, llama_length_message),
+        ("bert-micro", {"max_len": 16}, sequence_length_message),
+    ],
+)
+def test_no_lookup_runs_before_the_length_check(name, overrides, said):
+    """In a graph every gather (token and position tables) waits for the length check: a
+    position lookup beside it would otherwise race it and, past the table's end, fail first in
+    TensorFlow's words (which CI saw under load, once in many runs)."""
+    import tensorflow as tf
+
+    _, _, keras_model = _twins(name, **overrides)
+    call = tf.function(lambda ids: keras_model(ids), input_signature=[tf.TensorSpec((None, None), tf.int64)])
+    graph = call.get_concrete_function().graph
+    message = said(16).encode()
+    texts = lambda op: [  # noqa: E731 - the strings an Assert reports
+        s for t in op.inputs if t.op.type == "Const" for s in tf.make_ndarray(t.op.get_attr("value")).ravel()
+    ]
+    checks = [
+        op for op in graph.get_operations() if op.type == "Assert" and any(message in s for s in texts(op))
+    ]
+    assert len(checks) == 1, [op.name for op in graph.get_operations() if op.type == "Assert"]
+    gathers = [op for op in graph.get_operations() if "Gather" in op.type]
+    assert gathers
+    unchecked = [op.name for op in gathers if op not in _descendants(checks)]
+    assert not unchecked, f"gathers that may run before the length check: {unchecked}"

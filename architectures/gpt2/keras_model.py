@@ -104,7 +104,7 @@ class GPT2(CausalDecoder):
         steps = ids.shape[1]
         if steps is None:  # known only when the graph runs
             steps = ops.shape(ids)[1]
-            ids = require(past + steps <= limit, sequence_length_message(limit), ids)
+            steps, ids = require(past + steps <= limit, sequence_length_message(limit), steps, ids)
         elif past + steps > limit:
             raise InputError(sequence_length_message(limit, past + steps))
         padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)

@@ -119,7 +119,7 @@ class Llama(CausalDecoder):
         steps = ids.shape[1]
         if steps is None:  # known only when the graph runs
             steps = ops.shape(ids)[1]
-            ids = require(past + steps <= context, sequence_length_message(context), ids)
+            steps, ids = require(past + steps <= context, sequence_length_message(context), steps, ids)
         elif past + steps > context:
             raise InputError(sequence_length_message(context, past + steps))
         padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)

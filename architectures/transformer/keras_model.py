@@ -114,7 +114,7 @@ class Transformer(keras.Model):
         steps = x.shape[1]
         if steps is None:  # known only when the graph runs
             steps = ops.shape(x)[1]
-            x = require(steps <= max_len, sequence_length_message(max_len), x)
+            steps, x = require(steps <= max_len, sequence_length_message(max_len), steps, x)
         elif steps > max_len:
             raise InputError(sequence_length_message(max_len, steps))
         h = self.embed(x)
