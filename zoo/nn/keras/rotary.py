@@ -1,8 +1,9 @@
 """Rotary position embeddings, the twin of ``zoo.nn.torch.rotary`` step for step.
 
-The angles in float32 from ``zoo.nn.rotary``'s shared frequencies, their cosines and sines in
-the hidden states' dtype, and ``x * cos + rotate_half(x) * sin`` in the wider of the two dtypes
-(torch's type promotion: a bfloat16 projection under mixed precision meets float32 tables).
+The angles in float32 (float64 in a float64 model) from ``zoo.nn.rotary``'s shared frequencies,
+their cosines and sines in the hidden states' dtype, and ``x * cos + rotate_half(x) * sin`` in
+the wider of the two dtypes (torch's type promotion: a bfloat16 projection under mixed precision
+meets float32 tables).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from keras import ops
 
 def rotary_tables(positions, inv_freq: np.ndarray, dtype):
     """(N, T) integer positions -> cosines and sines (N, T, head_dim) in ``dtype``."""
-    angles = ops.cast(positions, "float32")[..., None] * ops.convert_to_tensor(inv_freq, dtype="float32")
+    wide = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
+    angles = ops.cast(positions, wide)[..., None] * ops.convert_to_tensor(inv_freq, dtype=wide)
     angles = ops.concatenate([angles, angles], axis=-1)
     return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
 

@@ -1,7 +1,8 @@
 """Rotary position embeddings applied to queries and keys (torch; the Keras twin: ``zoo.nn.keras.rotary``).
 
 transformers' arithmetic step for step: the angles ``position * frequency`` in float32 (also
-under autocast), their cosines and sines in the hidden states' dtype, and
+under autocast; a float64 model keeps float64, as zoo's softmax and norms do, where transformers
+rounds them to float32), their cosines and sines in the hidden states' dtype, and
 ``x * cos + rotate_half(x) * sin`` on each head, where ``rotate_half`` swaps the two halves of
 the head's features and negates the second. The frequencies are ``zoo.nn.rotary``'s numpy
 array, shared with the Keras twin.
@@ -17,9 +18,10 @@ def rotary_tables(
     positions: torch.Tensor, inv_freq: np.ndarray, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, T) integer positions -> cosines and sines (N, T, head_dim) in ``dtype``."""
-    frequencies = torch.from_numpy(inv_freq).to(positions.device)
+    wide = torch.promote_types(dtype, torch.float32)
+    frequencies = torch.from_numpy(inv_freq).to(positions.device, wide)
     with torch.autocast(positions.device.type, enabled=False):
-        angles = positions.to(torch.float32)[..., None] * frequencies
+        angles = positions.to(wide)[..., None] * frequencies
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
