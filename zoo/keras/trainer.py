@@ -182,6 +182,11 @@ def compiled_for_training(
     compile_for(
         model, dataset.task, loss_scaled(optimizer, trainer_cfg.precision), jit_compile, dataset.metrics[0]
     )
+    # Built here, eagerly: Keras builds it inside the first traced step, where TensorFlow wraps
+    # each slot's initialiser in a conditional and then traces the whole step a second time
+    # without them (vit-micro: 3.4 s of slots and a 7 s second trace, in a 13 s run).
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
     return model, optimizer
 
 
@@ -235,7 +240,6 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         model, optimizer = compiled_for_training(recipe, family, dataset, model, table, init)
         epoch, skip, position = 0, 0, {}
         if resume is not None:
-            optimizer.build(model.trainable_variables)
             position = load_state(model, resume)
             epoch, skip = position["epoch"], position["batch"]
     kind = family.input_kind
