@@ -80,3 +80,21 @@ def test_default_recipe_reaches_its_accuracy_target(framework, tmp_path):
     )
     assert result.metrics["test_accuracy"] >= 0.97
     assert result.metrics["train_seconds"] < 60
+
+
+def test_keras_traces_its_training_step_once(monkeypatch, tmp_path):
+    """Keras builds an unbuilt optimizer inside the first traced step, where TensorFlow wraps
+    each slot's initialiser in a conditional and then traces the whole step again: zoo builds it
+    before ``fit`` (half the start-up of a small model)."""
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    traced = []
+    step = TensorFlowTrainer.train_step
+
+    def counted(self, data):
+        traced.append(1)  # Python runs only while TensorFlow traces
+        return step(self, data)
+
+    monkeypatch.setattr(TensorFlowTrainer, "train_step", counted)
+    result = zoo.train(RECIPE, framework="keras", overrides=[*TINY, f"export.dir={tmp_path}"])
+    assert len(result.history) == 2 and len(traced) == 1
