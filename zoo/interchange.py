@@ -10,6 +10,7 @@ what was written, so a file that would not load where it is going is never left 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +28,10 @@ from zoo.peak_memory import check_memory, import_estimate
 from zoo.preprocessing import Preprocessing, PreprocessingError, TextPreprocessing
 from zoo.progress import track
 from zoo.safetensors_io import read_header
-from zoo.tokenizer import TOKENIZER_FILE
+from zoo.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE
 from zoo.weights import tensor_specs
+
+log = logging.getLogger("zoo")
 
 TORCH_SUFFIXES = (".pth", ".pt", ".bin")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # what a directory holds, in order of preference
@@ -224,7 +227,8 @@ def import_checkpoint(
     does not model.
     """
     src, target = Path(src), _target(out)
-    refuse_inputs_as_outputs([target, target.parent / TOKENIZER_FILE], import_inputs(src), InterchangeError)
+    beside = [target.parent / TOKENIZER_FILE, target.parent / TOKENIZER_CONFIG]
+    refuse_inputs_as_outputs([target, *beside], import_inputs(src), InterchangeError)
     if target.exists() and not overwrite:
         raise InterchangeError(f"{target}: already exists; choose another --out or pass --overwrite")
     if src.exists():  # else read_foreign says so
@@ -249,7 +253,7 @@ def import_checkpoint(
         path = write_checkpoint(
             target, config, canonical, framework="imported", source=source, preprocessing=preprocessing
         )
-        saved = tokenizer.save(path.parent) if tokenizer is not None else None
+        saved = _save_tokenizer(tokenizer, src, path.parent) if tokenizer is not None else None
         return Imported(path, family, fmt, config, len(canonical), saved)
     raise InterchangeError(_nothing_fits(src, tensors, failures))
 
@@ -264,6 +268,22 @@ def import_inputs(src: Path) -> list[Path]:
     if not src.is_dir():
         return [src]
     return [*_directory_weights(src), *(src / name for name in (*SIDE_FILES, *TOKENIZER_FILES))]
+
+
+def _save_tokenizer(tokenizer, src: Path, folder: Path) -> Path:
+    """The tokenizer beside its checkpoint, with the source's ``tokenizer_config.json`` (the
+    special tokens' roles, which tokenizer.json does not say), or one made from the tokenizer."""
+    from zoo.tokenizer import tokenizer_config, write_atomically
+
+    saved = tokenizer.save(folder)
+    settings = src / TOKENIZER_CONFIG if src.is_dir() else None
+    if settings is not None and settings.is_file():
+        fix = "it should be transformers' tokenizer_config.json, or be removed"
+        found = read_json(settings, error=InterchangeError, fix=fix)
+    else:
+        found = tokenizer_config(tokenizer)
+    write_atomically(folder / TOKENIZER_CONFIG, json.dumps(found, indent=2) + "\n")
+    return saved
 
 
 def _source_tokenizer(src: Path, config):
@@ -394,19 +414,22 @@ def export_checkpoint(
 ) -> Path:
     """A zoo checkpoint -> ``format``'s layout at ``out``: a ``.safetensors`` file, a torch
     ``.pth``/``.pt``/``.bin`` state dict, or a directory (``model.safetensors`` and the
-    ``config.json`` the foreign library reads). Returns the weight file written."""
-    ckpt = read_checkpoint(checkpoint)
+    ``config.json`` the foreign library reads, with the tokenizer and its
+    ``tokenizer_config.json``). ``checkpoint`` may be anything :func:`zoo.load` reads from a path:
+    a LoRA adapter is exported merged into its base. Returns the weight file written."""
+    from zoo.loading import checkpoint_file, inputs_of
+
+    out = Path(out)
+    is_file = out.suffix in (".safetensors", *TORCH_SUFFIXES)
+    path = out if is_file else out / "model.safetensors"
+    beside = () if is_file else (out / "config.json", out / TOKENIZER_FILE, out / TOKENIZER_CONFIG)
+    refuse_inputs_as_outputs([path, *beside], inputs_of(checkpoint), InterchangeError)  # before a merge
+    ckpt = read_checkpoint(checkpoint_file(checkpoint))
+    refuse_inputs_as_outputs([path, *beside], inputs_of(ckpt.path), InterchangeError)
     try:
         fmt = ckpt.family.format(format)
     except ValueError as error:
         raise InterchangeError(f"{checkpoint}: {error}") from None
-    out = Path(out)
-    is_file = out.suffix in (".safetensors", *TORCH_SUFFIXES)
-    path = out if is_file else out / "model.safetensors"
-    beside = () if is_file else (out / "config.json", out / TOKENIZER_FILE)
-    refuse_inputs_as_outputs(
-        [path, *beside], [ckpt.path, ckpt.path.with_name(TOKENIZER_FILE)], InterchangeError
-    )
     reading = track(ckpt.tensors().items(), f"reading {Path(checkpoint).name}", unit="tensor")
     canonical = {k: _float32(v) for k, v in reading}
     source = ckpt.json("source", {})
@@ -430,7 +453,7 @@ def export_checkpoint(
 
         tokenizer = saved_tokenizer(ckpt)  # transformers' fast tokenizers read tokenizer.json
         if tokenizer is not None:
-            tokenizer.save(out)
+            _save_tokenizer(tokenizer, ckpt.path.parent, out)
     _verify(path, fmt, meta, canonical)
     return path
 
@@ -463,3 +486,131 @@ def _verify(path: Path, fmt: ForeignFormat, meta, canonical: Tensors) -> None:
     if bad or set(back) != set(canonical):
         path.unlink(missing_ok=True)
         raise AssertionError(f"{path}: reading the {fmt.name} export back changed {bad[:5]}; removed it")
+
+
+# ------------------------------------------------------------------------ LoRA adapters
+
+
+def merge(
+    adapter: str | Path, out: str | Path, base: str | Path | None = None, *, overwrite: bool = False
+) -> Path:
+    """``zoo merge``: the adapter folded into its base (``base``, or the one it names, checked by
+    its sha256) as a full checkpoint at ``out`` (a file, or a folder for model.safetensors), with
+    the tokenizer beside it. An output that is an input (the adapter, the base, their tokenizer
+    files) is refused, ``overwrite`` or not."""
+    from zoo.lora import merge_adapter
+
+    adapter, out = Path(adapter), Path(out)
+    target = out / "model.safetensors" if out.is_dir() or not out.suffix else out
+    sources = _tokenizer_sources(adapter, base)
+    carried = _carried(sources, target.parent)
+    refuse_inputs_as_outputs([target, *carried], _adapter_inputs(adapter, base), InterchangeError)
+    _refuse_existing(carried, overwrite)
+    from zoo.tokenizer import tokenizer_files, write_atomically
+
+    files = tokenizer_files(sources, target.parent)  # read and checked before anything is written
+    path = merge_adapter(adapter, target, base, overwrite=overwrite)
+    for file, text in files.items():
+        write_atomically(file, text)
+    return path
+
+
+def import_adapter(src: str | Path, base: str | Path, out: str | Path, *, overwrite: bool = False) -> Path:
+    """``zoo import PEFT_DIR --base B``: a PEFT LoRA folder -> a zoo adapter on ``base``; an
+    output that is one of the files read (the PEFT folder's, the base's) is refused, ``overwrite``
+    or not."""
+    from zoo.loading import inputs_of
+    from zoo.lora import import_peft
+
+    src, out = Path(src), Path(out)
+    target = out / "adapter.safetensors" if out.is_dir() or not out.suffix else out
+    reads = [src / n for n in ("adapter_model.safetensors", "adapter_model.bin", "adapter_config.json")]
+    refuse_inputs_as_outputs([target], [*reads, src, *inputs_of(base)], InterchangeError)
+    return import_peft(src, base, target, overwrite=overwrite)
+
+
+def export_adapter(
+    adapter: str | Path, out: str | Path, *, base_out: str | Path | None = None, overwrite: bool = False
+) -> Path:
+    """``zoo export ADAPTER --format peft``: PEFT's ``adapter_model.safetensors`` and
+    ``adapter_config.json`` in the folder ``out``, with the tokenizer. Its
+    ``base_model_name_or_path`` names a base transformers loads: ``base_out``, where the base is
+    written as an hf export (``--base-out``), else the transformers folder the base was imported
+    from, where it still is; else none (``PeftModel.from_pretrained`` on a model loaded by hand
+    still works; ``AutoPeftModel`` needs a name)."""
+    from zoo.loading import adapter_of
+    from zoo.lora import base_of, peft, read_adapter
+    from zoo.tokenizer import carry_tokenizer
+
+    adapter, out = adapter_of(Path(adapter)), Path(out)
+    writes = [out / peft.WEIGHTS, out / peft.CONFIG, *_carried(_tokenizer_sources(adapter), out)]
+    if base_out is not None:
+        base_out = Path(base_out)
+        writes += [
+            base_out / n for n in ("model.safetensors", "config.json", TOKENIZER_FILE, TOKENIZER_CONFIG)
+        ]
+    refuse_inputs_as_outputs(writes, _adapter_inputs(adapter), InterchangeError)
+    _refuse_existing(writes, overwrite)
+    adapter_file = read_adapter(adapter)
+    base = adapter_file.base.get("path")
+    if base_out is not None:
+        if not base:
+            base_of(adapter_file)  # a seeded base: says what to give
+            raise InterchangeError(f"{adapter}: its base is a seeded init, not a file: merge it instead")
+        export_checkpoint(base, "hf", base_out, overwrite=overwrite)
+        name = str(base_out.resolve())
+    else:
+        name = _transformers_source(base)
+        if name is None:
+            log.warning(
+                f"warning: {adapter}: its base {base or '(a seeded init)'} is no transformers folder, so "
+                "adapter_config.json names no base_model_name_or_path (AutoPeftModel needs one): pass "
+                "--base-out DIR to write the base there as an hf export and name it"
+            )
+    path = peft.export(adapter_file, out, name)
+    carry_tokenizer(_tokenizer_sources(adapter), out)
+    return path
+
+
+def _transformers_source(base: str | None) -> str | None:
+    """The transformers folder a base checkpoint was imported from, where it still is."""
+    if not base or not Path(base).is_file():
+        return None
+    try:
+        source = read_checkpoint(base).json("source", {})
+    except (CheckpointError, ValueError):
+        return None
+    found = source.get("file") if isinstance(source, dict) and source.get("format") == "hf" else None
+    return found if isinstance(found, str) and (Path(found) / "config.json").is_file() else None
+
+
+def _adapter_inputs(adapter: Path, base: str | Path | None = None) -> list[Path]:
+    from zoo.loading import inputs_of
+
+    return inputs_of(adapter, base)
+
+
+def _tokenizer_sources(adapter: Path, base: str | Path | None = None) -> list[Path]:
+    """Where an adapter's tokenizer is: beside it (a run folder), else beside its base."""
+    from zoo.loading import adapter_base
+
+    named = Path(base) if base is not None else adapter_base(adapter)
+    return [adapter.parent, *([named.parent] if named is not None else [])]
+
+
+def _carried(sources: list[Path], folder: Path) -> list[Path]:
+    """The tokenizer files :func:`zoo.tokenizer.carry_tokenizer` would write into ``folder``
+    (none where they are already the sources' own)."""
+    return [
+        folder / name
+        for name in (TOKENIZER_FILE, TOKENIZER_CONFIG)
+        if not any((s / name).exists() and (s / name).resolve() == (folder / name).resolve() for s in sources)
+    ]
+
+
+def _refuse_existing(paths: list[Path], overwrite: bool) -> None:
+    if overwrite:
+        return
+    for path in paths:
+        if path.exists():
+            raise InterchangeError(f"{path}: already exists; choose another --out or pass --overwrite")

@@ -5,6 +5,11 @@ What it takes, tried in this order:
 - a zoo checkpoint (``model.safetensors`` or any ``.safetensors`` file zoo wrote);
 - a run folder (``recipe.yaml`` beside ``model.safetensors``), or a folder ``zoo import`` wrote:
   its ``model.safetensors``;
+- a LoRA adapter (the ``adapter.safetensors`` of an ``init.lora`` run, or ``zoo import`` of a
+  PEFT folder), or the run folder holding one: the adapter folded into the base it names, that
+  base checked by its sha256 first, as ``zoo merge`` writes it, into
+  ``$ZOO_CACHE/merged/<key>/`` with the tokenizer beside it (the key hashes the adapter's and the
+  base's paths, sizes and modification times, as the import cache's does);
 - a foreign directory or file (a transformers or timm folder with its ``config.json``, a
   torchvision / timm state dict ``.pth``/``.pt``/``.bin``/``.safetensors``): imported on the fly
   by :func:`zoo.interchange.import_checkpoint`, with every check of ``zoo import``, into
@@ -38,6 +43,7 @@ log = logging.getLogger("zoo")
 
 FOREIGN_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 CHECKPOINT = "model.safetensors"
+ADAPTER = "adapter.safetensors"  # what a LoRA run exports instead of model.safetensors
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class Located:
     checkpoint: Path | None = None
     name: str | None = None
     imported_from: Path | None = None  # the foreign source an on-the-fly import read
+    adapter: Path | None = None  # the LoRA adapter merged into ``checkpoint`` (in the cache)
 
 
 def load(path_or_name: str | Path, framework: str = "lightning", *, seed: int | None = None, **config: Any):
@@ -73,7 +80,10 @@ def load(path_or_name: str | Path, framework: str = "lightning", *, seed: int | 
 def locate(path_or_name: str | Path) -> Located:
     """What :func:`load` would load: a checkpoint file (importing a foreign source into the
     cache first) or a family / preset name."""
+    from zoo.limits import require_regular_file
+
     path = Path(path_or_name)
+    require_regular_file(path, CheckpointError)  # a FIFO or device: refused, never opened
     if path.is_file():
         return _file(path)
     if path.is_dir():
@@ -95,6 +105,8 @@ def _file(path: Path) -> Located:
             f"{path}: not a checkpoint zoo reads: a zoo checkpoint (.safetensors), a run folder, a "
             f"transformers or timm folder, or a state dict ({', '.join(FOREIGN_SUFFIXES)})"
         )
+    if path.suffix == ".safetensors" and is_adapter_file(path):
+        return Located(checkpoint=merged(path), adapter=path)
     if path.suffix == ".safetensors" and is_zoo_checkpoint(path):
         return Located(checkpoint=path)
     return Located(checkpoint=imported(path), imported_from=path)
@@ -103,6 +115,8 @@ def _file(path: Path) -> Located:
 def _directory(path: Path) -> Located:
     held = path / CHECKPOINT
     if (path / "recipe.yaml").is_file():
+        if not held.is_file() and (path / ADAPTER).is_file():  # a LoRA run: its adapter, on its base
+            return Located(checkpoint=merged(path / ADAPTER), adapter=path / ADAPTER)
         if not held.is_file():
             raise CheckpointError(
                 f"{path}: a zoo run folder without {CHECKPOINT}: the run has not exported its checkpoint "
@@ -126,6 +140,74 @@ def is_zoo_checkpoint(path: Path) -> bool:
             return (handle.metadata() or {}).get("format") == FORMAT
     except Exception:  # safetensors raises its own error type, or OSError
         return False
+
+
+def is_adapter_file(path: Path) -> bool:
+    """Whether a safetensors file is a zoo LoRA adapter (kind ``adapter``)."""
+    from zoo.lora.adapter import is_adapter
+
+    return is_adapter(path)
+
+
+def checkpoint_file(path_or_name: str | Path) -> Path:
+    """The zoo checkpoint file a command reads for ``path_or_name``: the file itself, a run
+    folder's, an adapter merged onto its base, or a foreign source imported (all cached, see the
+    module's docstring). A family or preset name, which has no trained weights, is refused."""
+    found = locate(path_or_name)
+    if found.checkpoint is None:
+        raise CheckpointError(
+            f"{path_or_name}: names the architecture {found.name!r}, which has no trained weights; give a "
+            "checkpoint (a .safetensors file, a LoRA adapter, a run folder, or a folder to import)"
+        )
+    return found.checkpoint
+
+
+def adapter_of(path: Path) -> Path:
+    """The adapter file a LoRA run folder holds; any other path as it is."""
+    path = Path(path)
+    if path.is_dir() and (path / ADAPTER).is_file() and not (path / CHECKPOINT).is_file():
+        return path / ADAPTER
+    return path
+
+
+def adapter_base(path: Path) -> Path | None:
+    """The base checkpoint an adapter file names (None: a seeded base, or metadata that does not
+    say; reading the adapter says what is wrong with it)."""
+    import json
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            named = json.loads((handle.metadata() or {}).get("base", "{}")).get("path")
+    except Exception:  # not an adapter zoo reads: read_adapter says why
+        return None
+    return Path(named) if isinstance(named, str) and named else None
+
+
+def inputs_of(path: str | Path, base: str | Path | None = None) -> list[Path]:
+    """Every file a command reading ``path`` reads, which none of its outputs may replace: the
+    checkpoint (or a run folder's, or a foreign source's files), the tokenizer files beside it,
+    and for a LoRA adapter its base (``base``, or the one the adapter names) with its own."""
+    from zoo.interchange import import_inputs
+
+    path = Path(path)
+    if path.is_dir():
+        held = [path / name for name in (CHECKPOINT, ADAPTER) if (path / name).is_file()]
+        files = held or import_inputs(path)
+    else:
+        files = [path]
+    found: list[Path] = []
+    for file in files:
+        found += [file, *(file.with_name(name) for name in TOKENIZER_FILES)]
+        if file.suffix == ".safetensors" and is_adapter_file(file):
+            named = Path(base) if base is not None else adapter_base(file)
+            if named is not None:
+                found += [named, *(named.with_name(name) for name in TOKENIZER_FILES)]
+    return list(dict.fromkeys(found))
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # what travels beside a checkpoint
 
 
 def _foreign_directory(path: Path) -> bool:
@@ -184,8 +266,44 @@ def _foreign_kind(path: Path) -> str:
 # ------------------------------------------------------------------------------ the import cache
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo") / "imported"
+def cache_root(kind: str = "imported") -> Path:
+    return Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo") / kind
+
+
+def _stamp(digest, path: Path) -> None:
+    """Add a file's name, size and modification time to a cache key (an edited file, a new key)."""
+    if path.is_file():
+        stat = path.stat()
+        digest.update(f"\0{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+
+
+def merged(adapter: Path) -> Path:
+    """The full checkpoint of a LoRA adapter on its base, merged once into the cache (as
+    ``zoo merge`` writes it, the base checked by its sha256, the tokenizer beside it), renamed
+    into place when whole, as :func:`imported` does."""
+    from zoo.interchange import merge
+
+    digest = hashlib.sha256(str(adapter.resolve()).encode())
+    for read in inputs_of(adapter):
+        digest.update(f"\0{read.resolve()}".encode())
+        _stamp(digest, read)
+    folder = cache_root("merged") / f"{adapter.parent.name}-{adapter.stem}-{digest.hexdigest()[:16]}"
+    if (folder / CHECKPOINT).is_file():
+        return folder / CHECKPOINT
+    partial = folder.with_name(f".{folder.name}.{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        merge(adapter, partial / CHECKPOINT)
+        log.info(
+            f"merged the adapter {adapter} into its base in {folder} (zoo.load's cache: $ZOO_CACHE/merged)"
+        )
+        partial.rename(folder)
+    except OSError:
+        if not (folder / CHECKPOINT).is_file():  # another process did not finish it first
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder / CHECKPOINT
 
 
 def imported(src: Path) -> Path:
@@ -196,9 +314,7 @@ def imported(src: Path) -> Path:
 
     digest = hashlib.sha256(str(src.resolve()).encode())
     for read in import_inputs(src):
-        if read.is_file():
-            stat = read.stat()
-            digest.update(f"\0{read.name}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+        _stamp(digest, read)
     folder = cache_root() / f"{src.name}-{digest.hexdigest()[:16]}"
     if (folder / CHECKPOINT).is_file():
         return folder / CHECKPOINT

@@ -45,10 +45,10 @@ def import_(
     if (src / "adapter_config.json").is_file() or base is not None:
         if base is None:
             raise click.UsageError(f"{src} is a PEFT adapter: give its base with --base CHECKPOINT")
-        from zoo.lora import import_peft
+        from zoo.interchange import import_adapter
 
         with script_output(quiet, as_json):
-            path = import_peft(src, base, out, overwrite=overwrite)
+            path = import_adapter(src, base, out, overwrite=overwrite)
         if as_json:
             emit_json({"path": str(path), "source": str(src), "kind": "adapter", "base": str(base)})
         else:
@@ -72,7 +72,7 @@ def import_(
 
 
 @click.command("export")
-@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option(
     "--format", "format_", required=True,
     help="A deployment format (onnx, savedmodel, torch-export) or a weight layout (torchvision, "
@@ -88,25 +88,32 @@ def import_(
     help="The twin an onnx file is made from (default: the checkpoint's); savedmodel is Keras', "
     "torch-export torch's.",
 )  # fmt: skip
-@click.option("--overwrite", is_flag=True, help="Replace existing files at --out.")
+@click.option(
+    "--base-out", type=click.Path(path_type=Path), default=None,
+    help="--format peft: also write the adapter's base here as an hf export, and name it in "
+    "adapter_config.json (base_model_name_or_path), so that AutoPeftModel loads the pair.",
+)  # fmt: skip
+@click.option("--overwrite", is_flag=True, help="Replace existing files at --out (never an input).")
 @for_scripts
 @user_errors
 def export(
-    checkpoint: Path, format_: str, out: Path, framework: str | None, overwrite: bool, as_json: bool,
-    quiet: bool,
+    checkpoint: Path, format_: str, out: Path, framework: str | None, base_out: Path | None, overwrite: bool,
+    as_json: bool, quiet: bool,
 ) -> None:  # fmt: skip
-    """A zoo checkpoint -> a deployable model (run and checked against the training model) or a
-    foreign weight layout (read back and checked bit for bit); a LoRA adapter -> PEFT's files
-    (--format peft).
+    """A zoo checkpoint, a LoRA adapter (merged into its base) or a run folder -> a deployable model
+    (run and checked against the training model) or a foreign weight layout (read back and checked
+    bit for bit); a LoRA adapter -> PEFT's files (--format peft).
 
     --quiet prints the path written."""
     from zoo.deploy import FORMATS, export_model
 
+    if base_out is not None and format_ != "peft":
+        raise click.UsageError(f"--base-out goes with --format peft, not {format_!r}")
     if format_ == "peft":
-        from zoo.lora import export_peft
+        from zoo.interchange import export_adapter
 
         with script_output(quiet, as_json):
-            path = export_peft(checkpoint, out, overwrite=overwrite)
+            path = export_adapter(checkpoint, out, base_out=base_out, overwrite=overwrite)
         if as_json:
             emit_json({"path": str(path), "format": "peft", "kind": "adapter"})
         else:
@@ -114,8 +121,15 @@ def export(
         return
 
     if format_ in FORMATS:
+        from zoo.deploy import ExportError
+        from zoo.loading import checkpoint_file, inputs_of
+        from zoo.overwrite import refuse_inputs_as_outputs
+
+        refuse_inputs_as_outputs([out], inputs_of(checkpoint), ExportError)  # an adapter's base too
         with script_output(quiet, as_json):
-            report = export_model(checkpoint, format_, out, framework=framework, overwrite=overwrite)
+            report = export_model(
+                checkpoint_file(checkpoint), format_, out, framework=framework, overwrite=overwrite
+            )
         if as_json:
             emit_json({
                 "path": str(report.path), "format": report.format, "kind": "deployment",
@@ -146,7 +160,7 @@ def export(
 
 
 @click.command("merge")
-@click.argument("adapter", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("adapter", type=click.Path(path_type=Path))
 @click.option(
     "-o", "--out", required=True, type=click.Path(path_type=Path),
     help="The full checkpoint to write: a .safetensors path, or a directory for model.safetensors.",
@@ -155,17 +169,18 @@ def export(
     "--base", type=click.Path(dir_okay=False, path_type=Path), default=None,
     help="The base checkpoint (default: the one the adapter names); checked by its sha256.",
 )  # fmt: skip
-@click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out (never an input).")
 @for_scripts
 @user_errors
 def merge(adapter: Path, out: Path, base: Path | None, overwrite: bool, as_json: bool, quiet: bool) -> None:
     """A LoRA adapter folded into its base (W + scale * B A): a full checkpoint, no adapter needed.
 
     --quiet prints the path written."""
-    from zoo.lora import merge_adapter
+    from zoo.interchange import merge as merge_adapter
+    from zoo.loading import adapter_of
 
     with script_output(quiet, as_json):
-        path = merge_adapter(adapter, out, base, overwrite=overwrite)
+        path = merge_adapter(adapter_of(adapter), out, base, overwrite=overwrite)
     if as_json:
         emit_json({"path": str(path), "adapter": str(adapter), "kind": "merged"})
     else:

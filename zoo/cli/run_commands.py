@@ -131,10 +131,13 @@ def plot(
     recipe overlay epoch for epoch). RUN is a run folder, or a run's name under --dir.
 
     --quiet prints the PNG's path."""
-    from zoo.plot import plot_runs
+    from zoo.overwrite import refuse_inputs_as_outputs
+    from zoo.plot import PlotError, plot_runs
     from zoo.runs import resolve_run
 
     folders = [resolve_run(run, root) for run in run_dirs]
+    files = [f for folder in folders for f in Path(folder).rglob("*") if f.is_file()]  # metrics.csv, ...
+    refuse_inputs_as_outputs([out], files, PlotError, option="-o")
     figure = plot_runs(folders, out, title, list(labels) or None, log_loss)
     if as_json:
         emit_json({"path": str(figure.path), "runs": [str(f) for f in folders], "panels": figure.panels})
