@@ -119,6 +119,7 @@ class Stream:
     workers: int = 0  # DataLoader worker processes / tf.data parallel calls
     _cursors: list[Cursor] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _pid: int = field(default_factory=os.getpid, repr=False)  # the process the cursors belong to
 
     def __len__(self) -> int:
         return self.length
@@ -127,7 +128,17 @@ class Stream:
         return {**self.__dict__, "_cursors": [], "_lock": None}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
+        self.__dict__.update(state, _lock=threading.Lock(), _pid=os.getpid())
+
+    def _forked(self) -> None:
+        """Let go of cursors this process did not make. A forked DataLoader worker inherits
+        its parent's (the first batch the parent read to estimate memory, say) without
+        pickling: their open files are the parent's file descriptions, whose one read offset
+        every process that inherited them moves. Two workers reading on from the same
+        inherited cursor would each get a share of the file's lines, interleaved, not the
+        file. A new process starts its cursors afresh, with files of its own."""
+        if self._pid != os.getpid():
+            self._cursors, self._lock, self._pid = [], threading.Lock(), os.getpid()
 
     @property
     def text_inputs(self) -> bool:
@@ -212,6 +223,7 @@ class Stream:
 
     def _cursor(self, key: tuple[int, int], start: int) -> Cursor:
         """The idle cursor of this epoch furthest on that has not passed ``start``, else a new one."""
+        self._forked()
         with self._lock:
             fits = [c for c in self._cursors if c.key == key and not c.busy and c.floor <= start]
             if fits:
