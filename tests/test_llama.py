@@ -400,12 +400,31 @@ def test_legacy_rope_spelling_and_older_buffers_import(reference):
         ("mistral", {"sliding_window": 16}, r"sliding_window 16 is shorter than the context"),
         ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "layer_types": ["sliding_attention"] * 2},
          r"sliding_window 8 is shorter than the context"),
+        ("llama", {"num_attention_heads": 0}, r"num_attention_heads is 0 \(a whole number of at least 1\)"),
+        ("llama", {"num_key_value_heads": "4"}, r"num_key_value_heads is '4' \(a whole number"),
+        ("llama", {"rope_scaling": "yarn"}, r"rope_scaling is 'yarn' \(an object such as"),
+        ("llama", {"rope_theta": float("nan"), "rope_parameters": None}, r"rope_theta is nan \(a finite"),
+        ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": 0}},
+         r"rope_parameters.rope_theta is 0 \(a finite wavelength above 0"),
+        ("llama", {"vocab_size": 0}, r"vocab_size is 0 \(a whole number"),
+        ("llama", {"vocab_size": 100}, r"vocab_size says 100, the tensors 101"),
     ],
 )  # fmt: skip
 def test_the_format_refuses_what_zoo_cannot_compute(reference, case, change, message):
     tensors, meta = _files(reference, case)
     with pytest.raises(ForeignLayoutError, match=message):
         from_hf(tensors, {**meta, **change})
+
+
+def test_a_left_out_head_count_is_transformers_default_and_said_so(reference):
+    """Mistral's class defaults to 8 key/value heads (Llama's to the query heads): a config.json
+    without the count is read as transformers reads it, and a mismatch says where 8 came from."""
+    tensors, meta = _files(reference, "mistral")
+    del meta["num_key_value_heads"]
+    with pytest.raises(
+        ForeignLayoutError, match=r"num_key_value_heads 8 .*left out of config.json: transformers' mis"
+    ):
+        from_hf(tensors, meta)
 
 
 def test_the_format_refuses_weights_without_their_config(reference):

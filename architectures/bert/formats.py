@@ -86,6 +86,15 @@ _META_FIELDS = {
     "pad_token_id": "pad_token_id",
     "initializer_range": "initializer_range",
 }
+# What transformers' BertConfig (5.23) takes where a config.json leaves a field out, for every
+# field zoo reads from it that no tensor shape shows (tests/test_hf_defaults.py checks each value
+# against the class). Weights with no config.json at all take none: nothing says they are BertConfig's.
+HF_DEFAULTS = {
+    "num_attention_heads": 12, "layer_norm_eps": 1e-12, "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1, "classifier_dropout": None, "pad_token_id": 0,
+    "initializer_range": 0.02, "hidden_act": "gelu",
+    "is_decoder": False, "add_cross_attention": False, "tie_word_embeddings": True,
+}  # fmt: skip
 # config.json fields zoo's config decides (the rest of an imported one is written back as read);
 # the label names too, where the class count is no longer theirs.
 MODELLED = ("architectures", "model_type", *_SHAPE_FIELDS, *_META_FIELDS, "dtype", "torch_dtype")
@@ -138,6 +147,9 @@ def from_hf(
     """A transformers BERT state dict (and its ``config.json``, or ``{}``) -> zoo's fields and
     tensors. ``num_heads``: the head count, where no config.json says it."""
     tensors = {_modern_name(key): value for key, value in tensors.items()}
+    if meta:  # a head count the user gives stands where config.json leaves it out
+        given = {"num_attention_heads"} if num_heads is not None else set()
+        meta = {**{k: v for k, v in HF_DEFAULTS.items() if k not in given}, **meta}
     prefix = "bert." if any(key.startswith("bert.") for key in tensors) else ""
     if f"{prefix}embeddings.word_embeddings.weight" not in tensors:
         raise ForeignLayoutError(

@@ -66,6 +66,14 @@ _FIELDS = {  # config.json -> zoo's field, for the fields that map one to one
     "attn_pdrop": "attn_dropout",
     "initializer_range": "initializer_range",
 }
+# What transformers' GPT2Config (5.23) takes where a config.json leaves a field out, for every
+# field zoo reads from it that no tensor shape shows (tests/test_hf_defaults.py checks each value
+# against the class). Weights with no config.json at all take none: nothing says they are GPT2Config's.
+HF_DEFAULTS = {
+    "n_head": 12, "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1,
+    "initializer_range": 0.02, "activation_function": "gelu_new", "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False, "tie_word_embeddings": True,
+}  # fmt: skip
 # config.json fields zoo's config decides (the rest of an imported one is written back as read).
 MODELLED = ("model_type", "architectures", "n_inner", *_FIELDS, "dtype", "torch_dtype")
 # config.json fields that change what the model computes, at the only value zoo's twins compute.
@@ -97,6 +105,8 @@ def from_hf(
     """A ``GPT2LMHeadModel`` or ``GPT2Model`` state dict (and its ``config.json``, or ``{}``) ->
     zoo's config fields and tensors. ``num_heads``: the head count, where no config.json says it."""
     _check_meta_kind(meta)
+    if meta:  # a head count the user gives stands where config.json leaves it out
+        meta = {**{k: v for k, v in HF_DEFAULTS.items() if k != "n_head" or num_heads is None}, **meta}
     backbone, head, prefixed = _backbone(tensors)
     fields = _shapes_config(backbone)
     fields["task"] = _task(meta, prefixed or head is not None)

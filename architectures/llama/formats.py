@@ -22,6 +22,7 @@ layout the class does not have.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -47,8 +48,30 @@ _FIELDS = (
     "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings",
     "rms_norm_eps", "initializer_range", "attention_dropout", "bos_token_id", "eos_token_id", "pad_token_id",
 )  # fmt: skip
-# What each transformers config class defaults to where config.json leaves a field out.
-_DEFAULT_IDS = {"llama": (1, 2), "mistral": (1, 2), "qwen2": (None, None)}  # bos, eos
+# What each transformers config class (5.23) takes where config.json leaves a field out, for
+# every field zoo reads from config.json that no tensor shape shows (tests/test_hf_defaults.py
+# checks each value against the classes themselves). Llama and Qwen2 default their key/value
+# heads to the query heads, which no table can say.
+_SHARED_DEFAULTS = {
+    "num_attention_heads": 32, "hidden_act": "silu", "rms_norm_eps": 1e-6, "initializer_range": 0.02,
+    "attention_dropout": 0.0, "pad_token_id": None, "tie_word_embeddings": False, "rope_theta": 10000.0,
+}  # fmt: skip
+HF_DEFAULTS = {
+    "llama": _SHARED_DEFAULTS | {
+        "max_position_embeddings": 2048, "bos_token_id": 1, "eos_token_id": 2, "attention_bias": False,
+        "mlp_bias": False,
+    },
+    "mistral": _SHARED_DEFAULTS | {
+        "num_key_value_heads": 8, "max_position_embeddings": 131072, "bos_token_id": 1, "eos_token_id": 2,
+        "sliding_window": 4096,
+    },
+    "qwen2": _SHARED_DEFAULTS | {
+        "max_position_embeddings": 32768, "bos_token_id": None, "eos_token_id": None,
+        "use_sliding_window": False, "sliding_window": None, "max_window_layers": 28,
+    },
+}  # fmt: skip
+# config.json's counts and sizes: whole numbers of at least 1 where given (transformers divides by them).
+_COUNTS = ("num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings", "vocab_size")
 _BUFFERS = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
 
@@ -62,7 +85,18 @@ def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple
     shapes = _shapes(backbone)
     model_type, task = _kind(meta, prefixed or head is not None)
     fields = {"model_type": model_type, "task": task, **config_fields(meta, model_type)}
-    _agree(fields, shapes, backbone, model_type)
+    if "vocab_size" in meta:
+        fields["vocab_size"] = meta["vocab_size"]
+    try:
+        _agree(fields, shapes, backbone, model_type)
+    except ForeignLayoutError as error:
+        left_out = [key for key in ("num_attention_heads", "num_key_value_heads") if key not in meta]
+        if not left_out or (model_type != "mistral" and left_out == ["num_key_value_heads"]):
+            raise
+        raise ForeignLayoutError(
+            f"{error} ({', '.join(left_out)} left out of config.json: transformers' {model_type} "
+            "default was taken; write the model's own count into config.json)"
+        ) from None
     fields["vocab_size"] = shapes["vocab_size"]
     if task == "language_modeling":
         _check_head(fields, head, backbone)
@@ -178,6 +212,8 @@ def _kind(meta: Mapping[str, Any], has_head: bool) -> tuple[str, str]:
 def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     """zoo's config fields from a ``config.json`` of ``model_type`` (without the shapes' checks),
     refusing by name what the twins do not compute."""
+    meta = {**HF_DEFAULTS[model_type], **meta}
+    _check_numbers(meta)
     refused = []
     if meta.get("quantization_config"):
         refused.append("quantization_config (quantised weights; import a float checkpoint)")
@@ -185,13 +221,8 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     if activation not in ACTIVATIONS:
         refused.append(f"hidden_act {activation!r} (zoo computes {' / '.join(ACTIVATIONS)})")
     fields: dict[str, Any] = {key: meta[key] for key in _FIELDS if key in meta}
-    bos, eos = _DEFAULT_IDS[model_type]
-    fields.setdefault("bos_token_id", bos)
-    fields.setdefault("eos_token_id", eos)
     fields["hidden_act"] = activation
-    heads = meta.get("num_attention_heads")
-    if heads is None:
-        raise ForeignLayoutError("config.json has no num_attention_heads: the heads are not in any shape")
+    heads = meta["num_attention_heads"]
     fields["num_key_value_heads"] = meta.get("num_key_value_heads") or heads
     head_dim = meta.get("head_dim")
     if head_dim is not None and head_dim != meta.get("hidden_size", 0) // heads:
@@ -209,11 +240,36 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     return fields
 
 
+def _check_numbers(meta: Mapping[str, Any]) -> None:
+    """The counts, the rotary settings' shape and the wavelength are what transformers divides by
+    or reads as a mapping: a zero, a string or a NaN there is refused by its config.json name."""
+    wrong = [
+        f"{key} is {meta[key]!r} (a whole number of at least 1)"
+        for key in _COUNTS
+        if meta.get(key) is not None and (type(meta[key]) is not int or meta[key] < 1)
+    ]
+    for key in ("rope_scaling", "rope_parameters"):
+        if meta.get(key) is not None and not isinstance(meta[key], Mapping):
+            wrong.append(
+                f'{key} is {meta[key]!r} (an object such as {{"rope_type": "llama3", ...}}, or null)'
+            )
+    thetas = [("rope_theta", meta.get("rope_theta"))] + [
+        (f"{key}.rope_theta", meta[key]["rope_theta"])
+        for key in ("rope_scaling", "rope_parameters")
+        if isinstance(meta.get(key), Mapping) and "rope_theta" in meta[key]
+    ]
+    for key, theta in thetas:
+        if not (type(theta) in (int, float) and math.isfinite(theta) and theta > 0):
+            wrong.append(f"{key} is {theta!r} (a finite wavelength above 0, such as 10000.0)")
+    if wrong:
+        raise ForeignLayoutError(f"config.json has values transformers cannot use: {'; '.join(wrong)}")
+
+
 def _rope(meta: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None, list[str]]:
     """(rope_theta, llama3 scaling or None, refusals), from either spelling transformers reads:
     ``rope_scaling`` wins over ``rope_parameters`` (transformers' own order)."""
     parameters = dict(meta.get("rope_scaling") or meta.get("rope_parameters") or {})
-    theta = float(parameters.pop("rope_theta", meta.get("rope_theta", 10000.0)))
+    theta = float(parameters.pop("rope_theta", meta["rope_theta"]))
     rope_type = parameters.pop("rope_type", parameters.pop("type", "default"))
     refused = []
     partial = parameters.pop("partial_rotary_factor", meta.get("partial_rotary_factor", 1.0))
@@ -267,6 +323,8 @@ def _biases(meta: Mapping[str, Any], model_type: str) -> dict[str, bool]:
 def _agree(fields: dict[str, Any], shapes: dict[str, Any], tensors, model_type: str) -> None:
     """config.json against the shapes: every disagreement named."""
     disagree = []
+    if "vocab_size" in fields and fields["vocab_size"] != shapes["vocab_size"]:
+        disagree.append(f"vocab_size says {fields['vocab_size']}, the tensors {shapes['vocab_size']}")
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers"):
         if key in fields and fields[key] != shapes[key]:
             disagree.append(f"{key} says {fields[key]}, the tensors {shapes[key]}")
