@@ -91,7 +91,7 @@ def save_adapter(model: Any, path: str | Path, base: dict[str, Any], **kwargs) -
 
     adapter, config = model.zoo_lora, model.zoo_config
     family = registry.get_family(config.architecture)
-    trained = set(adapter.bias_names(family, config))
+    trained = set(adapter.replaced_names(family, config))
     frozen = {k: v for k, v in base_tensors(model).items() if k not in trained}
     base = {**base, "sha256": base_digest(frozen)}
     return write_adapter(
@@ -125,13 +125,14 @@ def base_of(adapter_file: AdapterFile, base: str | Path | None = None) -> tuple[
 def checked_base(adapter_file: AdapterFile, tensors: dict[str, np.ndarray], where: str) -> dict:
     """``tensors``, if they are the base the adapter was trained on (its digest, the biases it
     trains left out); else refused, naming both digests (:func:`check_base`)."""
-    trained = set(adapter_file.adapter.bias_names(adapter_file.family, adapter_file.config))
+    trained = set(adapter_file.adapter.replaced_names(adapter_file.family, adapter_file.config))
     check_base(adapter_file, {k: v for k, v in tensors.items() if k not in trained}, where)
     return tensors
 
 
 def with_trained_biases(adapter_file: AdapterFile, tensors: dict[str, np.ndarray]) -> dict:
-    """A base's tensors with the biases the adapter trained (``train_bias``) at their trained values."""
+    """A base's tensors with the biases the adapter trained (``train_bias``) at their trained
+    values and the modules it saved whole (PEFT's ``modules_to_save``) in place of the base's."""
     return {**tensors, **{k: v for k, v in adapter_file.tensors.items() if k in tensors}}
 
 
@@ -201,6 +202,12 @@ def export_peft(path: str | Path, out: str | Path, overwrite: bool = False) -> P
     return peft.export(adapter_file, out, adapter_file.base.get("path"))
 
 
+def saved_base(adapter_file: AdapterFile) -> dict[str, np.ndarray] | None:
+    """The base an adapter that saves modules whole goes on (PEFT's export writes those
+    modules' every tensor, the base's among them); None for one that saves none."""
+    return base_of(adapter_file)[0] if adapter_file.adapter.saved else None
+
+
 def import_peft(src: str | Path, base: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """A PEFT LoRA folder made for ``base``'s model (a zoo checkpoint, e.g. ``zoo import`` of the
     transformers model) -> a zoo adapter file on that base."""
@@ -210,9 +217,11 @@ def import_peft(src: str | Path, base: str | Path, out: str | Path, overwrite: b
     out = Path(out)
     target = _free(out / "adapter.safetensors" if out.is_dir() or not out.suffix else out, overwrite)
     checkpoint = read_checkpoint(base)
-    adapter, tensors = peft.read(src, checkpoint.family, checkpoint.config)
+    base_tensors = checkpoint.float32_tensors()
+    adapter, tensors = peft.read(src, checkpoint.family, checkpoint.config, base_tensors)
     target.parent.mkdir(parents=True, exist_ok=True)
-    digest = base_digest(checkpoint.float32_tensors())
+    replaced = set(adapter.replaced_names(checkpoint.family, checkpoint.config))
+    digest = base_digest(base_tensors, exclude=replaced)
     return write_adapter(
         target,
         checkpoint.family,

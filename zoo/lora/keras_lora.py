@@ -13,7 +13,7 @@ import keras
 import numpy as np
 from keras import layers, ops
 
-from zoo.lora.adapter import A, Adapter, B
+from zoo.lora.adapter import BIAS, A, Adapter, B, EmbeddingPoint
 from zoo.recipe.lora_targets import FUSED
 from zoo.weights import keras_layer
 
@@ -21,19 +21,35 @@ from zoo.weights import keras_layer
 class LowRank(layers.Layer):
     """``scale * dropout(x) @ A.T @ B.T``, with kernels ``lora_A`` (in, r) and ``lora_B`` (r, out)."""
 
-    def __init__(self, in_features: int, out_features: int, rank: int, scale: float, dropout: float, **kw):
+    def __init__(
+        self, in_features: int, out_features: int, rank: int, scale: float, dropout: float, bias=False, **kw
+    ):
         super().__init__(**kw)
         self.in_features, self.out_features, self.rank = in_features, out_features, rank
         self.scale, self.rate = scale, dropout
         self.dropout = layers.Dropout(dropout) if dropout else None
         self.lora_A = self.add_weight(shape=(in_features, rank), initializer="zeros", name="lora_A")
         self.lora_B = self.add_weight(shape=(rank, out_features), initializer="zeros", name="lora_B")
+        self.lora_bias = (
+            self.add_weight(shape=(out_features,), initializer="zeros", name="lora_bias") if bias else None
+        )
         self.built = True
 
     def call(self, x, training=False):
         if self.dropout is not None:
             x = self.dropout(x, training=training)
-        return ops.matmul(ops.matmul(x, self.lora_A), self.lora_B) * ops.cast(self.scale, self.compute_dtype)
+        y = ops.matmul(ops.matmul(x, self.lora_A), self.lora_B)
+        if self.lora_bias is not None:
+            y = y + self.lora_bias
+        return y * ops.cast(self.scale, self.compute_dtype)
+
+
+class EmbeddingLowRank(LowRank):
+    """PEFT's ``Embedding`` LoRA on token ids: ``scale * A.T[ids] @ B.T`` (kernel rows looked up)."""
+
+    def call(self, ids, training=False):
+        rows = ops.take(self.lora_A, ops.cast(ids, "int32"), axis=0)
+        return ops.matmul(rows, self.lora_B) * ops.cast(self.scale, self.compute_dtype)
 
 
 class FusedDelta(layers.Layer):
@@ -69,18 +85,24 @@ def attach(model, family, adapter: Adapter, tensors: dict[str, np.ndarray], bias
     fused: dict[str, dict[str, LowRank]] = {}
     for point in adapter.points:
         host = keras_layer(model, point.layer)
-        module = LowRank(
+        embedding = isinstance(point, EmbeddingPoint)
+        module = (EmbeddingLowRank if embedding else LowRank)(
             point.in_features,
             point.out_features,
             adapter.ranks[point.name],
             adapter.scales[point.name],
-            adapter.dropout,
+            0.0 if embedding else adapter.dropout,
+            adapter.biased(point),
             dtype=host.dtype_policy,
             name=f"lora_{point.name.replace('.', '_')}",
         )
         module.lora_A.assign(np.ascontiguousarray(tensors[f"{point.name}.{A}"].T))
         module.lora_B.assign(np.ascontiguousarray(tensors[f"{point.name}.{B}"].T))
-        if point.fused:
+        if module.lora_bias is not None:
+            module.lora_bias.assign(np.asarray(tensors[f"{point.name}.{BIAS}"]))
+        if embedding:
+            _add_to_lookup(host, module)
+        elif point.fused:
             fused.setdefault(point.layer, {})[point.name.rsplit(".", 1)[1]] = module
         elif isinstance(host, Dense):
             _set(host, "lora_adapter", module)
@@ -93,6 +115,19 @@ def attach(model, family, adapter: Adapter, tensors: dict[str, np.ndarray], bias
         _set(host, "in_proj_delta", FusedDelta(parts, dtype=host.dtype_policy))
     for variable in bias_variables(model, family, bias_names).values():
         variable.trainable = True
+
+
+def _add_to_lookup(host, module: EmbeddingLowRank) -> None:
+    """An embedding layer whose lookup adds ``module``'s output: zoo's Embedding has no adapter
+    slot, so this instance's ``call`` is wrapped (a tied head reads the table itself, unadapted,
+    as under PEFT)."""
+    _set(host, "lora_adapter", module)
+    lookup = host.call
+
+    def call(inputs, *args, **kwargs):
+        return lookup(inputs, *args, **kwargs) + module(inputs)
+
+    object.__setattr__(host, "call", call)
 
 
 def bias_variables(model, family, names: list[str]) -> dict:
@@ -114,6 +149,8 @@ def adapter_tensors(model, family, adapter: Adapter, bias_names: list[str]) -> d
         module = _module(model, point)
         out[f"{point.name}.{A}"] = np.ascontiguousarray(keras.ops.convert_to_numpy(module.lora_A).T)
         out[f"{point.name}.{B}"] = np.ascontiguousarray(keras.ops.convert_to_numpy(module.lora_B).T)
+        if module.lora_bias is not None:
+            out[f"{point.name}.{BIAS}"] = np.asarray(keras.ops.convert_to_numpy(module.lora_bias), np.float32)
     variables = bias_variables(model, family, bias_names)
     for name in bias_names:
         out[name] = np.asarray(keras.ops.convert_to_numpy(variables[name]), np.float32)

@@ -13,22 +13,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zoo.lora.adapter import A, Adapter, B, key
+from zoo.lora.adapter import BIAS, A, Adapter, B, EmbeddingPoint, key
 from zoo.recipe.lora_targets import FUSED
 
 
 class LowRank(nn.Module):
-    """``scale * B(A(dropout(x)))``: PEFT's ``lora_B(lora_A(dropout(x))) * scaling``."""
+    """``scale * B(A(dropout(x)))``: PEFT's ``lora_B(lora_A(dropout(x))) * scaling``, B with
+    its bias under PEFT's ``lora_bias``."""
 
-    def __init__(self, in_features: int, out_features: int, rank: int, scale: float, dropout: float):
+    def __init__(
+        self, in_features: int, out_features: int, rank: int, scale: float, dropout: float, bias: bool = False
+    ):
         super().__init__()
         self.lora_A = nn.Parameter(torch.zeros(rank, in_features))
         self.lora_B = nn.Parameter(torch.zeros(out_features, rank))
+        self.lora_bias = nn.Parameter(torch.zeros(out_features)) if bias else None
         self.scale = scale
         self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(F.linear(self.dropout(x), self.lora_A), self.lora_B) * self.scale
+        return F.linear(F.linear(self.dropout(x), self.lora_A), self.lora_B, self.lora_bias) * self.scale
+
+
+class EmbeddingLowRank(LowRank):
+    """PEFT's ``Embedding`` LoRA: ``(embedding(ids, A.T) @ B.T) * scaling`` (no dropout)."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return (F.embedding(ids, self.lora_A.T) @ self.lora_B.T) * self.scale
 
 
 class Adapters(nn.Module):
@@ -36,12 +47,13 @@ class Adapters(nn.Module):
         super().__init__()
         self.adapters = nn.ModuleDict(
             {
-                key(p.name): LowRank(
+                key(p.name): (EmbeddingLowRank if isinstance(p, EmbeddingPoint) else LowRank)(
                     p.in_features,
                     p.out_features,
                     adapter.ranks[p.name],
                     adapter.scales[p.name],
-                    adapter.dropout,
+                    0.0 if isinstance(p, EmbeddingPoint) else adapter.dropout,
+                    adapter.biased(p),
                 )
                 for p in adapter.points
             }
@@ -80,6 +92,8 @@ def attach(model: nn.Module, adapter: Adapter, tensors: dict[str, np.ndarray], b
         with torch.no_grad():
             module.lora_A.copy_(torch.from_numpy(np.asarray(tensors[f"{point.name}.{A}"])))
             module.lora_B.copy_(torch.from_numpy(np.asarray(tensors[f"{point.name}.{B}"])))
+            if module.lora_bias is not None:
+                module.lora_bias.copy_(torch.from_numpy(np.asarray(tensors[f"{point.name}.{BIAS}"])))
         if point.fused:
             fused.setdefault(point.module, {})[point.name.rsplit(".", 1)[1]] = module
         else:
@@ -99,6 +113,8 @@ def adapter_tensors(model: nn.Module, adapter: Adapter, bias_names: list[str]) -
         module = model.lora.adapters[key(point.name)]
         out[f"{point.name}.{A}"] = module.lora_A.detach().float().cpu().numpy().copy()
         out[f"{point.name}.{B}"] = module.lora_B.detach().float().cpu().numpy().copy()
+        if module.lora_bias is not None:
+            out[f"{point.name}.{BIAS}"] = module.lora_bias.detach().float().cpu().numpy().copy()
     named = dict(model.named_parameters())
     for name in bias_names:
         out[name] = named[name].detach().float().cpu().numpy().copy()
