@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from zoo.cli.errors import EXIT_FAILED, EXIT_USAGE
-from zoo.runs import Terminated, TrainingStopped
+from zoo.runs import Interrupted, Terminated, TrainingStopped
 
 ROOT = Path(__file__).parent.parent
 PAGES = ["README.md", *(p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "docs").glob("*.md")))]
@@ -21,7 +21,8 @@ def table_statuses(page: str) -> set[int]:
 
 def test_the_tables_are_the_codes_statuses():
     used = {0, EXIT_USAGE, EXIT_FAILED, TrainingStopped.exit_status, Terminated.exit_status}
-    assert table_statuses("docs/cli.md") == used == {0, 1, 2, 143}
+    used |= {Interrupted.exit_status}
+    assert table_statuses("docs/cli.md") == used == {0, 1, 2, 130, 143}
     assert table_statuses("docs/failure-modes.md") == used
 
 

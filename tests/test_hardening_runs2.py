@@ -1,8 +1,8 @@
-"""Runs under signals and surprises, round 2: SIGTERM (preemption) saves the state where the run
-stops and exits 143, resumed bit-exactly; Ctrl-C says what is kept; a run folder deleted during
-training stops the run; a loss that explodes while staying finite is reported; and the inputs that
-validated but could not run (run names outside export.dir, one-class and huge labels, token ids
-for a classifier of features, a broken plugin) are refused in one line.
+"""Runs under signals and surprises, round 2: SIGTERM (preemption) and Ctrl-C save the state where
+the run stops and exit 143 and 130, resumed bit-exactly, and a second Ctrl-C stops at once; a run
+folder deleted during training stops the run; a loss that explodes while staying finite is
+reported; and the inputs that validated but could not run (run names outside export.dir, one-class
+and huge labels, token ids for a classifier of features, a broken plugin) are refused in one line.
 
 Signals are sent by the training process to itself at a chosen batch end (``SIGNAL_AT`` wraps
 the CLI): where the run stops never depends on how fast the machine is.
@@ -62,8 +62,12 @@ seen = []
 def hooked(self, *args, **kwargs):
     original(self, *args, **kwargs)
     seen.append(1)
-    if len(seen) == count:
-        os.kill(os.getpid(), getattr(signal, name))
+    if len(seen) == count:  # "SIGINT,SIGINT": twice; "group-SIGINT": the whole group, as a terminal does
+        for one in name.split(","):
+            if one.startswith("group-"):
+                os.killpg(os.getpgrp(), getattr(signal, one[6:]))
+            else:
+                os.kill(os.getpid(), getattr(signal, one))
 
 
 setattr(callbacks.StopOnNonFiniteLoss, method, hooked)
@@ -78,35 +82,46 @@ def sets(*overrides: str) -> list[str]:
 
 
 def signalled(
-    tmp_path: Path, framework: str, count: int, name: str, hook: str = "train", *overrides: str
-) -> tuple[subprocess.CompletedProcess, Path]:
-    """A ``zoo train`` of SETTINGS that receives signal ``name`` at its ``count``-th ``hook`` batch end."""
+    tmp_path: Path, framework: str, count: int, name: str, hook: str = "train", *overrides: str,
+    recipe: Path = RECIPE, settings: list[str] = SETTINGS,
+) -> tuple[subprocess.CompletedProcess, Path]:  # fmt: skip
+    """A ``zoo train`` of ``settings`` that receives signal ``name`` at its ``count``-th ``hook``
+    batch end, in a process group of its own (a group signal reaches its workers, not pytest)."""
     script = tmp_path / "signal_at.py"
     script.write_text(textwrap.dedent(SIGNAL_AT))
-    run = tmp_path / f"{framework}-{name}-{hook}-{count}"
+    run = tmp_path / f"{framework}-{name.replace(',', '+')}-{hook}-{count}"
     where = [f"export.dir={tmp_path}", f"export.run_name={run.name}"]
-    args = ["train", str(RECIPE), "--framework", framework, *sets(*SETTINGS, *overrides, *where)]
+    args = ["train", str(recipe), "--framework", framework, *sets(*settings, *overrides, *where)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(
         [sys.executable, str(script), framework, hook, str(count), name, *args],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env, capture_output=True, text=True, timeout=600, start_new_session=True,
     )  # fmt: skip
     return done, run
 
 
-def stopped_on_sigterm(done: subprocess.CompletedProcess, run: Path, step: int) -> None:
-    """Exit 143, the newest state at ``step``, said on stderr and in summary.json, no checkpoint."""
-    assert done.returncode == 143, done.stderr[-3000:]
+# How each signal's stop is said: exit status, the stop's words, the end line.
+STOPS = {
+    "SIGTERM": (143, "SIGTERM", "training stopped: the run received SIGTERM"),
+    "SIGINT": (130, "Ctrl-C (SIGINT)", "training stopped: the run received Ctrl-C (SIGINT)"),
+}
+
+
+def stopped_on_sigterm(
+    done: subprocess.CompletedProcess, run: Path, step: int, name: str = "SIGTERM"
+) -> None:
+    """Exit 143 (130 for SIGINT), the newest state at ``step``, said on stderr and in
+    summary.json, no checkpoint."""
+    status, said, end = STOPS[name]
+    assert done.returncode == status, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     state = latest_state(run)
     assert state is not None and step_of(state) == step, state
-    expected = (
-        f"the run stopped on SIGTERM; its last training state is kept (state/{state.name}, step {step})"
-    )
+    expected = f"the run stopped on {said}; its last training state is kept (state/{state.name}, step {step})"
     assert expected in done.stderr and f"zoo resume {run}" in done.stderr, done.stderr[-3000:]
-    assert "training stopped: the run received SIGTERM" in done.stderr
+    assert end in done.stderr and "Aborted!" not in done.stderr
     summary = json.loads((run / "summary.json").read_text())
-    assert summary == {"status": "interrupted", "signal": "SIGTERM", "last_state": str(state), "step": step}
+    assert summary == {"status": "interrupted", "signal": name, "last_state": str(state), "step": step}
     assert (
         read_run(run).status == "interrupted"
         and next_commands(read_run(run))["resume"] == f"zoo resume {run}"
@@ -138,13 +153,20 @@ def rows_without_time(run: Path) -> list[dict[str, str]]:
 
 @pytest.mark.slow  # a training process per framework and case (TensorFlow's import alone is seconds)
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-@pytest.mark.parametrize("batch", [7, BATCHES], ids=["mid-epoch", "epoch-end"])
-def test_sigterm_saves_the_state_exits_143_and_resume_is_bit_exact(tmp_path, framework, batch, uninterrupted):
-    done, run = signalled(tmp_path, framework, batch, "SIGTERM")
+@pytest.mark.parametrize(
+    "batch, name",
+    [(7, "SIGTERM"), (BATCHES, "SIGTERM"), (BATCHES + 5, "SIGINT")],
+    ids=["mid-epoch", "epoch-end", "ctrl-c-mid-epoch"],
+)
+def test_sigterm_and_ctrl_c_save_the_state_and_resume_is_bit_exact(
+    tmp_path, framework, batch, name, uninterrupted
+):
+    done, run = signalled(tmp_path, framework, batch, name)
     # Mid-epoch it stops after that optimizer step; in an epoch's last step, after the epoch's
-    # validation, metrics row and state.
-    stopped_on_sigterm(done, run, batch)
-    assert [row["epoch"] for row in read_metrics(run / "metrics.csv")] == ["1"] * (batch == BATCHES)
+    # validation, metrics row and state. Ctrl-C stops as SIGTERM does (it used to lose the epoch).
+    stopped_on_sigterm(done, run, batch, name)
+    assert [row["epoch"] for row in read_metrics(run / "metrics.csv")] == ["1"] * (batch >= BATCHES)
+    assert ("Ctrl-C again stops at once" in done.stderr) == (name == "SIGINT")
 
     code, out = zoo("resume", str(run))
     assert code == 0, out
@@ -175,17 +197,52 @@ def test_sigterm_lets_a_validating_epoch_or_an_accumulated_step_end_first(
     assert len(read_metrics(run / "metrics.csv")) == rows
 
 
+STREAM_RECIPE = """
+model: {architecture: transformer-tiny, dropout: 0.2}
+data: {name: stream, path: corpus, seq_len: 16, batch_size: 32, bpe_vocab_size: 300, shuffle_buffer: 40,
+       workers: 2}
+optimizer: {name: adamw, lr: 0.003}
+trainer: {max_epochs: 2, progress_bar: false, seed: 5, num_threads: 1, deterministic: true}
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_ctrl_c_says_what_is_kept_and_how_to_resume(tmp_path, framework):
-    done, run = signalled(tmp_path, framework, BATCHES + 5, "SIGINT")
-    assert done.returncode == 1, done.stderr[-3000:]
-    kept = f"state/step-{BATCHES:09d}.{'ckpt' if framework == 'lightning' else 'safetensors'}"
-    expected = f"the run stopped on Ctrl-C (SIGINT); its last training state is kept ({kept}, step {BATCHES})"
-    assert expected in done.stderr and f"zoo resume {run}" in done.stderr, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["signal"] == "SIGINT" and summary["step"] == BATCHES
+def test_ctrl_c_at_a_terminal_saves_a_streamed_run_mid_epoch_and_resume_is_bit_exact(
+    tmp_path, framework, monkeypatch
+):
+    """The issue's case: Ctrl-C in the middle of a streamed epoch kept nothing of it. A terminal
+    sends SIGINT to the whole process group, the DataLoader workers included."""
+    from stream_corpus import write_corpus
+
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # data.path is relative, as a user's is
+    write_corpus(tmp_path / "corpus", [120, 90, 100], kinds=("jsonl", "parquet"))
+    recipe = tmp_path / "lm.yaml"
+    recipe.write_text(STREAM_RECIPE)
+    code, out = zoo("train", str(recipe), "--framework", framework,
+                    *sets(f"export.dir={tmp_path}", "export.run_name=whole"))  # fmt: skip
+    assert code == 0, out
+    steps = int(read_metrics(tmp_path / "whole" / "metrics.csv")[0]["step"])
+    assert steps > 4  # the signal comes mid-epoch
+    done, run = signalled(tmp_path, framework, 3, "group-SIGINT", recipe=recipe, settings=[])
+    stopped_on_sigterm(done, run, 3, "SIGINT")
+    code, out = zoo("resume", str(run))
+    assert code == 0, out
+    expected, resumed = (
+        load_file(tmp_path / "whole" / "model.safetensors"),
+        load_file(run / "model.safetensors"),
+    )
+    assert all(np.array_equal(expected[k], resumed[k]) for k in expected), "resumed weights differ"
+    assert rows_without_time(run) == rows_without_time(tmp_path / "whole")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_second_ctrl_c_stops_at_once_keeping_the_state_before(tmp_path, framework):
+    done, run = signalled(tmp_path, framework, BATCHES + 5, "SIGINT,SIGINT")
+    # The step in progress is not waited for: the state kept is the epoch end's.
+    stopped_on_sigterm(done, run, BATCHES, "SIGINT")
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -7,11 +7,13 @@ folder, checkpoint, metrics.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
-from zoo.cli.errors import user_errors
+from zoo.cli.errors import fail, user_errors
 from zoo.cli.numbers import FiniteFloatRange
 from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output
 from zoo.recipe import load_recipe
@@ -66,7 +68,7 @@ def resume(run_dir: Path, force: bool, quiet: bool, as_json: bool) -> None:
     finished and left as it is (--json: already_finished true)."""
     from zoo.api import resume as resume_run
 
-    with script_output(quiet, as_json):
+    with stopped_by_ctrl_c(), script_output(quiet, as_json):
         result = resume_run(run_dir, force=force)
     report(result, quiet, as_json, {"already_finished": result.already_finished})
 
@@ -74,9 +76,22 @@ def resume(run_dir: Path, force: bool, quiet: bool, as_json: bool) -> None:
 def _train(resolved, framework: str | None, quiet: bool, as_json: bool) -> None:
     from zoo.api import train as run_training
 
-    with script_output(quiet, as_json):
+    with stopped_by_ctrl_c(), script_output(quiet, as_json):
         result = run_training(resolved, framework)
     report(result, quiet, as_json)
+
+
+@contextlib.contextmanager
+def stopped_by_ctrl_c() -> Iterator[None]:
+    """A Ctrl-C that stopped the run at once (outside the training loop, or a second one) ends as
+    one that stopped it at a step end (zoo.runs.signals): one line and 130, not click's
+    ``Aborted!`` and 1, so a script tells an interrupted run from a failed one."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        from zoo.runs import Interrupted
+
+        fail(f"training stopped: {Interrupted()}", Interrupted.exit_status)
 
 
 def report(result, quiet: bool = False, as_json: bool = False, extra: dict | None = None) -> None:

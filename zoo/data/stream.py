@@ -63,6 +63,14 @@ class UnreadableBatch(RuntimeError):
         super().__init__(message if GRAPH_MARK in message else f"{GRAPH_MARK}{message}{GRAPH_END}")
 
 
+def unreadable_batch(error: BaseException) -> bool:
+    """Whether ``error`` is a training batch the data could not give (a shard changed or
+    deleted under the run, an image that does not decode): raised as it is, as a DataLoader
+    worker's re-raised copy, or inside TensorFlow's error text. Nothing of the step it would
+    have fed ran, so the training state of the step before can be saved before the run stops."""
+    return isinstance(error, UnreadableBatch) or f"{UnreadableBatch.__name__}: {GRAPH_MARK}" in str(error)
+
+
 @dataclass(frozen=True)
 class Part:
     """The records ``start`` .. ``stop - 1`` of an indexed shard that belong to a split."""

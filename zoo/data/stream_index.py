@@ -9,6 +9,10 @@ out of every epoch and counted (``skip``). The counts are written to ``$ZOO_CACH
 (default ``~/.cache/zoo``) as they come, a file a shard, and read back a chunk at a time: the
 pass and the readers hold a few chunks, never a corpus' worth, and the next run over the same
 files (same sizes and modification times) and settings reads the index instead of the corpus.
+
+Every reader checks a shard against the size and modification time it was indexed with when it
+opens it: a file changed, deleted or moved since (or while it was indexed) is named, as a
+:class:`ShardChanged`, rather than read against an index that no longer describes it.
 """
 
 from __future__ import annotations
@@ -78,19 +82,54 @@ class Survey(Protocol):
         ...
 
 
+class ShardChanged(DataError):
+    """A shard that is no longer the file its index describes: changed, deleted or moved."""
+
+
+def stamp(shard: Shard) -> tuple[int, int]:
+    """(size, modification time in ns): what says a file is the one that was indexed."""
+    try:
+        found = os.stat(shard.path)
+    except OSError as error:
+        raise ShardChanged(
+            f"{shard.path} cannot be read ({error.strerror}): was it deleted or moved? Put it back, "
+            "or remove it from data.path"
+        ) from None
+    return found.st_size, found.st_mtime_ns
+
+
+def check_unchanged(shard: Shard, indexed: tuple[int, int], when: str = "since it was indexed") -> None:
+    """Raise :class:`ShardChanged` unless the file is still the size and age it was indexed at."""
+    now = stamp(shard)
+    if now != indexed:
+        what = f"{indexed[0]:,} bytes then, {now[0]:,} now" if now[0] != indexed[0] else "written to since"
+        raise ShardChanged(
+            f"{shard.path} has changed {when} ({what}); a stream reads a file as it was indexed. "
+            "Train again (or zoo resume the run) to index it as it is now"
+        )
+
+
 @dataclass(frozen=True)
 class ShardIndex:
     shard: Shard
     records: int  # usable records
     bad: np.ndarray  # rows (as raw_rows numbers them) left out, ascending
     sizes_file: Path | None  # each record's size, int64; None: every record is one example
+    stamp: tuple[int, int] = (-1, -1)  # the file's (size, mtime ns) as indexed; (-1, -1): unchecked
 
     def sizes(self, start: int, stop: int) -> Iterator[int]:
         """The sizes of records ``start`` .. ``stop - 1``, read a chunk at a time."""
         if self.sizes_file is None:
             yield from itertools.repeat(1, max(0, stop - start))
             return
-        with open(self.sizes_file, "rb") as handle:
+        try:
+            handle = open(self.sizes_file, "rb")  # noqa: SIM115 (closed below, read lazily)
+        except OSError as error:
+            raise DataError(
+                f"{self.sizes_file}: the index of {self.shard.path} cannot be read ({error.strerror}); "
+                "was the cache deleted? Train again (or zoo resume the run) to index the files again"
+            ) from None
+        with handle:
             handle.seek(start * 8)
             while start < stop:
                 chunk = np.fromfile(handle, dtype=np.int64, count=min(stop - start, FLUSH))
@@ -116,31 +155,42 @@ class CorpusIndex:
 def corpus_index(shards: Sequence[Shard], survey: Survey, on_bad: str, sized: bool) -> CorpusIndex:
     """The index of ``shards``: from the cache when these files were indexed with these settings,
     else read now (and cached). ``sized``: keep each record's size (token counts)."""
-    folder = cache_folder(shards, survey, sized)
+    stamps = [stamp(shard) for shard in shards]
+    folder = cache_folder(shards, survey, sized, stamps)
     cached = folder / "index.json"
     if cached.is_file():
         record = read_json(cached, error=DataError, fix=f"delete {folder} to index the files again")
-        index = _load(folder, shards, record)
+        index = _load(folder, shards, record, stamps)
     else:
-        index = _build(folder, shards, survey, on_bad, sized)
+        index = _build(folder, shards, survey, on_bad, sized, stamps)
+        for shard, indexed in zip(shards, stamps, strict=True):  # written to while it was read?
+            check_unchanged(shard, indexed, when="while it was indexed")
     if index.skipped:
         _refuse_or_report(index, folder, on_bad)
     return index
 
 
-def cache_folder(shards: Sequence[Shard], survey: Survey, sized: bool) -> Path:
-    """Where the index of these files, as they are now, for this survey lives."""
+def cache_folder(
+    shards: Sequence[Shard], survey: Survey, sized: bool, stamps: Sequence[tuple[int, int]] | None = None
+) -> Path:
+    """Where the index of these files, as they are now (``stamps``), for this survey lives."""
     files = []
-    for shard in shards:
-        stat = os.stat(shard.path)
-        files.append([os.path.abspath(shard.path), shard.kind, stat.st_size, stat.st_mtime_ns])
+    for shard, (size, mtime) in zip(shards, stamps or [stamp(s) for s in shards], strict=True):
+        files.append([os.path.abspath(shard.path), shard.kind, size, mtime])
     described = json.dumps([INDEX_VERSION, files, list(survey.columns), survey.key(), sized])
     digest = hashlib.sha256(described.encode()).hexdigest()[:24]
     root = Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo")
     return root / "streams" / digest
 
 
-def _build(folder: Path, shards: Sequence[Shard], survey: Survey, on_bad: str, sized: bool) -> CorpusIndex:
+def _build(
+    folder: Path,
+    shards: Sequence[Shard],
+    survey: Survey,
+    on_bad: str,
+    sized: bool,
+    stamps: Sequence[tuple[int, int]],
+) -> CorpusIndex:
     """Read every shard once; written into a temporary folder renamed into place (two
     data-parallel processes may index the same files at once: either result is the same)."""
     temporary = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
@@ -159,7 +209,7 @@ def _build(folder: Path, shards: Sequence[Shard], survey: Survey, on_bad: str, s
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
-    return _load(folder, shards, record)
+    return _load(folder, shards, record, stamps)
 
 
 def _index_shard(
@@ -235,17 +285,19 @@ def _batched(checked: Iterable[Any]) -> Iterator[list]:
 FIX = "fix or remove it, or set data.on_bad_record: skip to leave such records out"
 
 
-def _load(folder: Path, shards: Sequence[Shard], record: dict) -> CorpusIndex:
+def _load(
+    folder: Path, shards: Sequence[Shard], record: dict, stamps: Sequence[tuple[int, int]]
+) -> CorpusIndex:
     indexed, skipped = [], 0
-    for i, (shard, entry) in enumerate(zip(shards, record["shards"], strict=True)):
+    for i, (shard, entry, stamped) in enumerate(zip(shards, record["shards"], stamps, strict=True)):
         if entry["bad"] < 0:  # a file that cannot be read at all
             skipped += 1
-            indexed.append(ShardIndex(shard, 0, np.zeros(0, np.int64), None))
+            indexed.append(ShardIndex(shard, 0, np.zeros(0, np.int64), None, stamped))
             continue
         sizes = folder / f"sizes-{i}.bin" if record.get("sized") else None
         bad = np.load(folder / f"bad-{i}.npy")
         skipped += len(bad)
-        indexed.append(ShardIndex(shard, entry["records"], bad, sizes))
+        indexed.append(ShardIndex(shard, entry["records"], bad, sizes, stamped))
     return CorpusIndex(tuple(indexed), {**record["found"], "problems": record["problems"]}, skipped)
 
 
@@ -264,9 +316,23 @@ def records(
     part: ShardIndex, columns: Sequence[str], start: int, stop: int
 ) -> Iterator[tuple[int, int, Any]]:
     """(record number, row, stored row) of the usable records ``start`` .. ``stop - 1`` of a
-    shard, in file order, bad rows left out as the index found them."""
+    shard, in file order, bad rows left out as the index found them. The file is checked
+    against its index first, and :class:`ShardChanged` names it when it no longer matches."""
     if stop <= start:
         return
+    if part.stamp != (-1, -1):
+        check_unchanged(part.shard, part.stamp)
+    try:
+        yield from _records(part, columns, start, stop)
+    except OSError as error:  # deleted between the check and the open
+        raise ShardChanged(
+            f"{part.shard.path} cannot be read ({error.strerror}): was it deleted or moved?"
+        ) from None
+
+
+def _records(
+    part: ShardIndex, columns: Sequence[str], start: int, stop: int
+) -> Iterator[tuple[int, int, Any]]:
     bad = part.bad
     by_line = part.shard.kind in LINE_KINDS  # lines are read one by one anyway: counted from the first
     first = 0 if by_line else _row_of(part, start)
@@ -283,6 +349,10 @@ def records(
         record += 1
         if record >= stop:
             return
+    raise ShardChanged(
+        f"{part.shard.path} ended after {record} records, its index says {part.records}; has it changed "
+        "since it was indexed? Train again (or zoo resume the run) to index it as it is now"
+    )
 
 
 def _row_of(part: ShardIndex, record: int) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import keras
 
 from zoo import state
-from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, Terminated, check_run_folder, signals
+from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
 from zoo.tracking import Tracker, open_tracker, step_scalars
 
 
@@ -217,7 +217,7 @@ def saved_epoch(path: Path, batches_done: int) -> dict | None:
 class SaveState(BatchCounter):
     """The full training state every N optimizer steps and at every epoch end.
 
-    A SIGTERM (zoo.runs.signals) stops ``fit`` at the end of the optimizer step in progress,
+    A SIGTERM or Ctrl-C (zoo.runs.signals) stops ``fit`` at the end of the optimizer step in progress,
     after saving the state there; in an epoch's last step, at the epoch end, after validation,
     its metrics row and its state. ``losses`` gives the run's first batch loss to the states.
     """
@@ -270,7 +270,7 @@ class SaveState(BatchCounter):
             self.save()
         if at_step_end and signals.requested() and batch + 1 < self.params.get("steps", 0):
             self.save()
-            raise Terminated()
+            raise signals.stop()  # Terminated (SIGTERM) or Interrupted (Ctrl-C)
 
     def save(self) -> None:
         optimizer = training_optimizer(self.model)
@@ -291,7 +291,7 @@ class SaveState(BatchCounter):
     def on_epoch_end(self, epoch, logs=None):
         self.save()
         if signals.requested():
-            raise Terminated()
+            raise signals.stop()
 
 
 class TensorBoardWriter:

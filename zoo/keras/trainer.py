@@ -275,16 +275,22 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
             )  # fmt: skip
 
         stream = per_worker(strategy, dataset.train, batches)
-        model.fit(
-            stream,
-            initial_epoch=first_epoch,
-            epochs=last_epoch,
-            steps_per_epoch=steps,
-            validation_data=val,
-            callbacks=callbacks,
-            shuffle=False,  # the order is zoo's, already in the dataset
-            verbose=1 if progress == "bar" else 0,
-        )
+        try:
+            model.fit(
+                stream,
+                initial_epoch=first_epoch,
+                epochs=last_epoch,
+                steps_per_epoch=steps,
+                validation_data=val,
+                callbacks=callbacks,
+                shuffle=False,  # the order is zoo's, already in the dataset
+                verbose=1 if progress == "bar" else 0,
+            )
+        except Exception as error:  # a batch the data could not give: the steps before it are saved
+            for callback in callbacks:
+                if isinstance(callback, SaveState):
+                    callback.stopped_by(error)
+            raise
 
     started = time.perf_counter()
     # SaveState stops fit on SIGTERM at a step end, saved; without it (no run folder) it stops at once.

@@ -9,7 +9,7 @@ from pathlib import Path
 import lightning as L
 
 from zoo import state
-from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, check_run_folder
+from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
 from zoo.tracking import Tracker, step_scalars
 
 # Every hook a Lightning callback can implement (the checkpoint-state methods are not hooks).
@@ -346,10 +346,16 @@ class SaveState(L.Callback):
         self.save(trainer)
         self.hold_sigterm(trainer, release=True)  # Lightning stops after this epoch end
 
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self.hold_sigterm(trainer, release=True)  # a Ctrl-C while testing stops it, as SIGTERM does
+
     def hold_sigterm(self, trainer, release: bool) -> None:
         """Let a SIGTERM stop the loop now (``release``) or hold it until it can stop cleanly.
-        Lightning reads its signal connector's flag after these hooks and has no public way to wait."""
+        Lightning reads its signal connector's flag after these hooks and has no public way to wait.
+        A Ctrl-C, which Lightning does not watch, raises the same flag (zoo.runs.signals)."""
         connector = trainer._signal_connector
+        if signals.requested() and not self.sigterm_held:
+            connector.received_sigterm = True
         if connector.received_sigterm or self.sigterm_held:
             connector.received_sigterm, self.sigterm_held = release, not release
 

@@ -31,7 +31,7 @@ from zoo.lightning.callbacks import (
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
-from zoo.runs import MetricsLog, RunDir, Terminated, signals
+from zoo.runs import MetricsLog, RunDir, signals
 from zoo.schedule import lr_table, optimizer_steps
 from zoo.tracking import open_tracker
 from zoo.weights import decay_exempt_tensors
@@ -118,15 +118,16 @@ class Restored(L.Callback):
 def zoo_stops(restored: Restored):
     """Lightning's ``fit`` and ``test`` as zoo's runs stop: Lightning ends them with ``SystemExit``
     on Ctrl-C (status 1, after saying nothing at zoo's log level) and on SIGTERM (status 0: a
-    preempted run would look finished). zoo raises KeyboardInterrupt and :class:`Terminated`
-    instead, as the Keras side does, and zoo.runs.record_stop says what is kept."""
+    preempted run would look finished). zoo raises :class:`Terminated` (SIGTERM),
+    :class:`~zoo.runs.Interrupted` (a first Ctrl-C, once the step ended) and KeyboardInterrupt (a
+    second one) instead, as the Keras side does, and zoo.runs.record_stop says what is kept."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
         with signals.loop_stops():  # Lightning's own SIGTERM handler stops its loops; zoo's waits
             yield
-    except SIGTERMException:
-        raise Terminated() from None
+    except SIGTERMException:  # SIGTERM, or a Ctrl-C that SaveState raised Lightning's flag for
+        raise signals.stop() from None
     except SystemExit:
         if isinstance(restored.exception, KeyboardInterrupt):
             raise KeyboardInterrupt from None

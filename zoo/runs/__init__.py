@@ -3,7 +3,7 @@
 The pieces live by what they are for: :mod:`zoo.runs.launch` (which process writes, launcher
 variables), :mod:`zoo.runs.folder` (creating, locking, resuming a folder),
 :mod:`zoo.runs.metrics` (``metrics.csv``), :mod:`zoo.runs.stops` (a run that stops early),
-:mod:`zoo.runs.signals` (SIGTERM), :mod:`zoo.runs.growth` (a loss that grew instead of falling)
+:mod:`zoo.runs.signals` (SIGTERM, Ctrl-C), :mod:`zoo.runs.growth` (a loss that grew instead of falling)
 and :mod:`zoo.runs.listing` (finding runs again for ``zoo runs``). Their public names are all here.
 """
 
@@ -25,6 +25,7 @@ from zoo.runs.listing import (
 )
 from zoo.runs.metrics import TASK_METRICS, MetricsLog, metric_columns, read_metrics
 from zoo.runs.stops import (
+    Interrupted,
     NonFiniteLoss,
     NonFiniteWeights,
     RunFolderGone,
@@ -36,8 +37,8 @@ from zoo.runs.stops import (
 
 __all__ = [
     "BEST", "LAUNCH_VARIABLES", "RANK_VARIABLES", "RECORDED_RECIPE", "RUN_FILES", "STATUSES",
-    "TASK_METRICS", "MetricsLog", "NonFiniteLoss", "NonFiniteWeights", "RunDir", "RunFolderGone",
-    "RunInfo", "Terminated", "TrainingStopped", "best_metric", "check_launch", "check_run_folder",
-    "find_runs", "is_primary_process", "is_run_folder", "metric_columns", "next_commands",
+    "TASK_METRICS", "Interrupted", "MetricsLog", "NonFiniteLoss", "NonFiniteWeights", "RunDir",
+    "RunFolderGone", "RunInfo", "Terminated", "TrainingStopped", "best_metric", "check_launch",
+    "check_run_folder", "find_runs", "is_primary_process", "is_run_folder", "metric_columns", "next_commands",
     "prepare_resume", "read_metrics", "read_run", "record_stop", "resolve_run",
 ]  # fmt: skip

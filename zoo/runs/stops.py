@@ -1,4 +1,4 @@
-"""How a run stops early: a loss or weights that stop being numbers, a SIGTERM, a run folder
+"""How a run stops early: a loss or weights that stop being numbers, a SIGTERM or Ctrl-C, a run folder
 deleted under it, and what a stopped run leaves behind for ``zoo resume`` and ``zoo runs``."""
 
 from __future__ import annotations
@@ -61,6 +61,17 @@ class Terminated(TrainingStopped):
         super().__init__("the run received SIGTERM")
 
 
+class Interrupted(Terminated):
+    """Ctrl-C (SIGINT) ended the run where it could stop cleanly, as SIGTERM does
+    (zoo.runs.signals). The exit status is the one a shell reports for a command Ctrl-C killed,
+    128 + 2."""
+
+    exit_status = 128 + signal.SIGINT
+
+    def __init__(self):
+        TrainingStopped.__init__(self, "the run received Ctrl-C (SIGINT)")
+
+
 class RunFolderGone(TrainingStopped):
     """The run folder was deleted or moved away while the run trained: writing on would create
     a folder of stray files (no recipe.yaml, a metrics.csv without its header) that looks like a run."""
@@ -118,7 +129,7 @@ def record_stop(run: RunDir | None, error: BaseException) -> None:
         "an epoch too)"
     )
     if isinstance(error, Terminated | KeyboardInterrupt):
-        terminated = isinstance(error, Terminated)
+        terminated = isinstance(error, Terminated) and not isinstance(error, Interrupted)
         name, said = ("SIGTERM", "SIGTERM") if terminated else ("SIGINT", "Ctrl-C (SIGINT)")
         try:  # an MLflow run says KILLED; resume reopens it
             run.write_summary({
@@ -133,4 +144,7 @@ def record_stop(run: RunDir | None, error: BaseException) -> None:
 
     finish_mlflow(run.path, {"status": "interrupted"})  # an MLflow run says KILLED; resume reopens it
     if last is not None:
-        log.error(f"the run stopped ({type(error).__name__}); {kept}")
+        from zoo.data.stream import unreadable_batch  # a shard changed under the run, say
+
+        cause = "a batch its data could not give" if unreadable_batch(error) else type(error).__name__
+        log.error(f"the run stopped ({cause}); {kept}")
