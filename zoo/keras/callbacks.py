@@ -232,6 +232,7 @@ class SaveState(BatchCounter):
         self.saved = -1
         self.epoch_started = time.perf_counter()
         self.resumed_metrics: dict | None = None  # metric sums of a mid-epoch state, until put back
+        self.step_ended = False  # whether the last training batch ended an optimizer step
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
@@ -266,11 +267,21 @@ class SaveState(BatchCounter):
                 if i < len(variables) and tuple(saved.shape) == tuple(variables[i].shape):
                     variables[i].assign_add(saved)
         steps, at_step_end = self.count_batch()
+        self.step_ended = at_step_end
         if at_step_end and self.every_n_steps and steps % self.every_n_steps == 0:
             self.save()
         if at_step_end and signals.requested() and batch + 1 < self.params.get("steps", 0):
             self.save()
             raise signals.stop()  # Terminated (SIGTERM) or Interrupted (Ctrl-C)
+
+    def stopped_by(self, error: BaseException) -> None:
+        """``fit`` ended with ``error``: a batch the data could not give (a shard changed under
+        the run) stops it as SIGTERM does, the state of the optimizer step before it saved
+        (none of the failed batch's step ran), so zoo resume continues once the data is fixed."""
+        from zoo.data.stream import unreadable_batch
+
+        if unreadable_batch(error) and self.step_ended:
+            self.save()
 
     def save(self) -> None:
         optimizer = training_optimizer(self.model)

@@ -362,5 +362,10 @@ class SaveState(L.Callback):
     def on_exception(self, trainer, pl_module, exception):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-        if isinstance(exception, SIGTERMException) and trainer.training and self.step_ended:
+        from zoo.data.stream import unreadable_batch
+
+        # A batch the data could not give (a shard changed under the run) stops it as SIGTERM
+        # does: the steps before it are saved, and zoo resume continues once the data is fixed.
+        stops = isinstance(exception, SIGTERMException) or unreadable_batch(exception)
+        if stops and trainer.training and self.step_ended:
             self.save(trainer)
