@@ -24,7 +24,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
@@ -266,8 +266,8 @@ UNSUPPORTED = {
 # init_lora_weights that rewrite the base's weights as they make the adapter (the adapter only
 # works on that rewritten base, which the file does not hold).
 BASE_CHANGING_INITS = ("pissa", "olora", "corda", "loftq", "lora_ga")
-Rank = StrictInt
-Alpha = float
+Rank = Annotated[StrictInt, Field(gt=0)]
+Alpha = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class PeftSettings(BaseModel):
@@ -276,8 +276,8 @@ class PeftSettings(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     peft_type: str = "LORA"
-    r: Rank = Field(gt=0)
-    lora_alpha: Alpha = Field(allow_inf_nan=False)
+    r: Rank
+    lora_alpha: Alpha
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: list[str] | str | None = None
     modules_to_save: list[str] | None = None
@@ -564,8 +564,8 @@ def _check_targets(path: Path, settings: PeftSettings, adapted: dict, hf_modules
     for name, found in adapted.items():
         if not targeted(name):
             raise CheckpointError(
-                f"{path}: the weights adapt {name!r} ({found.keys[A]}), which target_modules "
-                f"{targets!r} does not name"
+                f"{path.with_name(WEIGHTS)}: {found.keys[A]} adapts {name!r}, which target_modules "
+                f"{targets!r} of {CONFIG} does not name"
             )
 
 
