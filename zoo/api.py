@@ -200,6 +200,10 @@ def load_checkpoint(path, framework: str = "lightning", architecture: str | None
         from zoo.loading import describe_directory
 
         raise CheckpointError(f"{path}: a folder, not a checkpoint file: {describe_directory(Path(path))}")
+    from zoo.loading import is_adapter_file, merged
+
+    if is_adapter_file(Path(path)):  # a LoRA adapter: the model is its base with it merged in
+        path = merged(Path(path))
     return load(path, framework_name(framework), architecture)
 
 
@@ -213,11 +217,12 @@ def evaluate(
     the recipe's accelerator and in its precision."""
     from zoo.checkpoint import CheckpointError, read_checkpoint
     from zoo.data import load_dataset
+    from zoo.loading import checkpoint_file
 
     framework = framework_name(framework)
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides)
-    found = read_checkpoint(checkpoint)
+    found = read_checkpoint(checkpoint_file(checkpoint))  # a LoRA adapter merged onto its base too
     dataset = load_dataset(recipe.data, found.family.input_kind, tokenizer=saved_tokenizer(found))
     task = found.config.active_task
     if task != dataset.task:
@@ -280,16 +285,30 @@ def inspect_checkpoint(path) -> dict[str, Any]:
     """Metadata (JSON fields decoded) and the tensor table of a checkpoint. The metadata comes in
     the order it is written (keys zoo does not write after, alphabetically), the same every time."""
     from zoo.checkpoint import METADATA_ORDER, read_checkpoint
+    from zoo.loading import adapter_of, is_adapter_file
 
-    checkpoint = read_checkpoint(path)
+    path = adapter_of(Path(path))  # a LoRA run folder: its adapter
+    if is_adapter_file(path):  # the adapter's own metadata and tensors (A, B, trained biases)
+        from zoo.lora import read_adapter
+
+        adapter = read_adapter(path)
+        raw, tensors = adapter.metadata, adapter.tensors
+        table = [(name, tuple(value.shape), str(value.dtype)) for name, value in sorted(tensors.items())]
+    else:
+        if Path(path).is_dir():
+            from zoo.loading import checkpoint_file
+
+            path = checkpoint_file(path)  # a run folder's checkpoint, a foreign folder imported
+        checkpoint = read_checkpoint(path)
+        raw = checkpoint.metadata
+        ports = checkpoint.family.weight_table(checkpoint.config)
+        table = [(s.name, s.shape, s.dtype) for port in ports for s in port.tensors]
     rank = {key: i for i, key in enumerate(METADATA_ORDER)}
     metadata: dict[str, Any] = {}
-    for key in sorted(checkpoint.metadata, key=lambda k: (rank.get(k, len(rank)), k)):
-        value = checkpoint.metadata[key]
+    for key in sorted(raw, key=lambda k: (rank.get(k, len(rank)), k)):
+        value = raw[key]
         metadata[key] = value  # text, unless it is JSON zoo reads
         if value[:1] in "{[":
             with contextlib.suppress(ValueError):
                 metadata[key] = parse_json(value, key, error=ValueError, expect=None)
-    tensors = checkpoint.family.weight_table(checkpoint.config)
-    table = [(s.name, s.shape, s.dtype) for port in tensors for s in port.tensors]
     return {"metadata": metadata, "tensors": table}

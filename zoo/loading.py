@@ -227,6 +227,11 @@ def describe_directory(path: Path) -> str:
                 f"a zoo run folder; its checkpoint is {held}: zoo.load_checkpoint('{held}'), or "
                 f"zoo.load('{path}') for the folder"
             )
+        if (path / ADAPTER).is_file():
+            return (
+                f"a zoo LoRA run folder; its adapter is {path / ADAPTER}: zoo.load('{path}') loads it merged "
+                "into its base"
+            )
         return f"a zoo run folder that has not exported {CHECKPOINT} yet (zoo runs show {path})"
     if held.is_file() and is_zoo_checkpoint(held):
         return (

@@ -124,9 +124,11 @@ def sample_tokens(
     top_p: float | None = None,
 ) -> Sampled:
     """:func:`sample`, with the token ids read and generated."""
+    from zoo.loading import checkpoint_file
     from zoo.tokenizer import TokenizerError, tokenizer_of
 
     check_length(length)  # before the model is read
+    path = checkpoint_file(path)  # a run folder's, a LoRA adapter merged onto its base, an import
     checkpoint = read_checkpoint(path)
     if checkpoint.config.active_task != "language_modeling":
         raise CheckpointError(

@@ -16,11 +16,11 @@ from zoo.recipe.schema import SEED_LIMIT
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=Path))
 @for_scripts
 @user_errors
 def inspect(checkpoint: Path, as_json: bool, quiet: bool) -> None:
-    """A checkpoint's metadata and tensor table."""
+    """A checkpoint's (or a LoRA adapter's, or a run folder's) metadata and tensor table."""
     from zoo.api import inspect_checkpoint
 
     info = inspect_checkpoint(checkpoint)
@@ -49,7 +49,7 @@ def inspect(checkpoint: Path, as_json: bool, quiet: bool) -> None:
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--recipe", "recipe", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The recipe whose data's test split is used.")  # fmt: skip
 @framework_option
@@ -72,7 +72,7 @@ def evaluate(
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("checkpoint", type=click.Path(path_type=Path))
 @click.option("--prompt", default="", help="Text to continue.")
 @click.option("--length", default=200, show_default=True, type=click.IntRange(1, MAX_SAMPLE_LENGTH),
               help="Tokens to generate.")  # fmt: skip

@@ -1,0 +1,121 @@
+"""A LoRA adapter goes wherever a model goes: ``zoo.load``, ``zoo sample``, ``evaluate``,
+``predict``, ``inspect`` and ``export`` take the adapter file of an ``init.lora`` run, or the run
+folder, and give what its merged model (``zoo merge``) gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import zoo
+from zoo.cli import main
+
+TEXT = "the cat sat on the mat. a dog ran in the fog. " * 40
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[Path, Path]:
+    """A finished one-epoch LoRA run of gpt2-micro on a seeded base, and its adapter merged."""
+    folder = tmp_path_factory.mktemp("lora")
+    (folder / "text.txt").write_text(TEXT)
+    recipe = {
+        "name": "lora",
+        "model": {"architecture": "gpt2-micro", "n_layer": 1},
+        "data": {"name": "text", "path": str(folder / "text.txt"), "seq_len": 16, "batch_size": 8},
+        "optimizer": {"name": "adamw", "lr": 0.03},
+        "trainer": {"max_epochs": 1, "progress_bar": False},
+        "init": {"lora": {"rank": 4, "train_bias": "lora_only"}},
+        "export": {"dir": str(folder / "runs")},
+        "tracking": {"tensorboard": False},
+    }
+    done = zoo.train(recipe, "lightning")
+    assert done.checkpoint.name == "adapter.safetensors"
+    merged = CliRunner().invoke(main, ["merge", str(done.checkpoint), "--out", str(folder / "merged")])
+    assert merged.exit_code == 0, merged.output
+    return done.run_dir, folder / "merged" / "model.safetensors"
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+
+
+def sources(run) -> dict[str, Path]:
+    folder, _ = run
+    return {"adapter": folder / "adapter.safetensors", "run folder": folder}
+
+
+def logits(model, ids: np.ndarray) -> np.ndarray:
+    if hasattr(model, "state_dict"):
+        import torch
+
+        with torch.no_grad():
+            return model.eval()(torch.from_numpy(ids)).numpy()
+    return np.asarray(model(ids))
+
+
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+def test_zoo_load_takes_an_adapter_and_its_run_folder(run, framework):
+    from zoo.lora import load_adapter
+
+    folder, merged = run
+    whole = zoo.load(merged, framework)
+    ids = whole.zoo_config.example_input(2, seed=1)
+    expected = logits(whole, ids)
+    assert (
+        np.abs(expected - logits(load_adapter(folder / "adapter.safetensors", framework), ids)).max() < 1e-5
+    )
+    for what, path in sources(run).items():
+        assert np.array_equal(logits(zoo.load(path, framework), ids), expected), what
+    from zoo.api import load_checkpoint
+
+    assert np.array_equal(logits(load_checkpoint(folder / "adapter.safetensors", framework), ids), expected)
+
+
+def invoke(*args: str) -> str:
+    result = CliRunner().invoke(main, [*map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result.stdout  # stderr says where the adapter was merged
+
+
+def test_sample_evaluate_and_predict_take_an_adapter_and_its_run_folder(run):
+    folder, merged = run
+    recipe = folder / "recipe.yaml"
+
+    def outputs(path) -> tuple:
+        sampled = json.loads(invoke("sample", path, "--prompt", "the ", "--length", "12", "--json"))
+        metrics = json.loads(invoke("evaluate", path, "--recipe", recipe, "--json"))
+        predicted = json.loads(invoke("predict", path, "--text", "a dog", "--length", "8", "--json"))
+        return sampled["ids"], sampled["text"], metrics, predicted["predictions"]
+
+    expected = outputs(merged)
+    assert len(expected[0]) == 12 and expected[2]["test_loss"] > 0
+    for what, path in sources(run).items():
+        assert outputs(path) == expected, what
+
+
+def test_inspect_shows_the_adapter_itself(run):
+    for what, path in sources(run).items():
+        info = json.loads(invoke("inspect", path, "--json"))
+        assert info["metadata"]["kind"] == "adapter", what
+        assert info["metadata"]["base"]["seed"] == 0 and len(info["metadata"]["base"]["sha256"]) == 64
+        names = {name for name, _, _ in info["tensors"]}
+        assert "h.0.attn.q.lora_A" in names and "wte.weight" not in names, what
+
+
+def test_export_of_an_adapter_is_the_merged_model_s(run, tmp_path):
+    from safetensors.numpy import load_file
+
+    _, merged = run
+    invoke("export", merged, "--format", "hf", "--out", tmp_path / "whole")
+    expected = load_file(tmp_path / "whole" / "model.safetensors")
+    for what, path in sources(run).items():
+        out = tmp_path / what.replace(" ", "-")
+        invoke("export", path, "--format", "hf", "--out", out)
+        got = load_file(out / "model.safetensors")
+        assert set(got) == set(expected) and all(np.array_equal(got[k], expected[k]) for k in got), what
+        assert (out / "tokenizer.json").is_file() and (out / "tokenizer_config.json").is_file()
