@@ -219,6 +219,10 @@ def _no_a(t):
     del t[f"{Q}.lora_A.weight"]
 
 
+def _no_embedding_b(t):
+    del t["base_model.model.model.embed_tokens.lora_embedding_B"]
+
+
 def _no_lora(t):
     t.clear()
 
@@ -253,6 +257,7 @@ def _untargeted(t):
     [
         (_unknown, ("q_proj.lora_C.weight", "LoRA tensor zoo does not know")),
         (_no_a, ("not base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",)),
+        (_no_embedding_b, ("not base_model.model.model.embed_tokens.lora_embedding_B",)),
         (_no_lora, ("holds no LoRA tensors",)),
         (_wide_a, ("q_proj.lora_A.weight is [4, 33], but [4, 32]",)),
         (_wrong_b, ("q_proj.lora_B.weight is [31, 4], but [32, 4]",)),

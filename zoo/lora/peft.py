@@ -507,14 +507,13 @@ def _sort_keys(
                 f"({', '.join(saved) or 'none'})"
             )
     for found in adapted.values():
+        present = next(iter(found.keys.values()))
         for part in (A, B):
             if part not in found.parts:
-                other = found.keys[B if part == A else A]
-                missing = (
-                    other.replace("lora_B", "lora_A") if part == A else other.replace("lora_A", "lora_B")
-                )
+                tail = f"lora_embedding_{part[-1]}" if found.embedding else f"{part}.weight"
                 raise CheckpointError(
-                    f"{weights}: holds {other} but not {missing}; the adapter is incomplete"
+                    f"{weights}: holds {present} but not {PREFIX}{found.name}.{tail}; the adapter is "
+                    "incomplete"
                 )
         if settings.lora_bias and not found.embedding and BIAS not in found.parts:
             raise CheckpointError(
