@@ -227,6 +227,8 @@ def test_ctrl_c_at_a_terminal_saves_a_streamed_run_mid_epoch_and_resume_is_bit_e
     assert steps > 4  # the signal comes mid-epoch
     done, run = signalled(tmp_path, framework, 3, "group-SIGINT", recipe=recipe, settings=[])
     stopped_on_sigterm(done, run, 3, "SIGINT")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # the run's recipe keeps data.path absolute
     code, out = zoo("resume", str(run))
     assert code == 0, out
     expected, resumed = (

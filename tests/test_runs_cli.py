@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,103 @@ def test_train_json_is_the_only_thing_on_stdout(tmp_path):
     tensors = len(json.loads(invoke("inspect", document["checkpoint"], "--json").stdout)["tensors"])
     checkpoint = document["checkpoint"]
     assert quiet.stdout.strip() == f"{checkpoint}: convnet-tiny, classification, {tensors} tensors"
+
+
+def test_a_lora_run_is_listed_finished_with_its_adapter(tmp_path):
+    """A LoRA run (init.lora) exports adapter.safetensors, no model.safetensors: it used to be
+    listed as damaged ("model.safetensors is missing"). Its commands evaluate and sample the
+    adapter, and fine-tune from it once merged into its base."""
+    run = fake_run(tmp_path, "lora-keras", framework="keras", metrics={"test_loss": 2.0})
+    run.joinpath("model.safetensors").unlink()
+    run.joinpath("adapter.safetensors").write_bytes(b"not read by zoo runs")
+    recipe = run / "recipe.yaml"
+    recipe.write_text(recipe.read_text() + "data:\n  name: text\ninit:\n  lora:\n    rank: 4\n")
+    summary = json.loads(run.joinpath("summary.json").read_text())
+    run.joinpath("summary.json").write_text(
+        json.dumps({**summary, "checkpoint": str(run / "adapter.safetensors")})
+    )
+    listed = json.loads(invoke("runs", "--dir", tmp_path, "--json").stdout)
+    assert [(r["status"], r["checkpoint"], r["adapter"]) for r in listed] == [
+        ("finished", str(run / "adapter.safetensors"), True)
+    ]
+    shown = json.loads(invoke("runs", "show", run, "--json").stdout)
+    adapter, merged = run / "adapter.safetensors", run / "merged.safetensors"
+    assert shown["commands"] == {
+        "evaluate": f"zoo evaluate {adapter} --recipe {run / 'recipe.yaml'} --framework keras",
+        "sample": f"zoo sample {adapter} --prompt 'The ' --length 200 --framework keras",
+        "merge": f"zoo merge {adapter} -o {merged}",
+        "finetune": f"zoo finetune RECIPE --from {merged}",
+        "plot": f"zoo plot {run} -o {run / 'curves.png'}",
+    }
+    # Its adapter gone, it is damaged, saying which file is missing.
+    adapter.unlink()
+    (gone,) = json.loads(invoke("runs", "--dir", tmp_path, "--json").stdout)
+    assert gone["status"] == "damaged" and gone["problems"] == [
+        "summary.json says finished but adapter.safetensors is missing"
+    ]
+
+
+def test_the_commands_name_absolute_paths_quoted_for_a_shell(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = fake_run(Path("my runs"), "done", metrics={"test_accuracy": 0.5})
+    commands = json.loads(invoke("runs", "show", "done", "--dir", "my runs", "--json").stdout)["commands"]
+    where = tmp_path / "my runs" / "done"
+    evaluate = f"zoo evaluate '{where / 'model.safetensors'}' --recipe '{where / 'recipe.yaml'}'"
+    assert commands["evaluate"] == f"{evaluate} --framework lightning"
+    assert run.is_dir()
+
+
+def test_a_saved_recipe_keeps_absolute_paths():
+    from zoo.recipe.schema import anchored_paths
+
+    raw = {
+        "data": {"name": "stream", "path": ["shards/*.jsonl", "/abs/x.parquet"], "validation": "v",
+                 "tokenizer": "tok/tokenizer.json"},
+        "init": {"from": "../base.safetensors"},
+        "export": {"dir": "checkpoints"},
+    }  # fmt: skip
+    assert anchored_paths(raw, "/work/here") == {
+        "data": {"name": "stream", "path": ["/work/here/shards/*.jsonl", "/abs/x.parquet"],
+                 "validation": "/work/here/v", "tokenizer": "/work/here/tok/tokenizer.json"},
+        "init": {"from": "/work/base.safetensors"},
+        "export": {"dir": "checkpoints"},  # where runs go is not a file the run reads
+    }  # fmt: skip
+    for name in ("char", "bpe"):
+        assert anchored_paths({"data": {"tokenizer": name}}, "/w") == {"data": {"tokenizer": name}}
+    assert anchored_paths({"data": {"name": "image_folder", "root": "my-images"}}, "/w")["data"]["root"] == (
+        "/w/my-images"
+    )
+
+
+def test_the_printed_commands_work_from_another_directory(tmp_path, monkeypatch):
+    """The issue's case: a run on relative data (data.root: my-images) kept the relative path in
+    its recipe, and the evaluate command zoo runs show printed failed from any other directory."""
+    import numpy as np
+    from safetensors import safe_open
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 8, 8), dtype=np.float32), np.arange(64) % 2
+    np.savez(work / "digits.npz", x_train=x, y_train=y, x_test=x[:16], y_test=y[:16])
+    monkeypatch.chdir(work)
+    settings = [
+        "model.architecture=convnet-tiny", "trainer.max_epochs=1", "trainer.progress_bar=false",
+        "data.name=npz", "data.path=digits.npz", "data.batch_size=16", "export.dir=runs",
+        "export.run_name=rel", "tracking.tensorboard=false",
+    ]  # fmt: skip
+    trained = invoke("train", RECIPE, *(a for s in settings for a in ("--set", s)))
+    assert trained.exit_code == 0, trained.output
+    run = work / "runs" / "rel"
+    saved = str(work / "digits.npz")
+    assert f"path: {saved}" in (run / "recipe.yaml").read_text()
+    with safe_open(str(run / "model.safetensors"), "np") as handle:
+        assert json.loads(handle.metadata()["recipe"])["data"]["path"] == saved
+
+    monkeypatch.chdir(elsewhere)
+    commands = json.loads(invoke("runs", "show", run, "--json").stdout)["commands"]
+    command = shlex.split(commands["evaluate"])
+    assert command[:2] == ["zoo", "evaluate"]
+    evaluated = invoke(*command[1:])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert list(elsewhere.iterdir()) == []

@@ -423,12 +423,45 @@ class Recipe(Section):
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """The recipe as plain JSON values, under the names a YAML file uses."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The recipe as plain JSON values, under the names a YAML file uses, its relative file
+        paths made absolute (:func:`anchored_paths`): what a run folder and a checkpoint keep
+        names the same files from any directory."""
+        return anchored_paths(self.model_dump(mode="json", by_alias=True))
 
     def to_yaml(self) -> str:
         """The recipe as YAML that loads back to the same recipe (what a run folder keeps)."""
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# The recipe fields that name files or folders (zoo reads them relative to the current directory).
+PATH_FIELDS = (
+    ("data", "path"), ("data", "root"), ("data", "validation"), ("data", "test"), ("data", "tokenizer"),
+    ("init", "from"),
+)  # fmt: skip
+TOKENIZER_NAMES = ("char", "bpe")  # data.tokenizer values that are not paths
+
+
+def anchored_paths(raw: dict[str, Any], cwd: str | Path | None = None) -> dict[str, Any]:
+    """``raw`` (a recipe as plain values) with each relative path of :data:`PATH_FIELDS` made
+    absolute against ``cwd`` (default: the current directory, which zoo reads them from). A run
+    keeps its recipe so: ``zoo resume`` and the ``zoo evaluate`` that ``zoo runs`` prints work
+    from any directory, where ``data.root: my-images`` would name another folder or none.
+    ``os.path.abspath`` keeps the user's links and glob patterns as they are."""
+    base = os.fspath(cwd) if cwd is not None else os.getcwd()
+    for section, key in PATH_FIELDS:
+        values = raw.get(section)
+        value = values.get(key) if isinstance(values, dict) else None
+        if value is None or (key == "tokenizer" and value in TOKENIZER_NAMES):
+            continue
+        if isinstance(value, list):
+            values[key] = [_absolute(v, base) for v in value]
+        elif isinstance(value, str):
+            values[key] = _absolute(value, base)
+    return raw
+
+
+def _absolute(path: Any, base: str) -> Any:
+    return os.path.abspath(os.path.join(base, path)) if isinstance(path, str) and path else path
 
 
 def classifies_token_ids(family: Family) -> bool:

@@ -86,8 +86,13 @@ class RunDir:
         recorded = self.path / RECORDED_RECIPE
         if not recorded.is_file():
             return None
+        from zoo.recipe.schema import anchored_paths
+
         fix = "it is the run's record of its starting recipe, damaged: delete it to resume without the check"
-        before, now = _flat(read_json(recorded, error=SetupError, fix=fix)), _flat(recipe)
+        found = read_json(recorded, error=SetupError, fix=fix)
+        # A run recorded before recipes kept absolute paths: its relative ones, as zoo reads them now.
+        found = anchored_paths(found) if isinstance(found, dict) else found
+        before, now = _flat(found), _flat(recipe)
         return [
             f"{key}: {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
             for key in sorted(before.keys() | now.keys())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from zoo.runs.metrics import read_metrics
 RUN_FILES = ("recipe.yaml", RECORDED_RECIPE, "summary.json", "metrics.csv", "state")
 BEST = {"loss": min, "bpc": min, "bpt": min, "accuracy": max}  # which way each validation metric improves
 STATUSES = ("finished", "interrupted", "diverged", "running", "damaged")
+ADAPTER = "adapter.safetensors"  # what a LoRA run (init.lora) exports instead of model.safetensors
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class RunInfo:
     seconds: float | None = None
     checkpoint: Path | None = None
     problems: tuple[str, ...] = ()  # why a damaged run is damaged
+    adapter: bool = False  # the run trained a LoRA adapter: its checkpoint is the adapter alone
 
     def to_dict(self) -> dict[str, Any]:
         best = None
@@ -45,6 +48,7 @@ class RunInfo:
             "framework": self.framework, "architecture": self.architecture, "task": self.task,
             "epochs": self.epochs, "best": best, "seconds": self.seconds,
             "checkpoint": str(self.checkpoint) if self.checkpoint else None, "problems": list(self.problems),
+            "adapter": self.adapter,
         }  # fmt: skip
 
 
@@ -101,7 +105,9 @@ def read_run(path: Path) -> RunInfo:
     task = data.get("task", "language_modeling") if data.get("name") == "text" else "classification"
     if "task" in model:
         task = model["task"]
-    checkpoint = path / "model.safetensors"
+    init = recipe.get("init") if isinstance(recipe.get("init"), dict) else {}
+    adapter = init.get("lora") is not None or _exported_name(summary) == ADAPTER
+    checkpoint = path / (ADAPTER if adapter else "model.safetensors")
     status = _status(path, summary, checkpoint, problems)
     seconds = summary.get("total_seconds")
     if seconds is None and rows:
@@ -110,8 +116,15 @@ def read_run(path: Path) -> RunInfo:
         path=path, status=status, recipe=summary.get("recipe") or recipe.get("name"),
         framework=summary.get("framework") or trainer.get("framework"), architecture=architecture,
         task=task, epochs=len(rows), best=best_metric(rows), seconds=seconds,
-        checkpoint=checkpoint if checkpoint.is_file() else None, problems=tuple(problems),
+        checkpoint=checkpoint if checkpoint.is_file() else None, problems=tuple(problems), adapter=adapter,
     )  # fmt: skip
+
+
+def _exported_name(summary: dict[str, Any]) -> str | None:
+    """The file name of the checkpoint a finished run's summary names (``model.safetensors``, or
+    ``adapter.safetensors`` for a LoRA run), None where it names none."""
+    found = summary.get("checkpoint")
+    return Path(found).name if isinstance(found, str) and found else None
 
 
 def _status(path: Path, summary: dict[str, Any], checkpoint: Path, problems: list[str]) -> str:
@@ -122,7 +135,7 @@ def _status(path: Path, summary: dict[str, Any], checkpoint: Path, problems: lis
     if summary.get("status", "finished") == "finished" and "metrics" in summary:
         if checkpoint.is_file():
             return "damaged" if problems else "finished"
-        problems.append("summary.json says finished but model.safetensors is missing")
+        problems.append(f"summary.json says finished but {checkpoint.name} is missing")
         return "damaged"
     return "damaged" if problems else "interrupted"
 
@@ -184,25 +197,38 @@ def resolve_run(name: str | Path, root: Path) -> Path:
 
 def next_commands(info: RunInfo) -> dict[str, str]:
     """The commands that take a run further: resume it, evaluate, sample or fine-tune its
-    checkpoint, plot it, open its TensorBoard; only those that apply to its state."""
+    checkpoint (a LoRA run's adapter: merged into its base first), plot it, open its TensorBoard;
+    only those that apply to its state. Paths are absolute and quoted for a shell, so each
+    command works from any directory (the run's recipe keeps absolute data paths too)."""
     from zoo.state import latest_state
 
-    run, recipe = info.path, info.path / "recipe.yaml"
+    run = Path(os.path.abspath(info.path))
+    recipe, q = run / "recipe.yaml", _quoted
     framework = f" --framework {info.framework}" if info.framework else ""
     commands: dict[str, str] = {}
     if info.status == "interrupted" and latest_state(run) is not None:
-        commands["resume"] = f"zoo resume {run}"
+        commands["resume"] = f"zoo resume {q(run)}"
     elif info.status == "diverged":
         commands["resume"] = (
-            f"edit {recipe} (a lower optimizer.lr, schedule.warmup_steps), then zoo resume {run} --force"
+            f"edit {q(recipe)} (a lower optimizer.lr, schedule.warmup_steps), then "
+            f"zoo resume {q(run)} --force"
         )
     if info.checkpoint is not None:
-        commands["evaluate"] = f"zoo evaluate {info.checkpoint} --recipe {recipe}{framework}"
+        checkpoint = run / info.checkpoint.name
+        commands["evaluate"] = f"zoo evaluate {q(checkpoint)} --recipe {q(recipe)}{framework}"
         if info.task == "language_modeling":
-            commands["sample"] = f"zoo sample {info.checkpoint} --prompt 'The ' --length 200{framework}"
-        commands["finetune"] = f"zoo finetune RECIPE --from {info.checkpoint}"
+            commands["sample"] = f"zoo sample {q(checkpoint)} --prompt 'The ' --length 200{framework}"
+        if info.adapter:  # fine-tuning starts from a whole model: the adapter folded into its base
+            merged = run / "merged.safetensors"
+            commands["merge"] = f"zoo merge {q(checkpoint)} -o {q(merged)}"
+            checkpoint = merged
+        commands["finetune"] = f"zoo finetune RECIPE --from {q(checkpoint)}"
     if info.epochs:
-        commands["plot"] = f"zoo plot {run} -o {run / 'curves.png'}"
+        commands["plot"] = f"zoo plot {q(run)} -o {q(run / 'curves.png')}"
     if (run / "tb").is_dir():
-        commands["tensorboard"] = f"tensorboard --logdir {run / 'tb'}"
+        commands["tensorboard"] = f"tensorboard --logdir {q(run / 'tb')}"
     return commands
+
+
+def _quoted(path: Path) -> str:
+    return shlex.quote(str(path))
