@@ -104,3 +104,86 @@ def test_a_prompt_outside_the_vocabulary_is_refused(tmp_path):
     result = CliRunner().invoke(main, ["sample", str(checkpoint), "--prompt", "xyz", "--length", "2"])
     assert result.exit_code == 2
     assert "the prompt cannot be encoded" in result.output and "xyz" in result.output
+
+
+def _sampled(checkpoint, framework: str, *extra: str) -> dict:
+    import json
+
+    args = [
+        "sample",
+        str(checkpoint),
+        "--prompt",
+        "abc",
+        "--length",
+        "12",
+        "--framework",
+        framework,
+        "--json",
+    ]
+    result = CliRunner().invoke(main, [*args, *extra])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _eos_position(ids: list[int]) -> int:
+    """A position past the first whose id appears there first (greedy generation reaches it),
+    and is none of the prompt's."""
+    prompt = [VOCAB.index(c) for c in "abc"]
+    return next(i for i in range(2, len(ids)) if ids[i] not in ids[:i] + prompt)
+
+
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+def test_greedy_sampling_stops_at_the_config_s_eos_token(tmp_path, framework):
+    """llama's eos_token_id (config.json's): generation stops at the first one, which the ids
+    keep; --ignore-eos goes on to --length; --json says why it stopped."""
+    from zoo.checkpoint import read_checkpoint, write_checkpoint
+
+    plain = _checkpoint(tmp_path, "llama-micro")
+    free = _sampled(plain, framework)
+    assert free["stop"] == "length" and len(free["ids"]) == 12  # no eos_token_id: no stop
+    stop = _eos_position(free["ids"])
+    opened = read_checkpoint(plain)
+    config = opened.config.model_copy(update={"eos_token_id": free["ids"][stop]})
+    ended = write_checkpoint(
+        tmp_path / "eos.safetensors", config, opened.tensors(), framework="lightning", vocab=VOCAB
+    )
+    done = _sampled(ended, framework)
+    assert done["ids"] == free["ids"][: stop + 1] and done["stop"] == "eos"
+    assert done["text"] == "abc" + "".join(VOCAB[i] for i in done["ids"])
+    assert _sampled(ended, framework, "--ignore-eos")["ids"] == free["ids"]
+
+
+def test_greedy_sampling_stops_at_the_tokenizer_s_end_of_text(tmp_path):
+    """GPT-2 names no eos_token_id: its tokenizer's <|endoftext|> is where generation stops."""
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as Backend
+
+    checkpoint = _checkpoint(tmp_path, "gpt2-micro", n_positions=16)
+    free = _sampled(checkpoint, "lightning")
+    stop = _eos_position(free["ids"])
+    end = free["ids"][stop]
+    vocab = {c: i for i, c in enumerate(VOCAB) if i != end} | {"<|endoftext|>": end}
+    backend = Backend(models.WordLevel(vocab, unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(["<|endoftext|>"])
+    backend.save(str(tmp_path / "tokenizer.json"))
+    done = _sampled(checkpoint, "lightning")
+    assert done["ids"] == free["ids"][: stop + 1] and done["stop"] == "eos"
+
+
+def test_a_tokenizer_smaller_than_the_model_s_vocabulary_is_one_line(tmp_path):
+    """A GPT-2 checkpoint whose character vocabulary lacks the ids the model writes: exit 2 and
+    one line, not an IndexError."""
+    from zoo.checkpoint import write_checkpoint
+    from zoo.initial_weights import initial_tensors
+
+    config = zoo.registry.resolve_config("gpt2-micro", n_layer=1, vocab_size=211)
+    family = zoo.registry.get_family("gpt2")
+    tensors = initial_tensors(family, config, 0)
+    tensors["wte.weight"][len(VOCAB) :] *= 50  # the ids past the vocabulary are the likeliest
+    path = write_checkpoint(tmp_path / "g.safetensors", config, tensors, framework="lightning", vocab=VOCAB)
+    result = CliRunner().invoke(main, ["sample", str(path), "--prompt", "ab", "--length", "20"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "outside the character vocabulary" in lines[0], result.output

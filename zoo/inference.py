@@ -38,7 +38,7 @@ import numpy as np
 from zoo.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from zoo.data.image_folder import EXTENSIONS, image_paths, problem
 from zoo.errors import DataError
-from zoo.limits import parse_json
+from zoo.limits import parse_json, require_regular_file
 from zoo.progress import bar
 
 log = logging.getLogger("zoo")
@@ -254,6 +254,7 @@ def _expand(spec: str | Path) -> list[Path]:
 
 def _file_examples(path: Path, reads: str | None, checkpoint: Checkpoint, preprocessing) -> list[Example]:
     suffix = path.suffix.lower()
+    require_regular_file(path, PredictError)  # a FIFO named x.png, here or in a folder: never opened
     if path.is_dir():
         return _folder_examples(path, reads, checkpoint, preprocessing)
     if suffix == ARRAY_SUFFIX:
@@ -593,7 +594,7 @@ def _filled(model: Model, name: str, ids: np.ndarray, out: np.ndarray, k: int) -
 def _generate(model: Model, batch: list[Example], length: int, sampling) -> list[Prediction]:
     """Each text continued by ``length`` tokens. A model with a key/value cache generates the
     batch at once, its prompts padded on the left; any other, one prompt at a time."""
-    from zoo.sample import PromptError, generate, start_id
+    from zoo.sample import PromptError, eos_ids, generate, start_id, until_eos
 
     prompts = []
     for example in batch:
@@ -603,6 +604,7 @@ def _generate(model: Model, batch: list[Example], length: int, sampling) -> list
             raise PromptError(f"{example.name}: the model's tokenizer cannot encode it: {error}") from None
         prompts.append(ids or [start_id(model.tokenizer)])
     cached = callable(getattr(model.twin, "decode", None))
+    stops = eos_ids(model.twin.zoo_config, model.tokenizer)  # each text ends at its end of sequence
     groups = [list(range(len(batch)))] if cached else [[i] for i in range(len(batch))]
     generated: dict[int, np.ndarray] = {}
     for group in groups:
@@ -612,9 +614,9 @@ def _generate(model: Model, batch: list[Example], length: int, sampling) -> list
         for row, i in enumerate(group):
             ids[row, width - len(prompts[i]) :] = prompts[i]
             padding[row, width - len(prompts[i]) :] = False
-        out = generate(model.twin, ids, length, sampling, padding_mask=padding if cached else None)
+        out = generate(model.twin, ids, length, sampling, padding_mask=padding if cached else None, eos=stops)
         generated.update(zip(group, out, strict=True))
     return [
-        Prediction(e.name, text=e.text + model.tokenizer.decode(generated[i].tolist()))
+        Prediction(e.name, text=e.text + model.tokenizer.decode(until_eos(generated[i], stops)))
         for i, e in enumerate(batch)
     ]

@@ -14,6 +14,7 @@ Text goes through the checkpoint's tokenizer (``zoo.tokenizer.tokenizer_of``: it
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,14 @@ def sample(
     seed: int = 0,
     top_k: int | None = None,
     top_p: float | None = None,
+    *,
+    ignore_eos: bool = False,
 ) -> str:
-    """``prompt`` followed by the text of ``length`` generated tokens; temperature 0 is greedy."""
-    return sample_tokens(path, prompt, length, temperature, framework, seed, top_k, top_p).text
+    """``prompt`` followed by the text of up to ``length`` generated tokens, ending at the first
+    end-of-sequence token (:func:`eos_ids`) unless ``ignore_eos``; temperature 0 is greedy."""
+    return sample_tokens(
+        path, prompt, length, temperature, framework, seed, top_k, top_p, ignore_eos=ignore_eos
+    ).text
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,8 @@ class Sampled:
 
     text: str  # the prompt followed by the generated text
     prompt_ids: list[int]  # what the model read first (a start token for an empty prompt)
-    ids: list[int]  # the generated tokens, after the prompt
+    ids: list[int]  # the generated tokens, after the prompt (the end-of-sequence token included)
+    stop: str = "length"  # why generation stopped: "eos" (the end-of-sequence token) or "length"
 
 
 def sample_tokens(
@@ -122,8 +129,10 @@ def sample_tokens(
     seed: int = 0,
     top_k: int | None = None,
     top_p: float | None = None,
+    *,
+    ignore_eos: bool = False,
 ) -> Sampled:
-    """:func:`sample`, with the token ids read and generated."""
+    """:func:`sample`, with the token ids read and generated and why it stopped."""
     from zoo.loading import checkpoint_file
     from zoo.tokenizer import TokenizerError, tokenizer_of
 
@@ -145,8 +154,39 @@ def sample_tokens(
         ids = [start_id(tokenizer)]
     model = load_checkpoint(path, framework)
     window = checkpoint.config.context_length() or UNBOUNDED_WINDOW
-    generated = generate(model, np.asarray([ids], dtype=np.int64), length, sampling, window)[0].tolist()
-    return Sampled(prompt + tokenizer.decode(generated), list(ids), generated)
+    stops = () if ignore_eos else eos_ids(checkpoint.config, tokenizer)
+    generated = generate(model, np.asarray([ids], dtype=np.int64), length, sampling, window, eos=stops)
+    kept = until_eos(generated[0], stops)
+    try:
+        text = tokenizer.decode(kept)
+    except TokenizerError as error:
+        raise CheckpointError(
+            f"{path}: the model generated a token its tokenizer has no text for ({error}): the tokenizer "
+            f"({tokenizer.vocab_size} tokens) is not the one of this model (vocab_size "
+            f"{getattr(checkpoint.config, 'vocab_size', '?')}); put the model's tokenizer.json beside it"
+        ) from None
+    stop = "eos" if len(kept) and kept[-1] in stops else "length"
+    return Sampled(prompt + text, list(ids), kept, stop)
+
+
+def eos_ids(config: Any, tokenizer: Any) -> frozenset[int]:
+    """The ids generation stops at, as transformers' ``generate`` does: the config's
+    ``eos_token_id`` (one id or several), else the tokenizer's end-of-text token; none for a
+    model that has neither (a character model)."""
+    declared = getattr(config, "eos_token_id", None)
+    if declared is not None:
+        return frozenset([declared] if isinstance(declared, int) else declared)
+    found = tokenizer.eos_id if tokenizer is not None else None
+    return frozenset() if found is None else frozenset([found])
+
+
+def until_eos(generated: np.ndarray, eos: Collection[int]) -> list[int]:
+    """One row of generated ids up to its first end-of-sequence token, that token included."""
+    ids = [int(i) for i in generated]
+    for position, token in enumerate(ids):
+        if token in eos:
+            return ids[: position + 1]
+    return ids
 
 
 def check_length(length: int) -> None:
@@ -173,8 +213,11 @@ def generate(
     sampling: Sampling = Sampling(),
     window: int | None = None,
     padding_mask: np.ndarray | None = None,
+    eos: Collection[int] = (),
 ) -> np.ndarray:
-    """(N, length) token ids generated after ``prompts`` (N, T) by a torch or Keras twin.
+    """(N, length) token ids generated after ``prompts`` (N, T) by a torch or Keras twin; fewer
+    columns where every row has produced one of the ``eos`` ids (generation stops there: read
+    each row up to its first, :func:`until_eos`).
 
     ``padding_mask`` (N, T), True at padding, lets prompts of different lengths share a batch:
     left-pad them (the new tokens follow the last column). A model with ``decode`` uses its
@@ -194,8 +237,12 @@ def generate(
     ids = prompts
     padding = np.zeros(prompts.shape, bool) if padding_mask is None else np.asarray(padding_mask, bool)
     out = np.zeros((prompts.shape[0], length), dtype=np.int64)
+    stops = np.asarray(sorted(eos), dtype=np.int64)
+    ended = np.zeros(prompts.shape[0], dtype=bool)
     cache, logits = None, None
     for step in range(length):
+        if stops.size and ended.all():
+            return out[:, :step]
         if not runner.cached:
             logits = runner.last_logits(ids[:, -window:])
         elif cache is None or cache.length >= window:  # first step, or the position table is full
@@ -203,6 +250,7 @@ def generate(
         else:
             logits, cache = runner.decode(ids[:, -1:], cache, None)
         out[:, step] = sampling.choose(logits, rng)
+        ended |= np.isin(out[:, step], stops)
         ids = np.concatenate([ids, out[:, step : step + 1]], axis=1)
         padding = np.concatenate([padding, np.zeros((len(ids), 1), bool)], axis=1)
     return out

@@ -55,7 +55,10 @@ class Tokenizer:
     # ---------------------------------------------------------------- encode / decode
 
     def encode(self, text: str) -> list[int]:
-        return self.backend.encode(text, add_special_tokens=False).ids
+        try:
+            return self.backend.encode(text, add_special_tokens=False).ids
+        except Exception as error:  # tokenizers raises a bare Exception (a WordLevel without [UNK])
+            raise TokenizerError(f"{self.source or 'the tokenizer'} cannot encode it: {error}") from None
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Many texts at once (Hugging Face encodes them in parallel)."""
@@ -190,7 +193,13 @@ class CharTokenizer(Tokenizer):
             raise TokenizerError(f"the text has characters outside the vocabulary: {shown!r}")
 
     def decode(self, ids: Iterable[int]) -> str:
-        return "".join(self.vocab[int(i)] for i in ids)
+        ids = [int(i) for i in ids]
+        outside = [i for i in ids if not 0 <= i < len(self.vocab)]
+        if outside:
+            raise TokenizerError(
+                f"token id {outside[0]} is outside the character vocabulary ({len(self.vocab)} characters)"
+            )
+        return "".join(self.vocab[i] for i in ids)
 
 
 def characters(texts: Sequence[str]) -> set[str]:

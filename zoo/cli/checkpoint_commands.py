@@ -82,25 +82,31 @@ def evaluate(
               help="Sample among the likeliest tokens whose probabilities add up to p.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, SEED_LIMIT - 1),
               help="Seed of the sampling (temperature > 0).")  # fmt: skip
+@click.option("--ignore-eos", is_flag=True,
+              help="Go on past the end-of-sequence token (by default generation stops there).")  # fmt: skip
 @framework_option
 @for_scripts
 @user_errors
 def sample(
     checkpoint: Path, prompt: str, length: int, temperature: float, top_k: int | None, top_p: float | None,
-    seed: int, framework: str | None, as_json: bool, quiet: bool,
+    seed: int, ignore_eos: bool, framework: str | None, as_json: bool, quiet: bool,
 ) -> None:  # fmt: skip
-    """Generate text from a language-model checkpoint (greedy, or sampled with temperature, top-k, top-p).
+    """Generate text from a language-model checkpoint, a LoRA adapter or a run folder (greedy, or
+    sampled with temperature, top-k, top-p), up to --length tokens or the end-of-sequence token.
 
-    The text is the output in every mode but --json, which adds the token ids."""
+    The text is the output in every mode but --json, which adds the token ids and why generation
+    stopped ("stop": "eos" or "length")."""
     from zoo.sample import sample_tokens
 
     framework = framework or "lightning"
     with script_output(quiet, as_json):
-        done = sample_tokens(checkpoint, prompt, length, temperature, framework, seed, top_k, top_p)
+        done = sample_tokens(
+            checkpoint, prompt, length, temperature, framework, seed, top_k, top_p, ignore_eos=ignore_eos
+        )
     if as_json:
         emit_json({
             "checkpoint": str(checkpoint), "framework": framework, "prompt": prompt, "text": done.text,
-            "prompt_ids": done.prompt_ids, "ids": done.ids,
+            "prompt_ids": done.prompt_ids, "ids": done.ids, "stop": done.stop,
         })  # fmt: skip
         return
     click.echo(done.text)
