@@ -295,6 +295,16 @@ def test_a_weights_file_that_is_not_safetensors_is_refused(write, words, peft_fo
     refused_import(peft_folder, llama_base, "adapter_model.safetensors", *words)
 
 
+def test_older_peft_s_nulls_read_as_defaults_and_a_pickled_folder_is_refused(peft_folder, llama_base):
+    settings = json.loads((peft_folder / "adapter_config.json").read_text())
+    settings |= {"lora_dropout": None, "rank_pattern": None, "alpha_pattern": None}
+    (peft_folder / "adapter_config.json").write_text(json.dumps(settings))
+    done = invoke("import", peft_folder, "--base", llama_base, "--out", peft_folder.parent / "ok")
+    assert done.exit_code == 0, done.output
+    (peft_folder / "adapter_model.safetensors").rename(peft_folder / "adapter_model.bin")
+    refused_import(peft_folder, llama_base, "adapter_model.bin", "safe_serialization=True")
+
+
 def test_a_saved_head_that_zoo_ties_to_its_embedding_is_refused(made, zoo_side, tmp_path):
     """GPT-2's head is its token embedding in zoo; a saved lm_head of its own cannot be placed."""
     folder = tmp_path / "peft"

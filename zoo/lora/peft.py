@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
 from zoo.family import ArchitectureConfig, Family
 from zoo.lora.adapter import BIAS, A, Adapter, AdapterFile, B, EmbeddingPoint, embedding_points
@@ -289,6 +289,14 @@ class PeftSettings(BaseModel):
     alpha_pattern: dict[str, Alpha] = Field(default_factory=dict)
     init_lora_weights: bool | str = True
 
+    @field_validator("lora_dropout", "rank_pattern", "alpha_pattern", mode="before")
+    @classmethod
+    def _null_is_default(cls, value, info):
+        """Older PEFT versions write null for an unset dropout or pattern."""
+        if value is None:
+            return 0.0 if info.field_name == "lora_dropout" else {}
+        return value
+
 
 def read_settings(path: Path) -> PeftSettings:
     """``adapter_config.json``, checked: one line naming the first field that is wrong."""
@@ -393,6 +401,11 @@ def read(
     saved modules are placed among)."""
     src = Path(src)
     if not (src / WEIGHTS).is_file() or not (src / CONFIG).is_file():
+        if (src / CONFIG).is_file() and (src / "adapter_model.bin").is_file():
+            raise CheckpointError(
+                f"{src}: holds adapter_model.bin, a pickle, which zoo does not unpickle; save the adapter "
+                f"with PEFT's save_pretrained(..., safe_serialization=True) for {WEIGHTS}"
+            )
         raise CheckpointError(f"{src}: not a PEFT adapter folder (it needs {WEIGHTS} and {CONFIG})")
     settings = read_settings(src / CONFIG)
     weights = src / WEIGHTS
