@@ -172,3 +172,28 @@ def test_a_transformers_language_model_brings_its_tokenizer_into_the_record_and_
     assert tokenizer_of(found.checkpoint).encode("a cab.") == tokenizer.encode("a cab.")
     written = zoo.export_checkpoint(found.checkpoint, "hf", tmp_path / "back")
     assert written.with_name("tokenizer.json").read_text() == (tmp_path / "hf" / "tokenizer.json").read_text()
+
+
+def test_a_name_says_its_weights_are_random_and_nothing_is_downloaded():
+    """A transformers or timm user reads ``gpt2`` and ``bert-base-uncased`` as pretrained
+    weights: without a seed, zoo.load and create_model warn in one line; a seed asks for the
+    initialisation explicitly, and is not warned about."""
+    import warnings
+
+    from zoo.loading import RandomWeightsWarning
+
+    for call in (
+        lambda: zoo.load("gpt2", n_layer=1),
+        lambda: zoo.load("bert-base-uncased", num_layers=1),
+        lambda: zoo.load("vit_tiny_patch16_224", depth=1),
+        lambda: zoo.create_model("gpt2", n_layer=1),
+    ):
+        with pytest.warns(RandomWeightsWarning) as caught:
+            call()
+        message = str(caught[0].message)
+        assert "random weights" in message and "nothing is downloaded" in message and "\n" not in message
+        assert caught[0].filename == __file__  # where the user called it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RandomWeightsWarning)
+        zoo.load("gpt2", seed=0, n_layer=1)
+        zoo.create_model("gpt2", seed=0, n_layer=1)

@@ -40,10 +40,17 @@ def create_model(name: str, framework: str = "lightning", seed: int | None = Non
 
     With a ``seed``, both frameworks return the very same initial tensors (torch's
     initialisation under that seed, as ``zoo train`` starts from); without one, each
-    framework initialises its own way.
+    framework initialises its own way, and a :class:`zoo.loading.RandomWeightsWarning` says in
+    one line that the weights are random and nothing was downloaded (``create_model("gpt2")``
+    reads as pretrained GPT-2 to a transformers user).
     """
     backend = backend_for(framework)
-    return backend.build(registry.get_family(name), registry.resolve_config(name, **config), seed)
+    model = backend.build(registry.get_family(name), registry.resolve_config(name, **config), seed)
+    if seed is None:
+        from zoo.loading import warn_random_weights
+
+        warn_random_weights(f"zoo.create_model({name!r})", name)
+    return model
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ What it takes, tried in this order:
 - a family or preset name (``resnet18``, ``vit-tiny``), or another library's name of one, as
   the families declare (``Family.aliases``: timm's ``vit_tiny_patch16_224`` and
   ``resnet50.tv_in1k``, transformers' ``gpt2`` and ``bert-base-uncased``): the model with fresh
-  weights (``seed`` makes them the ones ``zoo train`` would start from). No weights are fetched.
+  weights (``seed`` makes them the ones ``zoo train`` would start from). No weights are fetched:
+  without a ``seed``, a :class:`RandomWeightsWarning` says so in one line (a transformers or timm
+  user reads ``gpt2`` as pretrained weights).
 
 A path that does not exist and a name nobody knows are refused, the name with the closest
 known ones ("did you mean ...").
@@ -74,7 +76,28 @@ def load(path_or_name: str | Path, framework: str = "lightning", *, seed: int | 
         return load_checkpoint(found.checkpoint, framework)
     # zoo.create_model's build (zoo.api sits above this module: it asks describe_directory)
     family, resolved = registry.get_family(found.name), registry.resolve_config(found.name, **config)
+    if seed is None:
+        warn_random_weights(f"zoo.load({str(path_or_name)!r})", found.name)
     return backend_for(framework).build(family, resolved, seed)
+
+
+class RandomWeightsWarning(UserWarning):
+    """A model built from a name: its weights are an initialisation, not trained ones."""
+
+
+def warn_random_weights(call: str, name: str) -> None:
+    """Say, in one line, that a name gives random weights: ``gpt2`` or ``bert-base-uncased`` read
+    as a download of pretrained weights to a transformers or timm user, and zoo downloads nothing.
+    A ``seed`` asks for the initialisation explicitly, and is not warned about."""
+    import warnings
+
+    warnings.warn(
+        f"{call}: zoo's {name!r} with random weights: nothing is downloaded (zoo fetches no weights); "
+        "for trained ones give a checkpoint, a run folder or a transformers / timm folder; pass seed=N "
+        "to ask for the initialisation explicitly",
+        RandomWeightsWarning,
+        stacklevel=3,
+    )
 
 
 def locate(path_or_name: str | Path) -> Located:
