@@ -342,3 +342,25 @@ def test_merge_of_an_adapter_with_damaged_metadata_is_refused(change, words, zoo
     result = invoke("merge", adapter, "--out", tmp_path / "merged")
     one_line_refusal(result, str(adapter), *words)
     assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize("case", ["gpt2-embedding", "gpt2-bias-rslora"])
+def test_the_adapted_twins_weight_table_holds_embedding_and_bias_adapters(case, zoo_side):
+    """zoo compare reads the twins through the table ports() builds: each adapter tensor of the
+    torch twin (A, B, B's bias; an embedding's) is one the Keras twin holds, equal."""
+    from zoo.lora import load_adapter, read_adapter
+    from zoo.lora.adapter import TORCH_PREFIX, ports
+    from zoo.model_io import model_tensors
+    from zoo.weights import keras_to_tensors
+
+    held = read_adapter(zoo_side / f"{case}.safetensors")
+    table = ports(held.adapter, held.family.weight_table(held.config), set())
+    keras = keras_to_tensors(load_adapter(held.path, "keras"), table)
+    torch = {
+        k: v for k, v in model_tensors(load_adapter(held.path, "lightning")).items() if TORCH_PREFIX in k
+    }
+    assert len(torch) == len(held.adapter.tensor_names()) and any(
+        k.endswith(("lora_bias", "wte.lora_A")) for k in torch
+    )
+    for name, value in torch.items():
+        np.testing.assert_array_equal(keras[name], value, err_msg=name)

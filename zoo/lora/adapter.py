@@ -137,7 +137,7 @@ def ports(adapter: Adapter, frozen: list, trained: set[str]) -> list:
         parts = (A, B)
         if adapter.biased(point):
             specs, parts = (*specs, TensorSpec(f"{name}.{BIAS}", (point.out_features,))), (A, B, BIAS)
-        part = point.name.rsplit(".", 1)[1]
+        part = point.name.rsplit(".", 1)[-1]
         layer = f"{point.layer}.in_proj_delta.{part}" if point.fused else f"{point.layer}.lora_adapter"
         table.append(Port(specs, layer, parts, transposed, transposed))
     return table
