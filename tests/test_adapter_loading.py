@@ -119,3 +119,80 @@ def test_export_of_an_adapter_is_the_merged_model_s(run, tmp_path):
         got = load_file(out / "model.safetensors")
         assert set(got) == set(expected) and all(np.array_equal(got[k], expected[k]) for k in got), what
         assert (out / "tokenizer.json").is_file() and (out / "tokenizer_config.json").is_file()
+
+
+def end_of_text_tokenizer(folder: Path) -> None:
+    """A character tokenizer.json of 60 tokens whose last is GPT-2's <|endoftext|>."""
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as Backend
+
+    chars = "\n abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.,?!-:;'"[:59]
+    backend = Backend(models.WordLevel({c: i for i, c in enumerate(chars)} | {"<|endoftext|>": 59}))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(["<|endoftext|>"])
+    backend.save(str(folder / "tokenizer.json"))
+
+
+def test_the_peft_export_names_a_base_peft_loads_and_carries_the_tokenizer(tmp_path):
+    """zoo export --format peft --base-out: AutoPeftModelForCausalLM loads the folder alone (the
+    base named by base_model_name_or_path) with zoo's logits; AutoTokenizer knows the end of text
+    in the base's hf export and in the PEFT folder."""
+    import reference_env
+    from test_outputs_not_inputs import tiny_adapter
+
+    adapter, base = tiny_adapter(tmp_path)
+    end_of_text_tokenizer(base.parent)
+    invoke("export", adapter, "--format", "peft", "--out", tmp_path / "peft", "--base-out", tmp_path / "hf")
+    settings = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert settings["base_model_name_or_path"] == str((tmp_path / "hf").resolve())
+    for folder in ("hf", "peft"):
+        assert (
+            json.loads((tmp_path / folder / "tokenizer_config.json").read_text())["eos_token"]
+            == "<|endoftext|>"
+        )
+    model = zoo.load(adapter)
+    ids = model.zoo_config.example_input(2, seed=1)
+    np.save(tmp_path / "ids.npy", ids)
+    ref = reference_env.run(
+        "peft_auto.py",
+        tmp_path / "ref",
+        str(tmp_path / "peft"),
+        str(tmp_path / "hf"),
+        str(tmp_path / "ids.npy"),
+    )
+    assert np.abs(np.load(ref / "auto-logits.npy") - logits(model, ids)).max() <= 2e-5
+    for found in json.loads((ref / "tokenizers.json").read_text()).values():
+        assert found["eos_token"] == "<|endoftext|>" and found["eos_token_id"] == 59
+        assert found["ids"] == [2, 3, 59]
+
+
+def test_a_peft_export_without_a_loadable_base_says_so(tmp_path, caplog):
+    from test_outputs_not_inputs import tiny_adapter
+
+    adapter, _ = tiny_adapter(tmp_path)
+    result = CliRunner().invoke(
+        main, ["export", str(adapter), "--format", "peft", "--out", str(tmp_path / "p")]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "p" / "adapter_config.json").read_text())["base_model_name_or_path"] is None
+    assert "--base-out" in caplog.text
+
+
+def test_import_carries_the_tokenizer_config_and_merge_writes_one(tmp_path):
+    """A transformers folder's tokenizer_config.json travels with zoo import (the special tokens'
+    roles, which tokenizer.json does not say); zoo merge writes one beside the merged model."""
+    from test_outputs_not_inputs import tiny_adapter
+
+    adapter, base = tiny_adapter(tmp_path)
+    end_of_text_tokenizer(base.parent)
+    invoke("export", base, "--format", "hf", "--out", tmp_path / "hf")
+    settings = {**json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text()), "model_max_length": 77}
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(settings))
+    invoke("import", tmp_path / "hf", "--out", tmp_path / "imported")
+    assert json.loads((tmp_path / "imported" / "tokenizer_config.json").read_text()) == settings
+    invoke("merge", adapter, "--out", tmp_path / "merged")
+    merged = json.loads((tmp_path / "merged" / "tokenizer_config.json").read_text())
+    assert merged["eos_token"] == "<|endoftext|>" and (tmp_path / "merged" / "tokenizer.json").is_file()
+    sampled = json.loads(invoke("sample", tmp_path / "merged", "--prompt", "ab", "--length", "3", "--json"))
+    assert len(sampled["ids"]) <= 3
