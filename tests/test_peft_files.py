@@ -364,3 +364,23 @@ def test_the_adapted_twins_weight_table_holds_embedding_and_bias_adapters(case, 
     )
     for name, value in torch.items():
         np.testing.assert_array_equal(keras[name], value, err_msg=name)
+
+
+def test_merge_of_a_lora_bias_on_a_projection_without_bias_is_refused(zoo_side, tmp_path):
+    """Llama's projections have no bias: B's bias cannot be folded in (PEFT refuses too); the
+    adapter itself still runs."""
+
+    def biased(metadata):
+        metadata["lora"] = json.dumps({**json.loads(metadata["lora"]), "lora_bias": True})
+
+    source = zoo_side / "llama-all-linear.safetensors"
+    tensors = load_file(str(source))
+    points = json.loads(safe_open(str(source), framework="np").metadata()["lora"])["points"]
+    tensors |= {f"{p}.lora_bias": np.ones(tensors[f"{p}.lora_B"].shape[0], np.float32) for p in points}
+    with safe_open(str(source), framework="np") as handle:
+        metadata = dict(handle.metadata())
+    biased(metadata)
+    save_file(tensors, str(tmp_path / "a.safetensors"), metadata=metadata)
+    result = invoke("merge", tmp_path / "a.safetensors", "--out", tmp_path / "merged")
+    one_line_refusal(result, "has no bias to fold its LoRA bias", "unmerged")
+    assert not (tmp_path / "merged").exists()

@@ -178,12 +178,13 @@ def merge_adapter(path: str | Path, out: str | Path, base: str | Path | None = N
     tensors, where = base_of(adapter_file, base)
     out = Path(out)
     target = _free(out / "model.safetensors" if out.is_dir() or not out.suffix else out, overwrite)
+    whole = merged(tensors, adapter_file.adapter, adapter_file.tensors)  # refused before anything is written
     target.parent.mkdir(parents=True, exist_ok=True)
     vocab = json.loads(adapter_file.metadata.get("task_info", "{}")).get("vocab")
     return write_checkpoint(
         target,
         adapter_file.config,
-        merged(tensors, adapter_file.adapter, adapter_file.tensors),
+        whole,
         framework=adapter_file.metadata.get("framework", "lightning"),
         recipe=json.loads(adapter_file.metadata.get("recipe", "{}")),
         metrics=json.loads(adapter_file.metadata.get("metrics", "{}")),
