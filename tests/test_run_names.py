@@ -52,3 +52,48 @@ def test_a_fine_tuning_run_is_named_after_its_model_and_source(tmp_path):
     expected = rf"cnn-digits-convnet-tiny-from-cnn-digits-convnet-tiny-lightning-{TIME}"
     assert re.fullmatch(expected, tuned.run_dir.name), tuned.run_dir.name
     assert tuned.run_dir.parent == first.run_dir.parent == tmp_path
+
+
+def recipe_file(folder, name: str, text: str) -> str:
+    path = folder / name
+    path.write_text(f"{text}\nmodel: {{architecture: convnet-tiny}}\ntrainer: {{max_epochs: 1}}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        # A YAML escape makes a lone surrogate: it used to end in a UnicodeEncodeError traceback.
+        (
+            'name: "\\udce9"',
+            "name: '\\udce9' is not Unicode text: character 1 ('\\udce9') is a lone surrogate",
+        ),
+        ('name: "ok"\ndescription: "x\\ud800"', "description: 'x\\ud800' is not Unicode text: character 2"),
+        # Refused for export.run_name, which the recipe never set.
+        (
+            "name: ../../escape",
+            "name: '../../escape' names the run folders (<name>-<model>-<framework>-<time>)",
+        ),
+        ("name: '..'", "name: '..' names the run folders"),
+        (f"name: {'n' * 200}", "name: is 200 bytes long; it starts the run folders' names"),
+    ],
+    ids=["surrogate", "surrogate-elsewhere", "escape", "dot-dot", "long"],
+)
+def test_a_recipe_name_that_cannot_name_run_folders_is_refused_naming_name(tmp_path, written, expected):
+    from test_hardening_runs import zoo as command
+
+    recipe = recipe_file(tmp_path, "r.yaml", written)
+    for verb in ("validate", "train"):
+        code, out = command(verb, recipe, "--set", f"export.dir={tmp_path / 'runs'}")
+        assert code == 2 and expected in out, out
+        assert "export.run_name" not in out and "Traceback" not in out
+    assert not (tmp_path / "runs").exists() and not (tmp_path.parent / "escape").exists()
+
+
+def test_a_recipe_file_name_that_is_not_utf8_still_names_its_runs(tmp_path):
+    import os
+
+    path = os.path.join(os.fsencode(tmp_path), b"caf\xe9.yaml")
+    with open(path, "w") as handle:
+        handle.write("model: {architecture: convnet-tiny}\n")
+    assert zoo.load_recipe(os.fsdecode(path)).name == "caf\ufffd"

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from zoo.limits import MAX_RECIPE_BYTES
 from zoo.recipe.errors import RecipeError, describe
 from zoo.recipe.overrides import RefusedYAML, apply_override, read_yaml
-from zoo.recipe.schema import Recipe
+from zoo.recipe.schema import Recipe, text_problem
 
 
 def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
@@ -42,7 +42,8 @@ def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[
             raise RecipeError(source, [f"not valid YAML: {error}"]) from None
         if not isinstance(raw, dict):
             raise RecipeError(source, ["a recipe is a YAML mapping of sections (model, data, ...)"])
-        raw.setdefault("name", path.stem)
+        # A file name that is not UTF-8 (its bytes kept as surrogates): its text, for the runs' folders.
+        raw.setdefault("name", path.stem.encode(errors="surrogateescape").decode(errors="replace"))
     problems = []
     for item in overrides:
         try:
@@ -98,7 +99,8 @@ def coerced_numbers(raw: Any, value: Any, path: str = "") -> list[str]:
 
 def plain_data_problems(node: Any, path: str = "") -> list[str]:
     """What a recipe cannot hold, wherever it is: a non-finite number (no field has a use for
-    ``.inf`` or ``.nan``), a key that is not text, a YAML date, binary or set."""
+    ``.inf`` or ``.nan``), a key that is not text, text that is not Unicode (a lone surrogate), a
+    YAML date, binary or set."""
     where = path or "recipe"
     if isinstance(node, dict):
         problems = []
@@ -112,6 +114,8 @@ def plain_data_problems(node: Any, path: str = "") -> list[str]:
         return [p for i, item in enumerate(node) for p in plain_data_problems(item, f"{where}.{i}")]
     if isinstance(node, float) and not math.isfinite(node):
         return [f"{where}: {node} is not a finite number; give a finite value"]
+    if isinstance(node, str) and text_problem(node):  # a file name, JSON, a log line would refuse it
+        return [f"{where}: {text_problem(node)}"]
     if node is None or isinstance(node, str | int | float):
         return []
     return [

@@ -221,6 +221,9 @@ class InitConfig(Section):
 def run_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a run folder inside ``export.dir``, or None. ``zoo validate`` and
     ``zoo train`` both ask (``export.run_name`` below, and zoo.runs.RunDir.create)."""
+    problem = text_problem(name)
+    if problem:
+        return f"export.run_name {problem}"
     if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
         return (
             f"export.run_name {name!r} is not a folder name; give a plain name without '/' or '..' "
@@ -232,6 +235,46 @@ def run_name_problem(name: str) -> str | None:
             f"{NAME_MAX} bytes on this system (with room for a '-2' suffix): give a shorter name"
         )
     return None
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be written as UTF-8 (a file name, JSON, a TensorBoard tag): a lone
+    surrogate, which a YAML escape such as ``"\\udce9"`` makes and every writer refuses
+    later with a traceback; or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = text[error.start]
+        return (
+            f"{text!r} is not Unicode text: character {error.start + 1} ({bad!r}) is a lone surrogate "
+            '(a YAML escape such as "\\udce9" makes one); write the characters themselves'
+        )
+    return None
+
+
+RECIPE_NAME_MAX = NAME_MAX - 128  # bytes; the rest of a run folder's name: model, source, framework, time
+
+
+def _recipe_name(name: str) -> str:
+    """A recipe's name starts the name of its runs' folders
+    (``<name>-<model>-<framework>-<time>``, zoo.runs.RunDir.default_name): refused here, naming
+    ``name``, where the folder it makes would be refused at ``zoo train`` for a field the user
+    never wrote (``export.run_name``), or end in a traceback."""
+    problem = text_problem(name)
+    if problem:
+        raise ValueError(problem)
+    if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError(
+            f"{name!r} names the run folders (<name>-<model>-<framework>-<time>) and is not a plain "
+            "name; give one without '/', '\\' or '..' (run folders are created inside export.dir)"
+        )
+    size = len(name.encode())
+    if size > RECIPE_NAME_MAX:
+        raise ValueError(
+            f"is {size} bytes long; it starts the run folders' names (<name>-<model>-<framework>-<time>), "
+            f"and a folder name holds {NAME_MAX} bytes: give at most {RECIPE_NAME_MAX}"
+        )
+    return name
 
 
 def _folder_name(name: str | None) -> str | None:
@@ -331,7 +374,9 @@ class Recipe(Section):
     """A whole training run: model, data, optimizer, schedule, trainer, fine-tuning start, export
     and tracking, validated in full before anything is built (``zoo.load_recipe`` reads one)."""
 
-    name: str = Field("run", description="Name of the recipe; names the run folders.")
+    name: Annotated[str, AfterValidator(_recipe_name)] = Field(
+        "run", description="Name of the recipe; names the run folders."
+    )
     description: str = ""
     model: ModelConfig  # type: ignore[valid-type]
     data: DataConfig = Field(default_factory=DigitsData)
