@@ -196,3 +196,18 @@ def test_import_carries_the_tokenizer_config_and_merge_writes_one(tmp_path):
     assert merged["eos_token"] == "<|endoftext|>" and (tmp_path / "merged" / "tokenizer.json").is_file()
     sampled = json.loads(invoke("sample", tmp_path / "merged", "--prompt", "ab", "--length", "3", "--json"))
     assert len(sampled["ids"]) <= 3
+
+
+def test_an_adapter_whose_base_is_gone_or_that_has_no_tokenizer_is_one_line(tmp_path):
+    from test_outputs_not_inputs import tiny_adapter
+
+    adapter, base = tiny_adapter(tmp_path)
+    base.rename(tmp_path / "elsewhere.safetensors")
+    for args in (["sample", str(adapter)], ["predict", str(adapter), "--text", "ab"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert f"the base it was trained on, {base}, is not there" in result.output
+    (tmp_path / "elsewhere.safetensors").rename(base)
+    result = CliRunner().invoke(main, ["sample", str(adapter), "--length", "2"])
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert f"error: {adapter}: has no tokenizer" in result.output.splitlines()[-1]

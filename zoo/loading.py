@@ -311,6 +311,12 @@ def merged(adapter: Path) -> Path:
     into place when whole, as :func:`imported` does."""
     from zoo.interchange import merge
 
+    base = adapter_base(adapter)
+    if base is not None and not base.is_file():
+        raise CheckpointError(
+            f"{adapter}: the base it was trained on, {base}, is not there (moved or deleted?): put it "
+            f"back, or merge the adapter onto that base elsewhere (zoo merge {adapter} --base CKPT --out DIR)"
+        )
     digest = hashlib.sha256(str(adapter.resolve()).encode())
     for read in inputs_of(adapter):
         digest.update(f"\0{read.resolve()}".encode())

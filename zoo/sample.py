@@ -134,18 +134,24 @@ def sample_tokens(
 ) -> Sampled:
     """:func:`sample`, with the token ids read and generated and why it stopped."""
     from zoo.loading import checkpoint_file
-    from zoo.tokenizer import TokenizerError, tokenizer_of
+    from zoo.tokenizer import TOKENIZER_FILE, TokenizerError, saved_tokenizer
 
     check_length(length)  # before the model is read
-    path = checkpoint_file(path)  # a run folder's, a LoRA adapter merged onto its base, an import
+    given, path = path, checkpoint_file(path)  # a run folder's, an adapter merged onto its base, an import
     checkpoint = read_checkpoint(path)
     if checkpoint.config.active_task != "language_modeling":
         raise CheckpointError(
-            f"{path}: a {checkpoint.family.name} model for {checkpoint.config.active_task}, not a language "
+            f"{given}: a {checkpoint.family.name} model for {checkpoint.config.active_task}, not a language "
             "model; zoo sample needs task language_modeling"
         )
     sampling = Sampling(temperature, top_k, top_p, seed)
-    tokenizer = tokenizer_of(path)
+    tokenizer = saved_tokenizer(checkpoint)
+    if tokenizer is None:
+        raise CheckpointError(
+            f"{given}: has no tokenizer: no {TOKENIZER_FILE} beside it (nor beside its base, for a LoRA "
+            "adapter) and no character vocabulary (task_info.vocab) in its metadata; put the model's "
+            f"{TOKENIZER_FILE} beside it"
+        )
     try:
         ids = tokenizer.encode(prompt)
     except TokenizerError as error:
@@ -161,7 +167,7 @@ def sample_tokens(
         text = tokenizer.decode(kept)
     except TokenizerError as error:
         raise CheckpointError(
-            f"{path}: the model generated a token its tokenizer has no text for ({error}): the tokenizer "
+            f"{given}: the model generated a token its tokenizer has no text for ({error}): the tokenizer "
             f"({tokenizer.vocab_size} tokens) is not the one of this model (vocab_size "
             f"{getattr(checkpoint.config, 'vocab_size', '?')}); put the model's tokenizer.json beside it"
         ) from None
