@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import DataError
-from zoo.limits import parse_json, read_json
+from zoo.limits import MAX_JSON_BYTES, parse_json, read_json
 
 KINDS = {
     ".parquet": "parquet", ".arrow": "arrow", ".jsonl": "jsonl", ".ndjson": "jsonl",
@@ -34,6 +34,10 @@ TABLE_KINDS = ("parquet", "arrow")  # read with pyarrow, a RecordBatch at a time
 ARROW_BATCH = 1024  # Parquet rows read at once
 SAVED_STATE = "state.json"  # a Hugging Face Dataset.save_to_disk folder
 SAVED_SPLITS = "dataset_dict.json"  # a DatasetDict.save_to_disk folder: one such folder a split
+BOM = b"\xef\xbb\xbf"  # what Windows editors (and PowerShell) put before UTF-8 text
+# A CSV cell holds a document of up to the size a JSONL line may have, not the csv module's
+# default of 128 KiB: a user's long document is a record either way.
+CSV_FIELD_LIMIT = MAX_JSON_BYTES
 
 
 @dataclass(frozen=True)
@@ -176,8 +180,14 @@ def _bad(shard: Shard, row: int):
 
 
 def _lines(shard: Shard, first: int, keep_blank: bool) -> Iterator[tuple[int, bytes]]:
+    """The file's lines, numbered from 1, a byte-order mark before the first left out (the CSV
+    reader leaves it out too): it is no character of the text, and no JSON."""
     with open(shard.path, "rb") as handle:
         for number, line in enumerate(handle, start=1):
+            if number == 1 and line.startswith(BOM):
+                line = line[len(BOM) :]
+                if not line:  # a file of a BOM alone: no line
+                    return
             if number < first or (not keep_blank and not line.strip()):
                 continue
             yield number, line
@@ -192,6 +202,8 @@ def _text_lines(shard: Shard, column: str, first: int) -> Iterator[tuple[int, An
 
 
 def _csv_rows(shard: Shard, columns: Sequence[str], first: int) -> Iterator[tuple[int, Any]]:
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
     try:
         with open(shard.path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
