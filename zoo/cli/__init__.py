@@ -6,8 +6,9 @@ One module per group of commands (:mod:`~zoo.cli.architecture_commands`,
 :mod:`~zoo.cli.compare_command`, :mod:`~zoo.cli.tokenizer_commands`), sharing
 :mod:`~zoo.cli.errors` (exit status 2 for bad input, 1 for a failed run, one line on stderr,
 never a traceback) and :mod:`~zoo.cli.output` (``--quiet``/``--json`` on every command).
-Commands import torch and TensorFlow only when they run, so ``zoo list``, ``zoo show`` and
-``zoo validate`` answer without either.
+TensorFlow's C++ log lines are kept off stderr (:mod:`zoo.native_logs`; set
+``TF_CPP_MIN_LOG_LEVEL`` to see them). Commands import torch and TensorFlow only when they
+run, so ``zoo list``, ``zoo show`` and ``zoo validate`` answer without either.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ COMMANDS = (
 @click.version_option(package_name="zoo")
 def main() -> None:
     """Train, fine-tune and compare architectures in PyTorch/Lightning and Keras 3."""
+    from zoo.native_logs import quiet_native_logs
+
+    quiet_native_logs()  # before any command imports TensorFlow: its C++ logging stays off stderr
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("zoo: %(message)s"))
     logger = logging.getLogger("zoo")
