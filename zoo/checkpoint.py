@@ -23,7 +23,7 @@ import numpy as np
 
 from zoo import registry
 from zoo.family import ArchitectureConfig, Family
-from zoo.limits import parse_json
+from zoo.limits import parse_json, require_regular_file
 from zoo.model_io import framework_of, load_keras, load_tensors, load_torch, meta_tensors, model_tensors
 from zoo.preprocessing import NewerPreprocessing, Preprocessing, PreprocessingError, parse_preprocessing
 from zoo.safetensors_io import (
@@ -187,6 +187,7 @@ def _versions(packages: tuple[str, ...]) -> str:
 def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkpoint:
     """Open and check a checkpoint: marker, architecture, config, every name, shape, dtype."""
     path = Path(path)
+    require_regular_file(path, CheckpointError)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such file")
     refuse_pickles(path)
@@ -228,10 +229,7 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
             f"{path}: is a {family.name!r} checkpoint, but a {registry.get_family(architecture).name!r} "
             "model was asked for"
         )
-    try:
-        config = family.config.model_validate_json(metadata.get("config", "{}"))
-    except ValueError as error:
-        raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
+    config = _config(path, family, metadata)
     for key in (
         "task_info",
         "recipe",
@@ -244,8 +242,54 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
         parse_json(metadata.get(key, "{}"), source, error=CheckpointError, fix="the file is damaged")
     _check_task(path, metadata, config)
     _check_preprocessing(path, metadata, config)
-    _check_tensors(path, found, family.weight_table(config), metadata.get("dtype", "float32"))
+    dtype = metadata.get("dtype", "float32")
+    _check_tensors(path, found, family.weight_table(config), dtype)
+    if dtype not in FLOAT_DTYPES:  # its tensors are float32, else _check_tensors named one
+        raise CheckpointError(
+            f"{path}: its dtype metadata {dtype!r:.40} is not a weight dtype zoo writes (one of "
+            f"{', '.join(FLOAT_DTYPES)}); its weights are float32, so the file is damaged: export it "
+            "again, or write dtype=float32 in its metadata"
+        )
     return Checkpoint(path, metadata, family, config)
+
+
+def _config(path: Path, family: Family, metadata: dict[str, str]) -> ArchitectureConfig:
+    """The ``config`` metadata as the config of the family the ``architecture`` metadata names,
+    refused in one line naming the metadata field: a config of another family (the two fields
+    disagree), or a field that does not validate (the first few, with pydantic's words)."""
+    from pydantic import ValidationError
+
+    source = f"{path}: its config metadata"
+    raw = parse_json(metadata.get("config", "{}"), source, error=CheckpointError, fix="the file is damaged")
+    stated = raw.get("architecture")
+    if isinstance(stated, str) and stated != family.name:
+        try:
+            other = registry.get_family(stated).name
+        except registry.UnknownArchitectureError:
+            other = stated
+        if other != family.name:
+            raise CheckpointError(
+                f"{path}: its architecture metadata is {metadata.get('architecture')!r:.60} but its config "
+                f"metadata is a {other!r:.60} config; the file is damaged (its metadata contradicts itself)"
+            )
+    try:
+        return family.config.model_validate(raw)
+    except ValidationError as error:
+        problems = [_field_problem(e) for e in error.errors()]
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise CheckpointError(
+            f"{path}: its {family.name} config does not validate: {'; '.join(problems[:3])}{more}; "
+            "its config metadata is damaged"
+        ) from None
+    except ValueError as error:  # a config's own check, raised outside pydantic's validation
+        raise CheckpointError(f"{path}: its {family.name} config does not validate: {error}") from None
+
+
+def _field_problem(error: Any) -> str:
+    """One pydantic error as ``config.field: message`` (no input echo, no documentation URL)."""
+    where = ".".join(str(part) for part in error.get("loc", ())) or "config"
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"config.{where}: {message}" if where != "config" else f"config: {message}"
 
 
 def _check_task(path: Path, metadata: dict[str, str], config: ArchitectureConfig) -> None:
