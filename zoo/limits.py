@@ -18,6 +18,8 @@ below what would take the process down. They are listed in docs/failure-modes.md
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,64 @@ MAX_SAMPLE_LENGTH = 100_000
 # the largest vocabularies in use; the trainer reserves memory by the size asked for, and
 # aborts the process (no exception) from about 2**31.
 MAX_VOCAB_SIZE = 1_000_000
+# The other counts a command line takes (docs/cli.md lists each option's bound). Far above any use,
+# far below what would run for years or take the machine's memory before saying anything:
+# - training steps ``zoo compare`` runs and times (both twins take each step, and the compared
+#   batches are kept for its checks: zoo.peak_memory counts them, 16 KB a step for a GPT-2 batch
+#   of 8 x 128 tokens, before anything is built);
+MAX_COMPARE_STEPS = 100_000
+# - examples a forward pass takes (``--batch-size``): the memory check sizes smaller batches;
+MAX_BATCH_SIZE = 2**20
+# - labels or tokens shown per input (``--top-k``): as many as a model can have (MAX_CLASSES,
+#   MAX_VOCAB_SIZE);
+MAX_TOP_K = 1_000_000
+# - how often a pair must occur to merge (``--min-frequency``): the BPE trainer takes a 64-bit
+#   count and fails on more with an OverflowError; no text has 2**32 pairs to merge;
+MAX_MIN_FREQUENCY = 2**32
+# - attention heads of an imported model (``--num-heads``): each divides the model's width.
+MAX_HEADS = 65_536
+
+# What a path is when it is not a regular file or a folder: opening a FIFO for reading waits for
+# a writer (forever, on a pipe nobody writes to), /dev/zero and /dev/urandom never end, and a
+# socket cannot be opened at all. zoo reads none of them.
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+)  # fmt: skip
 
 # JSON's words for Python's types, for "is a JSON array, not an object".
 _JSON_KINDS = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def special_file(path: str | Path) -> str | None:
+    """What ``path`` is in words ("a FIFO (named pipe)", "a character device", ...) when it is
+    neither a regular file nor a folder; None for those, and for a path that does not exist
+    (the caller says so in its own words). A link is judged by what it points to."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, unreadable, a NUL in the name: not for this check
+        return None
+    return next((words for test, words in _SPECIAL_KINDS if test(mode)), None)
+
+
+def special_file_problem(path: str | Path) -> str | None:
+    """The one line that refuses ``path`` when it is a FIFO, a device or a socket; else None."""
+    kind = special_file(path)
+    if kind is None:
+        return None
+    return (
+        f"{path} is {kind}, not a regular file: a pipe or device would block or never end; "
+        "give a regular file"
+    )
+
+
+def require_regular_file(path: str | Path, error: type[Exception]) -> None:
+    """Refuse ``path`` with one line (``error``) when it is a FIFO, a device or a socket:
+    every file zoo reads goes through here before it is opened, so such an input is named at
+    once instead of blocking (a FIFO) or being read without end (/dev/zero)."""
+    problem = special_file_problem(path)
+    if problem is not None:
+        raise error(problem)
 
 
 def json_kind(value: Any) -> str:
@@ -87,6 +144,7 @@ def read_json(path: str | Path, *, error: type[Exception], expect: type | None =
     """The JSON file ``path`` under :func:`parse_json`'s limits; its size is checked before
     it is read. A file that cannot be opened raises the system's ``OSError``."""
     path = Path(path)
+    require_regular_file(path, error)
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
         message = f"{path} is {size:,} bytes, more than the {MAX_JSON_BYTES:,} bytes zoo reads as JSON"

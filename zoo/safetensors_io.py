@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from zoo.aligned import ALIGNMENT, aligned_empty, aligned_view, contiguous
+from zoo.limits import require_regular_file
 
 SAFETENSORS_DTYPES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
@@ -172,6 +173,7 @@ class _Pairs(list):
 def read_header(path: str | Path) -> dict[str, Any]:
     """The header of a safetensors file that the safetensors library has opened (which bounds
     its length), with names given twice refused (see :func:`parse_header`)."""
+    require_regular_file(path, CheckpointError)
     with open(path, "rb") as handle:
         (length,) = np.frombuffer(handle.read(8), "<u8")
         return parse_header(handle.read(int(length)), path)
@@ -190,6 +192,7 @@ def _refuse_repeats(path: str | Path, pairs: list[tuple[str, Any]], what: str) -
 
 def refuse_pickles(path: Path) -> None:
     """Name a pickled file for what it is before a safetensors reader fails on it obscurely."""
+    require_regular_file(path, CheckpointError)
     with open(path, "rb") as handle:
         head = handle.read(9)
     # A safetensors file starts with an 8-byte header length and then "{": its first byte

@@ -11,7 +11,7 @@ import click
 from zoo.cli.errors import user_errors
 from zoo.cli.numbers import FiniteFloatRange
 from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output, table
-from zoo.limits import MAX_SAMPLE_LENGTH
+from zoo.limits import MAX_BATCH_SIZE, MAX_SAMPLE_LENGTH, MAX_TOP_K
 from zoo.recipe.schema import SEED_LIMIT
 
 
@@ -77,7 +77,8 @@ def evaluate(
 @click.option("--length", default=200, show_default=True, type=click.IntRange(1, MAX_SAMPLE_LENGTH),
               help="Tokens to generate.")  # fmt: skip
 @click.option("--temperature", default=0.0, show_default=True, type=FiniteFloatRange(0), help="0 is greedy.")
-@click.option("--top-k", type=click.IntRange(1), default=None, help="Sample among the k most likely tokens.")
+@click.option("--top-k", type=click.IntRange(1, MAX_TOP_K), default=None,
+              help="Sample among the k most likely tokens.")  # fmt: skip
 @click.option("--top-p", type=FiniteFloatRange(0, 1, min_open=True), default=None,
               help="Sample among the likeliest tokens whose probabilities add up to p.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, SEED_LIMIT - 1),
@@ -117,9 +118,9 @@ def sample(
 @click.argument("inputs", nargs=-1)
 @click.option("--text", "texts", multiple=True, help="A text to predict on, besides INPUTS; repeatable.")
 @framework_option
-@click.option("--top-k", default=5, show_default=True, type=click.IntRange(1),
+@click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, MAX_TOP_K),
               help="Labels shown per input (tokens per mask for a masked language model).")  # fmt: skip
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1),
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1, MAX_BATCH_SIZE),
               help="Inputs per forward pass.")  # fmt: skip
 @click.option("--length", default=50, show_default=True, type=click.IntRange(1, MAX_SAMPLE_LENGTH),
               help="A language model's tokens generated per input.")  # fmt: skip

@@ -11,6 +11,7 @@ import click
 
 from zoo.cli.errors import EXIT_FAILED, user_errors
 from zoo.cli.output import emit_json, for_scripts, overrides_option, script_output
+from zoo.limits import MAX_BATCH_SIZE, MAX_COMPARE_STEPS
 
 
 @click.command()
@@ -22,15 +23,18 @@ from zoo.cli.output import emit_json, for_scripts, overrides_option, script_outp
               help="The data to compare on: a data source's name, or a YAML file with a data "
               "section.")  # fmt: skip
 @click.option(
-    "--batch-size", type=click.IntRange(1), default=None, help="Shorthand for --set data.batch_size=N."
+    "--batch-size",
+    type=click.IntRange(1, MAX_BATCH_SIZE),
+    default=None,
+    help="Shorthand for --set data.batch_size=N.",
 )
-@click.option("--steps", default=100, show_default=True, type=click.IntRange(1),
+@click.option("--steps", default=100, show_default=True, type=click.IntRange(1, MAX_COMPARE_STEPS),
               help="Training steps compared, on the recipe's seeded batch order.")  # fmt: skip
 @click.option("--forward-only", is_flag=True,
               help="Check the weights, forward pass and gradients only: no training, no speed.")  # fmt: skip
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Report folder (default: compare-<recipe>-<time> in export.dir).")  # fmt: skip
-@click.option("--speed-steps", default=50, show_default=True, type=click.IntRange(0),
+@click.option("--speed-steps", default=50, show_default=True, type=click.IntRange(0, MAX_COMPARE_STEPS),
               help="Timed training steps per framework; 0 skips speed and memory.")  # fmt: skip
 @overrides_option
 @for_scripts

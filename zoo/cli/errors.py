@@ -14,6 +14,7 @@ import errno
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -41,6 +42,7 @@ def user_errors(fn: F) -> F:
             SetupError, RecipeError, DataError, CheckpointError, registry.UnknownArchitectureError,
             PromptError,
         )  # fmt: skip
+        refuse_special_files([*args, *kwargs.values()])
         try:
             return fn(*args, **kwargs)
         except fixable as error:
@@ -60,6 +62,21 @@ def user_errors(fn: F) -> F:
             fail(f"error: {found}", EXIT_USAGE)
 
     return wrapper  # type: ignore[return-value]
+
+
+def refuse_special_files(values: list[Any]) -> None:
+    """Every path a command was given (an argument or option of click's ``Path`` type, alone or
+    repeated) that is a FIFO, a device or a socket ends the command before it opens anything:
+    here, once for all commands, rather than in each reader. Inputs named in other ways (a
+    predict glob, a recipe's data files, a folder's contents) meet the same check,
+    :func:`zoo.limits.require_regular_file`, where they are opened."""
+    from zoo.limits import special_file_problem
+
+    for value in values:
+        for path in value if isinstance(value, tuple | list) else (value,):
+            problem = special_file_problem(path) if isinstance(path, Path) else None
+            if problem is not None:
+                fail(f"error: {problem}", EXIT_USAGE)
 
 
 # What would work, by errno; a full disk or a failing device is the machine's, not the input's.

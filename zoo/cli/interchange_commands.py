@@ -10,6 +10,7 @@ import click
 
 from zoo.cli.errors import user_errors
 from zoo.cli.output import FRAMEWORKS, emit_json, for_scripts, script_output
+from zoo.limits import MAX_HEADS
 
 
 @click.command("import")
@@ -21,7 +22,7 @@ from zoo.cli.output import FRAMEWORKS, emit_json, for_scripts, script_output
 @click.option("--format", "format_", default=None, help="Source layout (torchvision, timm...); default: any.")
 @click.option("--architecture", default=None, help="A family or preset the weights must be.")
 @click.option(
-    "--num-heads", type=click.IntRange(min=1), default=None,
+    "--num-heads", type=click.IntRange(1, MAX_HEADS), default=None,
     help="Attention heads of weights whose config.json does not say (no tensor shape shows it; zoo "
     "never guesses).",
 )  # fmt: skip

@@ -14,7 +14,7 @@ import click
 
 from zoo.cli.errors import user_errors
 from zoo.cli.output import emit_json, for_scripts, script_output
-from zoo.limits import MAX_VOCAB_SIZE
+from zoo.limits import MAX_MIN_FREQUENCY, MAX_VOCAB_SIZE
 from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS
 
 log = logging.getLogger("zoo")
@@ -38,7 +38,7 @@ def tokenizer() -> None:
     "--special-tokens", default=",".join(DEFAULT_SPECIAL_TOKENS),
     show_default=True, help="Comma-separated special tokens, given the first ids in this order.",
 )  # fmt: skip
-@click.option("--min-frequency", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--min-frequency", type=click.IntRange(1, MAX_MIN_FREQUENCY), default=2, show_default=True,
               help="A pair merges only if it occurs this often.")  # fmt: skip
 @for_scripts
 @user_errors
