@@ -217,7 +217,11 @@ def inputs_of(path: str | Path, base: str | Path | None = None) -> list[Path]:
     path = Path(path)
     if path.is_dir():
         held = [path / name for name in (CHECKPOINT, ADAPTER) if (path / name).is_file()]
-        files = held or import_inputs(path)
+        try:
+            foreign = import_inputs(path)  # a folder to import: its weights, config and tokenizer
+        except CheckpointError:  # no weights to import: reading the folder says what it holds
+            foreign = []
+        files = list(dict.fromkeys([*held, *foreign]))
     else:
         files = [path]
     found: list[Path] = []
