@@ -427,3 +427,79 @@ def test_text_files_are_a_record_a_line_their_newlines_kept(tmp_path):
     x, y = stream.batch(np.arange(len(stream)))
     assert data.tokenizer.decode(x.reshape(-1)) == text[: len(stream) * 32]
     assert np.array_equal(y[:, -1], data.tokenizer.encode_array(text[32 : len(stream) * 32 + 1 : 32]))
+
+
+# ------------------------------------------------------------------------------ changed files
+
+
+def test_a_shard_changed_or_deleted_since_it_was_indexed_is_named_where_it_is_read(tmp_path):
+    from zoo.data.stream import UnreadableBatch
+
+    paths = write_corpus(tmp_path / "c", [40, 40])
+    cfg = StreamData(path=str(tmp_path / "c"), tokenizer="char", seq_len=8, val_fraction=0)
+    stream = load_dataset(cfg, "tokens").train.x
+    size = paths[1].stat().st_size
+    with open(paths[1], "a") as shard:  # grown
+        shard.write(json.dumps({"text": text_of(80)}) + "\n")
+    grown = paths[1].stat().st_size
+    changed = r"\.jsonl has changed since it was indexed"
+    with pytest.raises(UnreadableBatch, match=rf"part-001{changed} \({size:,} bytes then, {grown:,} now\)"):
+        stream.batch(np.arange(len(stream)))
+    os.utime(paths[0], ns=(0, 10**18))  # the same size, written to since
+    with pytest.raises(UnreadableBatch, match=rf"part-000{changed} \(written to since\)"):
+        stream.batch(np.arange(4))
+    paths[0].unlink()
+    gone = r"part-000\.jsonl cannot be read \(No such file or directory\): was it deleted or moved"
+    with pytest.raises(UnreadableBatch, match=gone):
+        stream.batch(np.arange(4))
+    # A new load indexes the files as they are now and reads them.
+    paths[0].write_text("".join(json.dumps({"text": text_of(n)}) + "\n" for n in range(40)))
+    again = load_dataset(cfg, "tokens").train.x
+    assert len(again) > len(stream) and len(again.batch(np.arange(len(again)))[0]) == len(again)
+
+
+def test_a_shard_written_to_while_it_is_indexed_is_named(tmp_path, monkeypatch):
+    from zoo.data import stream_index
+
+    paths = write_corpus(tmp_path / "c", [40, 40])
+    index_shard = stream_index._index_shard
+
+    def then_written(i, shard, *args):
+        found = index_shard(i, shard, *args)
+        with open(paths[0], "a") as handle:
+            handle.write(json.dumps({"text": "late"}) + "\n")
+        return found
+
+    monkeypatch.setattr(stream_index, "_index_shard", then_written)
+    cfg = StreamData(path=str(tmp_path / "c"), tokenizer="char", seq_len=8)
+    with pytest.raises(
+        DataError, match=r"part-000\.jsonl has changed while it was indexed \([\d,]+ bytes then"
+    ):
+        load_dataset(cfg, "tokens")
+
+
+def test_a_shard_cut_short_unseen_or_an_index_deleted_is_named_not_a_zip_error(tmp_path, monkeypatch):
+    from zoo.data import stream_index
+    from zoo.data.stream import UnreadableBatch
+
+    (path,) = write_corpus(tmp_path / "c", [40])
+    cfg = StreamData(path=str(tmp_path / "c"), tokenizer="char", seq_len=8, val_fraction=0, test_fraction=0.1)
+    stream = load_dataset(cfg, "tokens").train.x
+    shutil.rmtree(tmp_path / "cache")  # the index, deleted under a run
+    with pytest.raises(
+        UnreadableBatch, match=r"the index of .*part-000\.jsonl cannot be read \(No such file"
+    ):
+        stream.batch(np.arange(len(stream)))
+    stream = load_dataset(cfg, "tokens").train.x
+    monkeypatch.setattr(stream_index, "check_unchanged", lambda *a, **k: None)  # a change no stat sees
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:20]))
+    with pytest.raises(UnreadableBatch, match=r"part-000\.jsonl ended after 20 records, its index says 40"):
+        stream.batch(np.arange(len(stream)))
+
+
+def test_a_csv_document_longer_than_the_csv_modules_default_field_limit_is_a_record(tmp_path):
+    long = "word " * 40_000  # 200,000 characters: the csv module refuses fields over 131,072 by default
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "long.csv").write_text("text\n" + f'"{long}"\n' + "short\n" * 20)
+    data = load_dataset(StreamData(path=str(tmp_path / "c"), tokenizer="char", seq_len=4), "tokens")
+    assert [p.index.records for p in data.train.x.parts] == [21] and len(data.train) > 50_000

@@ -194,8 +194,12 @@ class Stream:
         try:
             units = cursor.span(start, stop)
             return self.examples.decode(units, positions, seed, epoch, channels_last)
-        except DataError as error:
-            raise UnreadableBatch(str(error)) from None
+        except BaseException as error:
+            with self._lock:  # its reading stopped with the error: a later read starts afresh
+                self._cursors = [c for c in self._cursors if c is not cursor]
+            if isinstance(error, DataError):
+                raise UnreadableBatch(str(error)) from None
+            raise
         finally:
             cursor.busy = False
 
