@@ -134,13 +134,14 @@ def _as_set(recipe: Recipe) -> dict[str, Any]:
 def data_section(data: str | Path, current: dict[str, Any]) -> dict[str, Any]:
     """``--data``: a YAML file's ``data`` section (or the file is the section), or a data
     source's name with its defaults; the batch settings of the recipe's data carry over."""
+    from zoo.errors import DataError
     from zoo.limits import special_file_problem
     from zoo.recipe.overrides import read_yaml
 
     path = Path(data)
     problem = special_file_problem(path)
     if problem is not None:  # a FIFO would block the read below
-        raise RecipeError(f"--data {path}", [problem])
+        raise DataError(f"--data {problem}")
     if path.is_file():
         section = read_yaml(path.read_text())
         section = section.get("data", section) if isinstance(section, dict) else section
