@@ -183,7 +183,7 @@ def predict(
             else:
                 results += _classify(model, batch, top_k)
             shown.update(len(batch))
-    return Predicted(found.checkpoint, task, results)
+    return Predicted(found.adapter or found.checkpoint, task, results)  # a LoRA adapter: the one given
 
 
 def batches(examples: list[Example], size: int) -> Iterable[list[Example]]:

@@ -415,17 +415,15 @@ def export_checkpoint(
     """A zoo checkpoint -> ``format``'s layout at ``out``: a ``.safetensors`` file, a torch
     ``.pth``/``.pt``/``.bin`` state dict, or a directory (``model.safetensors`` and the
     ``config.json`` the foreign library reads, with the tokenizer and its
-    ``tokenizer_config.json``). ``checkpoint`` may be anything :func:`zoo.load` reads from a path:
-    a LoRA adapter is exported merged into its base. Returns the weight file written."""
-    from zoo.loading import checkpoint_file, inputs_of
-
+    ``tokenizer_config.json``). Returns the weight file written. (``zoo export`` of a LoRA adapter
+    or a run folder hands this the checkpoint :func:`zoo.loading.checkpoint_file` resolves it to,
+    having refused an output on the adapter's inputs.)"""
     out = Path(out)
     is_file = out.suffix in (".safetensors", *TORCH_SUFFIXES)
     path = out if is_file else out / "model.safetensors"
     beside = () if is_file else (out / "config.json", out / TOKENIZER_FILE, out / TOKENIZER_CONFIG)
-    refuse_inputs_as_outputs([path, *beside], inputs_of(checkpoint), InterchangeError)  # before a merge
-    ckpt = read_checkpoint(checkpoint_file(checkpoint))
-    refuse_inputs_as_outputs([path, *beside], inputs_of(ckpt.path), InterchangeError)
+    refuse_inputs_as_outputs([path, *beside], inputs_of(checkpoint), InterchangeError)
+    ckpt = read_checkpoint(checkpoint)
     try:
         fmt = ckpt.family.format(format)
     except ValueError as error:
@@ -490,6 +488,63 @@ def _verify(path: Path, fmt: ForeignFormat, meta, canonical: Tensors) -> None:
 
 # ------------------------------------------------------------------------ LoRA adapters
 
+ADAPTER_FILE = "adapter.safetensors"  # what a LoRA run exports instead of model.safetensors
+BESIDE = (TOKENIZER_FILE, TOKENIZER_CONFIG)  # the tokenizer files that travel beside a checkpoint
+
+
+def is_adapter_file(path: Path) -> bool:
+    """Whether a safetensors file is a zoo LoRA adapter (kind ``adapter``)."""
+    from zoo.lora.adapter import is_adapter
+
+    return is_adapter(path)
+
+
+def adapter_of(path: Path) -> Path:
+    """The adapter file a LoRA run folder holds; any other path as it is."""
+    path = Path(path)
+    if path.is_dir() and (path / ADAPTER_FILE).is_file() and not (path / WEIGHT_FILES[0]).is_file():
+        return path / ADAPTER_FILE
+    return path
+
+
+def adapter_base(path: Path) -> Path | None:
+    """The base checkpoint an adapter file names (None: a seeded base, or metadata that does not
+    say; reading the adapter says what is wrong with it)."""
+    import json
+
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            named = json.loads((handle.metadata() or {}).get("base", "{}")).get("path")
+    except Exception:  # not an adapter zoo reads: read_adapter says why
+        return None
+    return Path(named) if isinstance(named, str) and named else None
+
+
+def inputs_of(path: str | Path, base: str | Path | None = None) -> list[Path]:
+    """Every file a command reading ``path`` reads, which none of its outputs may replace: the
+    checkpoint (or a run folder's, or a foreign source's files), the tokenizer files beside it,
+    and for a LoRA adapter its base (``base``, or the one the adapter names) with its own."""
+    path = Path(path)
+    if path.is_dir():
+        held = [path / name for name in (WEIGHT_FILES[0], ADAPTER_FILE) if (path / name).is_file()]
+        try:
+            foreign = import_inputs(path)  # a folder to import: its weights, config and tokenizer
+        except CheckpointError:  # no weights to import: reading the folder says what it holds
+            foreign = []
+        files = list(dict.fromkeys([*held, *foreign]))
+    else:
+        files = [path]
+    found: list[Path] = []
+    for file in files:
+        found += [file, *(file.with_name(name) for name in BESIDE)]
+        if file.suffix == ".safetensors" and is_adapter_file(file):
+            named = Path(base) if base is not None else adapter_base(file)
+            if named is not None:
+                found += [named, *(named.with_name(name) for name in BESIDE)]
+    return list(dict.fromkeys(found))
+
 
 def merge(
     adapter: str | Path, out: str | Path, base: str | Path | None = None, *, overwrite: bool = False
@@ -519,7 +574,6 @@ def import_adapter(src: str | Path, base: str | Path, out: str | Path, *, overwr
     """``zoo import PEFT_DIR --base B``: a PEFT LoRA folder -> a zoo adapter on ``base``; an
     output that is one of the files read (the PEFT folder's, the base's) is refused, ``overwrite``
     or not."""
-    from zoo.loading import inputs_of
     from zoo.lora import import_peft
 
     src, out = Path(src), Path(out)
@@ -538,7 +592,6 @@ def export_adapter(
     written as an hf export (``--base-out``), else the transformers folder the base was imported
     from, where it still is; else none (``PeftModel.from_pretrained`` on a model loaded by hand
     still works; ``AutoPeftModel`` needs a name)."""
-    from zoo.loading import adapter_of
     from zoo.lora import base_of, peft, read_adapter
     from zoo.tokenizer import carry_tokenizer
 
@@ -585,15 +638,11 @@ def _transformers_source(base: str | None) -> str | None:
 
 
 def _adapter_inputs(adapter: Path, base: str | Path | None = None) -> list[Path]:
-    from zoo.loading import inputs_of
-
     return inputs_of(adapter, base)
 
 
 def _tokenizer_sources(adapter: Path, base: str | Path | None = None) -> list[Path]:
     """Where an adapter's tokenizer is: beside it (a run folder), else beside its base."""
-    from zoo.loading import adapter_base
-
     named = Path(base) if base is not None else adapter_base(adapter)
     return [adapter.parent, *([named.parent] if named is not None else [])]
 

@@ -128,6 +128,8 @@ def _file(path: Path) -> Located:
             f"{path}: not a checkpoint zoo reads: a zoo checkpoint (.safetensors), a run folder, a "
             f"transformers or timm folder, or a state dict ({', '.join(FOREIGN_SUFFIXES)})"
         )
+    from zoo.interchange import is_adapter_file
+
     if path.suffix == ".safetensors" and is_adapter_file(path):
         return Located(checkpoint=merged(path), adapter=path)
     if path.suffix == ".safetensors" and is_zoo_checkpoint(path):
@@ -165,13 +167,6 @@ def is_zoo_checkpoint(path: Path) -> bool:
         return False
 
 
-def is_adapter_file(path: Path) -> bool:
-    """Whether a safetensors file is a zoo LoRA adapter (kind ``adapter``)."""
-    from zoo.lora.adapter import is_adapter
-
-    return is_adapter(path)
-
-
 def checkpoint_file(path_or_name: str | Path) -> Path:
     """The zoo checkpoint file a command reads for ``path_or_name``: the file itself, a run
     folder's, an adapter merged onto its base, or a foreign source imported (all cached, see the
@@ -183,58 +178,6 @@ def checkpoint_file(path_or_name: str | Path) -> Path:
             "checkpoint (a .safetensors file, a LoRA adapter, a run folder, or a folder to import)"
         )
     return found.checkpoint
-
-
-def adapter_of(path: Path) -> Path:
-    """The adapter file a LoRA run folder holds; any other path as it is."""
-    path = Path(path)
-    if path.is_dir() and (path / ADAPTER).is_file() and not (path / CHECKPOINT).is_file():
-        return path / ADAPTER
-    return path
-
-
-def adapter_base(path: Path) -> Path | None:
-    """The base checkpoint an adapter file names (None: a seeded base, or metadata that does not
-    say; reading the adapter says what is wrong with it)."""
-    import json
-
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="np") as handle:
-            named = json.loads((handle.metadata() or {}).get("base", "{}")).get("path")
-    except Exception:  # not an adapter zoo reads: read_adapter says why
-        return None
-    return Path(named) if isinstance(named, str) and named else None
-
-
-def inputs_of(path: str | Path, base: str | Path | None = None) -> list[Path]:
-    """Every file a command reading ``path`` reads, which none of its outputs may replace: the
-    checkpoint (or a run folder's, or a foreign source's files), the tokenizer files beside it,
-    and for a LoRA adapter its base (``base``, or the one the adapter names) with its own."""
-    from zoo.interchange import import_inputs
-
-    path = Path(path)
-    if path.is_dir():
-        held = [path / name for name in (CHECKPOINT, ADAPTER) if (path / name).is_file()]
-        try:
-            foreign = import_inputs(path)  # a folder to import: its weights, config and tokenizer
-        except CheckpointError:  # no weights to import: reading the folder says what it holds
-            foreign = []
-        files = list(dict.fromkeys([*held, *foreign]))
-    else:
-        files = [path]
-    found: list[Path] = []
-    for file in files:
-        found += [file, *(file.with_name(name) for name in TOKENIZER_FILES)]
-        if file.suffix == ".safetensors" and is_adapter_file(file):
-            named = Path(base) if base is not None else adapter_base(file)
-            if named is not None:
-                found += [named, *(named.with_name(name) for name in TOKENIZER_FILES)]
-    return list(dict.fromkeys(found))
-
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # what travels beside a checkpoint
 
 
 def _foreign_directory(path: Path) -> bool:
@@ -313,7 +256,7 @@ def merged(adapter: Path) -> Path:
     """The full checkpoint of a LoRA adapter on its base, merged once into the cache (as
     ``zoo merge`` writes it, the base checked by its sha256, the tokenizer beside it), renamed
     into place when whole, as :func:`imported` does."""
-    from zoo.interchange import merge
+    from zoo.interchange import adapter_base, inputs_of, merge
 
     base = adapter_base(adapter)
     if base is not None and not base.is_file():

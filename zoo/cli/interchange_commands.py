@@ -121,12 +121,13 @@ def export(
             click.echo(str(path) if quiet else f"{path}: PEFT LoRA adapter (adapter_model.safetensors)")
         return
 
-    if format_ in FORMATS:
-        from zoo.deploy import ExportError
-        from zoo.loading import checkpoint_file, inputs_of
-        from zoo.overwrite import refuse_inputs_as_outputs
+    from zoo.interchange import InterchangeError, export_checkpoint, inputs_of
+    from zoo.loading import checkpoint_file
+    from zoo.overwrite import refuse_inputs_as_outputs
 
-        refuse_inputs_as_outputs([out], inputs_of(checkpoint), ExportError)  # an adapter's base too
+    # An adapter (or its run folder) is exported merged onto its base: neither may be replaced.
+    refuse_inputs_as_outputs([out], inputs_of(checkpoint), InterchangeError)
+    if format_ in FORMATS:
         with script_output(quiet, as_json):
             report = export_model(
                 checkpoint_file(checkpoint), format_, out, framework=framework, overwrite=overwrite
@@ -150,10 +151,8 @@ def export(
         return
     if framework is not None:
         raise click.UsageError(f"--framework is for the formats {', '.join(FORMATS)}, not {format_!r}")
-    from zoo.interchange import export_checkpoint
-
     with script_output(quiet, as_json):
-        path = export_checkpoint(checkpoint, format_, out, overwrite=overwrite)
+        path = export_checkpoint(checkpoint_file(checkpoint), format_, out, overwrite=overwrite)
     if as_json:
         emit_json({"path": str(path), "format": format_, "kind": "weights", "checked": True})
     else:
@@ -177,8 +176,8 @@ def merge(adapter: Path, out: Path, base: Path | None, overwrite: bool, as_json:
     """A LoRA adapter folded into its base (W + scale * B A): a full checkpoint, no adapter needed.
 
     --quiet prints the path written."""
+    from zoo.interchange import adapter_of
     from zoo.interchange import merge as merge_adapter
-    from zoo.loading import adapter_of
 
     with script_output(quiet, as_json):
         path = merge_adapter(adapter_of(adapter), out, base, overwrite=overwrite)
