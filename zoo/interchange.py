@@ -420,8 +420,7 @@ def export_checkpoint(
     having refused an output on the adapter's inputs.)"""
     out = Path(out)
     is_file = out.suffix in (".safetensors", *TORCH_SUFFIXES)
-    path = out if is_file else out / "model.safetensors"
-    beside = () if is_file else (out / "config.json", out / TOKENIZER_FILE, out / TOKENIZER_CONFIG)
+    path, *beside = export_writes(out)
     refuse_inputs_as_outputs([path, *beside], inputs_of(checkpoint), InterchangeError)
     ckpt = read_checkpoint(checkpoint)
     try:
@@ -454,6 +453,15 @@ def export_checkpoint(
             _save_tokenizer(tokenizer, ckpt.path.parent, out)
     _verify(path, fmt, meta, canonical)
     return path
+
+
+def export_writes(out: str | Path) -> list[Path]:
+    """What an export to a weight layout at ``out`` writes: the weight file first, then (into a
+    folder) its ``config.json`` and tokenizer files."""
+    out = Path(out)
+    if out.suffix in (".safetensors", *TORCH_SUFFIXES):
+        return [out]
+    return [out / "model.safetensors", out / "config.json", out / TOKENIZER_FILE, out / TOKENIZER_CONFIG]
 
 
 def _write_torch(path: Path, tensors: Tensors) -> None:

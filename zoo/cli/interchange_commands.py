@@ -121,12 +121,14 @@ def export(
             click.echo(str(path) if quiet else f"{path}: PEFT LoRA adapter (adapter_model.safetensors)")
         return
 
-    from zoo.interchange import InterchangeError, export_checkpoint, inputs_of
+    from zoo.interchange import InterchangeError, export_checkpoint, export_writes, inputs_of
     from zoo.loading import checkpoint_file
     from zoo.overwrite import refuse_inputs_as_outputs
 
-    # An adapter (or its run folder) is exported merged onto its base: neither may be replaced.
-    refuse_inputs_as_outputs([out], inputs_of(checkpoint), InterchangeError)
+    # An adapter (or its run folder) is exported merged onto its base: neither may be replaced. A
+    # deployment replaces --out whole (a SavedModel folder), a weight layout its files.
+    writes = [out] if format_ in FORMATS else export_writes(out)
+    refuse_inputs_as_outputs(writes, inputs_of(checkpoint), InterchangeError)
     if format_ in FORMATS:
         with script_output(quiet, as_json):
             report = export_model(
