@@ -64,6 +64,11 @@ RUNTIME_BYTES = {"torch": 700 * 2**20, "tensorflow": 900 * 2**20}
 # 2.26, 2.25 and 2.24 GB. (A 0.4M-parameter comparison's whole peak is 1.1 GB: the traced steps
 # and the kept pages grow with the model, so this overestimates the smallest ones.)
 COMPARE_RUNTIME_BYTES = int(2.25 * 2**30)
+# The training batches a comparison keeps (zoo.compare.steps.training_batches: every step's batch
+# from both pipelines, for the reference pair, the Keras losses and the re-synchronised checks),
+# per step beyond its data: the four tensor objects of a batch in torch and TensorFlow. Measured
+# on gpt2-micro-pydocs (32 x 128 int64 tokens): 133 KB a step, two copies of its 64 KB and 5 KB.
+BATCH_OBJECT_BYTES = 5 * 2**10
 UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
          "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}  # fmt: skip
 
@@ -197,8 +202,9 @@ def optimizer_slots(optimizer: Any) -> int:
 
 
 def compare_estimate(
-    recipe, family: Family, config: ArchitectureConfig, inputs: Any, *, fine_tune: bool, training: bool
-) -> Estimate:
+    recipe, family: Family, config: ArchitectureConfig, inputs: Any, *, fine_tune: bool, training: bool,
+    kept_batches: int = 0, batch_bytes: int = 0,
+) -> Estimate:  # fmt: skip
     """``zoo compare``'s peak, counted from what its sections hold (zoo.compare.resync).
 
     Two pairs of twins (a torch and a Keras model each) live through the parity sections:
@@ -210,7 +216,11 @@ def compare_estimate(
     that pair's pass. Without training there are no optimizers, snapshot or moves. The speed
     section comes after the parity pairs are freed, with one pair in the recipe's precision
     and its activations: never more than the parity sections (bench/memory_estimate.py
-    measures both against real peaks)."""
+    measures both against real peaks).
+
+    ``kept_batches`` training batches of ``batch_bytes`` each (one batch's tensors in torch's
+    pipeline) are held through the training section, once per framework: a count of steps
+    asks for memory in proportion (:func:`compared_batches`)."""
     from zoo.compare.tolerances import reference_precision
 
     weights = parameter_bytes(family, config)
@@ -242,7 +252,16 @@ def compare_estimate(
     parts["frameworks"] = (
         COMPARE_RUNTIME_BYTES if training else RUNTIME_BYTES["torch"] + RUNTIME_BYTES["tensorflow"]
     )
+    if kept_batches:
+        parts["training batches"] = kept_batches * (2 * batch_bytes + BATCH_OBJECT_BYTES)
     return Estimate("zoo compare", {name: int(size) for name, size in parts.items()})
+
+
+def compared_batches(steps: int, steps_per_epoch: int) -> int:
+    """The batches a comparison of ``steps`` training steps holds at once: the steps' own, and
+    while they are drawn, the rest of the last epoch the torch pipeline yields (whole epochs)."""
+    epochs = math.ceil(steps / max(steps_per_epoch, 1))
+    return max(steps, epochs * steps_per_epoch)
 
 
 def train_estimate(

@@ -96,7 +96,7 @@ def compare(
     setup = prepare(recipe, adapter)
     if forward_only:
         speed_steps = 0
-    check_memory(setup, training=not forward_only)
+    check_memory(setup, training=not forward_only, steps=1 if forward_only else steps)
     tolerances = tolerances_for(setup.precision)
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
@@ -179,16 +179,22 @@ def resolve(
     return recipe
 
 
-def check_memory(setup, *, training: bool) -> None:
+def check_memory(setup, *, training: bool, steps: int = 1) -> None:
     """Refuse, before any twin is built, a comparison whose estimated peak is more than the
-    machine has available, saying what would fit: a smaller batch, or the forward check alone."""
+    machine has available, saying what would fit: a smaller batch, fewer steps (each keeps its
+    batch), or the forward check alone."""
     from zoo import peak_memory
+    from zoo.data import steps_per_epoch
 
-    def estimate(batch: int, training: bool) -> peak_memory.Estimate:
+    per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
+    held = _batch_bytes(setup) if training else 0
+
+    def estimate(batch: int, training: bool, steps: int = steps) -> peak_memory.Estimate:
         inputs = setup.dataset.train.x[:batch]
+        kept = peak_memory.compared_batches(steps, per_epoch) if training else 0
         return peak_memory.compare_estimate(
             setup.recipe, setup.family, setup.config, inputs, fine_tune=setup.init is not None,
-            training=training,
+            training=training, kept_batches=kept, batch_bytes=held * batch // setup.batch_size,
         )  # fmt: skip
 
     wanted = estimate(setup.batch_size, training)
@@ -201,6 +207,11 @@ def check_memory(setup, *, training: bool) -> None:
     if batch is not None:
         fits.append(f"--batch-size {batch}")
     if training:
+        fewer = next(
+            (n for n in _fewer_steps(steps) if estimate(setup.batch_size, True, n).total <= available), None
+        )
+        if fewer is not None:
+            fits.append(f"--steps {fewer} (each step keeps its batch)")
         forward = estimate(setup.batch_size, False)
         if forward.total <= available:
             about = peak_memory.gib(forward.total)
@@ -208,6 +219,20 @@ def check_memory(setup, *, training: bool) -> None:
     if not fits:
         fits.append("a machine with more memory: even the forward check alone does not fit")
     peak_memory.check_memory(wanted, fits, available)
+
+
+def _batch_bytes(setup) -> int:
+    """The tensors of one training batch as the torch pipeline yields it (the first: masks,
+    padding and augmentation included)."""
+    from zoo.compare.steps import torch_loader
+    from zoo.peak_memory import _nbytes
+
+    return _nbytes(tuple(next(iter(torch_loader(setup)))))
+
+
+def _fewer_steps(steps: int) -> list[int]:
+    """Step counts to offer instead of ``steps``, largest first: powers of ten below it."""
+    return [n for n in (100_000, 10_000, 1_000, 100, 10, 1) if n < steps]
 
 
 def explain_forward(sections: dict[str, SectionResult]) -> None:
