@@ -8,7 +8,9 @@ language model re-reads the last ``context_length()`` tokens every step (the cha
 transformers, and the recurrent nets over a window of ``UNBOUNDED_WINDOW``).
 
 Text goes through the checkpoint's tokenizer (``zoo.tokenizer.tokenizer_of``: its
-``tokenizer.json``, or the character vocabulary of zoo's first language models).
+``tokenizer.json``, or the character vocabulary of zoo's first language models). Generation
+stops at the end-of-sequence token (:func:`eos_ids`: the config's ``eos_token_id``, else the
+tokenizer's end of text), as transformers' ``generate`` does, unless asked to go on.
 """
 
 from __future__ import annotations
