@@ -227,6 +227,7 @@ def test_ctrl_c_at_a_terminal_saves_a_streamed_run_mid_epoch_and_resume_is_bit_e
     assert steps > 4  # the signal comes mid-epoch
     done, run = signalled(tmp_path, framework, 3, "group-SIGINT", recipe=recipe, settings=[])
     stopped_on_sigterm(done, run, 3, "SIGINT")
+    assert done.stderr.count("Ctrl-C again stops at once") == 1  # said by the training process alone
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")  # the run's recipe keeps data.path absolute
     code, out = zoo("resume", str(run))

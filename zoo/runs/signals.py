@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from zoo.runs.stops import Interrupted, Terminated
 
 # The signal that came while a loop was running (None: none yet); training loops that stop on it.
-_state: dict = {"received": None, "loops": 0}
+_state: dict = {"received": None, "loops": 0, "owner": None}  # owner: the process that set the handlers
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 _WAITING = (
     b"\nzoo: Ctrl-C: stopping at the end of the step in progress, its training state saved "
@@ -53,6 +53,10 @@ def stop() -> Terminated:
 
 
 def _on_signal(signum, frame) -> None:
+    if os.getpid() != _state["owner"]:
+        # A forked DataLoader worker inherits the handler, and a terminal's Ctrl-C reaches the
+        # whole process group: the training process stops the run (and its workers), once.
+        return
     if signum == signal.SIGINT and (requested() or not _state["loops"]):
         raise KeyboardInterrupt  # a second Ctrl-C, or one outside a loop: at once
     if _state["received"] is None:
@@ -77,7 +81,7 @@ def stop_on_signals() -> Iterator[None]:
     for s in HANDLED:
         if previous[s] is not signal.SIG_IGN or s == signal.SIGTERM:
             signal.signal(s, _on_signal)
-    _state["received"] = None
+    _state["received"], _state["owner"] = None, os.getpid()
     try:
         yield
     finally:
