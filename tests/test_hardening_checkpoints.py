@@ -396,3 +396,49 @@ def test_a_tokenizer_trained_onto_its_own_text_is_refused(tmp_path):
     code, out = zoo_cli("tokenizer", "train", text, "-o", text, "--vocab-size", "300")
     assert code == 2 and f"-o: {text} is an input of this command" in out, out
     assert digest(text) == before
+
+
+# ------------------------------------------------ metadata of another family, a dtype of garbage (issue 38)
+
+
+@pytest.fixture(scope="module")
+def gpt2_checkpoint(tmp_path_factory) -> Path:
+    model = zoo.create_model("gpt2-micro", framework="lightning", seed=0, vocab_size=50)
+    return zoo.save_checkpoint(model, tmp_path_factory.mktemp("gpt2ckpt") / "model.safetensors")
+
+
+def test_an_architecture_naming_another_family_than_its_config_is_one_line(gpt2_checkpoint, tmp_path):
+    """It printed pydantic's 13 errors, each with its documentation URL."""
+    bad = rewritten(gpt2_checkpoint, tmp_path / "resnet.safetensors", architecture="resnet")
+    code, out = zoo_cli("inspect", bad)
+    assert code == 2 and out.strip() == (
+        f"error: {bad}: its architecture metadata is 'resnet' but its config metadata is a 'gpt2' config; "
+        "the file is damaged (its metadata contradicts itself)"
+    ), out
+
+
+def test_a_config_field_that_does_not_validate_is_one_line_naming_the_field(gpt2_checkpoint, tmp_path):
+    config = json.loads(read_checkpoint(gpt2_checkpoint).metadata["config"])
+    fields = json.dumps({**config, "n_embd": "wide", "n_head": -1})
+    bad = rewritten(gpt2_checkpoint, tmp_path / "fields.safetensors", config=fields)
+    code, out = zoo_cli("inspect", bad)
+    assert code == 2 and len(out.strip().splitlines()) == 1 and "errors.pydantic.dev" not in out, out
+    assert f"error: {bad}: its gpt2 config does not validate: config.n_embd: " in out, out
+    assert (
+        "; config.n_head: Input should be greater than or equal to 1; its config metadata is damaged" in out
+    )
+
+
+@pytest.mark.parametrize("dtype", ["garbage", "float8", ""])
+def test_a_dtype_zoo_does_not_write_is_refused_naming_the_field(gpt2_checkpoint, tmp_path, dtype):
+    """``zoo inspect`` showed it as the checkpoint's dtype, and exports wrote it on."""
+    bad = rewritten(gpt2_checkpoint, tmp_path / "dtype.safetensors", dtype=dtype)
+    for command in (["inspect", bad], ["inspect", bad, "--json"]):
+        code, out = zoo_cli(*command)
+        assert code == 2 and out.strip() == (
+            f"error: {bad}: its dtype metadata {dtype!r} is not a weight dtype zoo writes (one of float32, "
+            "bfloat16, float16, float64); its weights are float32, so the file is damaged: export it again, "
+            "or write dtype=float32 in its metadata"
+        ), out
+    with pytest.raises(CheckpointError, match="its dtype metadata"):
+        zoo.load(bad)
