@@ -600,7 +600,7 @@ def export_adapter(
     written as an hf export (``--base-out``), else the transformers folder the base was imported
     from, where it still is; else none (``PeftModel.from_pretrained`` on a model loaded by hand
     still works; ``AutoPeftModel`` needs a name)."""
-    from zoo.lora import base_of, peft, read_adapter
+    from zoo.lora import base_of, peft, read_adapter, saved_base
     from zoo.tokenizer import carry_tokenizer
 
     adapter, out = adapter_of(Path(adapter)), Path(out)
@@ -628,7 +628,7 @@ def export_adapter(
                 "adapter_config.json names no base_model_name_or_path (AutoPeftModel needs one): pass "
                 "--base-out DIR to write the base there as an hf export and name it"
             )
-    path = peft.export(adapter_file, out, name)
+    path = peft.export(adapter_file, out, name, saved_base(adapter_file))
     carry_tokenizer(_tokenizer_sources(adapter), out)
     return path
 

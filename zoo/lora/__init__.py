@@ -200,7 +200,7 @@ def export_peft(path: str | Path, out: str | Path, overwrite: bool = False) -> P
     out = Path(out)
     _free(out / peft.WEIGHTS, overwrite)
     adapter_file = read_adapter(path)
-    return peft.export(adapter_file, out, adapter_file.base.get("path"))
+    return peft.export(adapter_file, out, adapter_file.base.get("path"), saved_base(adapter_file))
 
 
 def saved_base(adapter_file: AdapterFile) -> dict[str, np.ndarray] | None:

@@ -132,7 +132,7 @@ def export(
     adapter_file: AdapterFile, out: str | Path, base_name: str | None = None, base: dict | None = None
 ) -> Path:
     """Write ``adapter_file`` as PEFT's two files in the folder ``out`` (``base``: its base's
-    tensors, needed where it saves modules whole; read from the base it names if not given)."""
+    tensors, needed where it saves modules whole: ``zoo.lora.saved_base``)."""
     from safetensors.numpy import save_file
 
     adapter, tensors = adapter_file.adapter, adapter_file.tensors
@@ -226,9 +226,7 @@ def _saved_modules(adapter_file: AdapterFile, base: dict | None, adapted: set[st
     """The transformers tensors of every module the adapter saves whole (by transformers name;
     a module LoRA also adapts as ``<module>.base_layer.<tensor>``, as PEFT saves an embedding)."""
     if base is None:
-        from zoo.lora import base_of
-
-        base = base_of(adapter_file)[0]
+        raise ValueError("an adapter that saves modules whole is exported with its base's tensors (base=)")
     family, config, adapter = adapter_file.family, adapter_file.config, adapter_file.adapter
     fmt = family.format("hf")
     replaced = {**base, **{n: adapter_file.tensors[n] for n in adapter.saved}}
