@@ -211,3 +211,13 @@ def test_an_adapter_whose_base_is_gone_or_that_has_no_tokenizer_is_one_line(tmp_
     result = CliRunner().invoke(main, ["sample", str(adapter), "--length", "2"])
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert f"error: {adapter}: has no tokenizer" in result.output.splitlines()[-1]
+
+
+def test_resume_of_a_finished_lora_run_names_its_adapter(run, caplog):
+    """A finished LoRA run has no model.safetensors: resume says so by the adapter it made."""
+    folder, _ = run
+    result = zoo.resume(folder)
+    assert result.already_finished and result.checkpoint == folder / "adapter.safetensors"
+    said = " ".join(record.getMessage() for record in caplog.records)
+    assert f"zoo merge {folder / 'adapter.safetensors'} --out MERGED" in said
+    assert "model.safetensors" not in said

@@ -177,15 +177,21 @@ def _finished(run: RunDir, recipe: Recipe) -> TrainResult | None:
     if info.status != "finished" or run.recipe_changes(recipe.to_dict()):
         return None
     summary = run.read_summary()
+    checkpoint = info.checkpoint or run.checkpoint  # a LoRA run's is its adapter.safetensors
+    start = (
+        f"zoo merge {checkpoint} --out MERGED, then zoo finetune RECIPE --from MERGED"
+        if info.adapter
+        else f"zoo finetune RECIPE --from {checkpoint}"
+    )
     log.info(
         f"{run.path} finished already ({info.epochs} epochs): nothing to resume, nothing changed. To "
         f"train it longer, raise trainer.max_epochs in {run.recipe} and run zoo resume --force; to "
-        f"train on from its weights, zoo finetune RECIPE --from {info.checkpoint}"
+        f"train on from its weights, {start}"
     )
     history = read_metrics(run.metrics) if run.metrics.is_file() else []
     framework = summary.get("framework") or recipe.trainer.framework
     metrics = summary["metrics"]
-    return TrainResult(run.path, run.checkpoint, metrics, framework, history, already_finished=True)
+    return TrainResult(run.path, checkpoint, metrics, framework, history, already_finished=True)
 
 
 def save_checkpoint(model, path, **kwargs) -> Path:
