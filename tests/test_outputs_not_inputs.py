@@ -107,6 +107,21 @@ def test_plot_onto_a_run_file_is_refused(tmp_path):
     assert (run / "metrics.csv").read_bytes() == before
 
 
+def test_a_compare_report_onto_its_recipe_or_data_is_refused(tmp_path):
+    """zoo compare -o DIR writes report.json/.md/.png there: never onto the recipe or --data file."""
+    shipped = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
+    recipe = tmp_path / "report.md"
+    recipe.write_text(shipped.read_text())
+    before = recipe.read_bytes()
+    for args in (["compare", str(recipe), "-o", str(tmp_path)],
+                 ["compare", str(shipped), "--data", str(recipe), "-o", str(tmp_path)]):  # fmt: skip
+        result = CliRunner().invoke(main, args)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert "-o: " in lines[0] and "is an input of this command" in lines[0], lines[0]
+        assert recipe.read_bytes() == before
+
+
 def test_merging_into_the_run_folder_is_allowed_and_carries_the_tokenizer(made, tmp_path):
     """The adapter's own folder is no input to replace: model.safetensors is new there, and the
     tokenizer beside the adapter stays as it is."""

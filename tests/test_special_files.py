@@ -160,3 +160,24 @@ def test_what_counts_as_special():
     require_regular_file(__file__, ValueError)
     with pytest.raises(ValueError, match="/dev/null is a character device"):
         require_regular_file("/dev/null", ValueError)
+
+
+def test_an_image_folder_and_a_run_folder_name_a_fifo_they_hold(fifo, tmp_path):
+    """A recipe's image folder checks its files before training (data.check_files), and zoo runs
+    reads each run's recipe.yaml: neither opens a FIFO, each names it (an empty read would not)."""
+    from zoo.data.image_folder import problem
+    from zoo.runs.listing import read_run
+
+    assert problem(fifo("images/cat/a.png"), decode=False) == "is a FIFO (named pipe), not a regular file"
+    run = tmp_path / "run"
+    fifo("run/recipe.yaml")
+    problems = read_run(run).problems
+    assert any("recipe.yaml is a FIFO (named pipe), not a regular file" in p for p in problems), problems
+
+
+def test_a_fifo_shard_is_named_before_it_is_read(fifo):
+    from zoo.data.shards import find_shards
+    from zoo.errors import DataError
+
+    with pytest.raises(DataError, match=r"corpus.jsonl is a FIFO \(named pipe\), not a regular file"):
+        find_shards([str(fifo("corpus.jsonl"))], "data.path")

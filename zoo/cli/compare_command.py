@@ -59,6 +59,13 @@ def compare(
     checkpoint = target if is_checkpoint(target) else None
     if checkpoint is None and recipe is not None:
         raise click.UsageError("--recipe goes with a CHECKPOINT; the RECIPE given is already the recipe")
+    if out is not None:  # a report file never lands on what the comparison reads
+        from zoo.compare.report import REPORT_FILES
+        from zoo.hardware import SetupError
+        from zoo.overwrite import refuse_inputs_as_outputs
+
+        reads = [path for path in (target, recipe, data and Path(data)) if path]
+        refuse_inputs_as_outputs([out / name for name in REPORT_FILES], reads, SetupError, option="-o")
     overrides = (*overrides, f"data.batch_size={batch_size}") if batch_size else overrides
     with script_output(quiet, as_json):
         result = run_compare(

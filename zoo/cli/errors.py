@@ -3,7 +3,8 @@
 Exit status 2 means the input was wrong (a recipe, a path, a checkpoint, a prompt) and the
 message says what would work; 1 means a run that started and failed (a loss or weights that
 stopped being numbers, a run folder deleted under it, a compare that differs); 143 (128 +
-SIGTERM) a run that SIGTERM stopped after saving its state (zoo.runs.signals). ``--json`` does
+SIGTERM) and 130 (128 + SIGINT, Ctrl-C) a run that the signal stopped after saving its state
+(zoo.runs.signals). ``--json`` does
 not change this: stdout stays empty and the message goes to stderr, so a script checks the
 status first and parses stdout only when it is 0.
 """
@@ -47,7 +48,7 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except fixable as error:
             fail(f"error: {error}", EXIT_USAGE)
-        except TrainingStopped as error:  # diverged (1), its folder deleted (1), SIGTERM (143)
+        except TrainingStopped as error:  # diverged (1), its folder deleted (1), SIGTERM (143), Ctrl-C (130)
             fail(f"training stopped: {error}", error.exit_status)
         except NonFiniteTensors as error:  # a diverged model: a failed run, not a typo
             fail(f"error: {error}", EXIT_FAILED)

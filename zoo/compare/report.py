@@ -121,6 +121,9 @@ def _columns(rows: list[tuple[str, ...]]) -> list[str]:
 # ------------------------------------------------------------------------------ files
 
 
+REPORT_FILES = ("report.json", "report.md", "report.png")  # what a comparison writes in its folder
+
+
 def write_reports(report: dict[str, Any], out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "report.json", "md": out / "report.md"}

@@ -25,6 +25,7 @@ from zoo.data.dataset import Dataset, Split
 from zoo.data.image_files import ImageFiles
 from zoo.data.pixels import Augmentation, Pixels
 from zoo.errors import DataError
+from zoo.limits import special_file
 from zoo.registry import families_reading
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -225,7 +226,11 @@ def image_paths(folder: Path) -> tuple[list[str], int]:
 
 
 def problem(path: Path, decode: bool) -> str | None:
-    """Why ``path`` is not a usable image, or None: its header (or, ``decode``, every pixel) read."""
+    """Why ``path`` is not a usable image, or None: its header (or, ``decode``, every pixel) read.
+    A FIFO, a device or a socket is not opened at all: reading one blocks or never ends."""
+    kind = special_file(path)
+    if kind is not None:
+        return f"is {kind}, not a regular file"
     try:
         with Image.open(path) as image:
             if decode:

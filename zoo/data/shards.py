@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.errors import DataError
-from zoo.limits import MAX_JSON_BYTES, parse_json, read_json
+from zoo.limits import MAX_JSON_BYTES, parse_json, read_json, require_regular_file
 
 KINDS = {
     ".parquet": "parquet", ".arrow": "arrow", ".jsonl": "jsonl", ".ndjson": "jsonl",
@@ -81,6 +81,7 @@ def find_shards(entries: Sequence[str], field: str) -> list[Shard]:
     shards: list[Shard] = []
     for entry in entries:
         path = Path(entry)
+        require_regular_file(path, DataError)  # a FIFO shard would block its reader
         if path.is_dir():
             found = saved_files(path) if (path / SAVED_STATE).is_file() else folder_files(path)
         elif path.is_file():
@@ -90,6 +91,7 @@ def find_shards(entries: Sequence[str], field: str) -> list[Shard]:
         if not found:
             raise DataError(f"{field} {entry!r}: no {', '.join(sorted(KINDS))} files there")
         for file in found:
+            require_regular_file(file, DataError)  # one a save_to_disk folder lists
             kind = KINDS.get(file.suffix.lower())
             if kind is None:
                 raise DataError(

@@ -12,13 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from zoo.hardware import SetupError
-from zoo.limits import read_json
+from zoo.limits import read_json, require_regular_file
 from zoo.runs.folder import HELD_LOCKS, RECORDED_RECIPE
 from zoo.runs.metrics import read_metrics
 
 RUN_FILES = ("recipe.yaml", RECORDED_RECIPE, "summary.json", "metrics.csv", "state")
 BEST = {"loss": min, "bpc": min, "bpt": min, "accuracy": max}  # which way each validation metric improves
 STATUSES = ("finished", "interrupted", "diverged", "running", "damaged")
+
+
+class _NotAFile(Exception):
+    """recipe.yaml is a FIFO, a device or a socket: never opened (reading one blocks)."""
+
+
 ADAPTER = "adapter.safetensors"  # what a LoRA run (init.lora) exports instead of model.safetensors
 
 
@@ -74,6 +80,7 @@ def read_run(path: Path) -> RunInfo:
     problems: list[str] = []
     recipe: dict[str, Any] = {}
     try:
+        require_regular_file(path / "recipe.yaml", _NotAFile)
         found = read_yaml((path / "recipe.yaml").read_text())
         if isinstance(found, dict):
             recipe = found
@@ -81,6 +88,8 @@ def read_run(path: Path) -> RunInfo:
             problems.append("recipe.yaml is not a recipe")
     except FileNotFoundError:
         problems.append("no recipe.yaml")
+    except _NotAFile as error:
+        problems.append(str(error))
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as error:
         problems.append(f"recipe.yaml does not read ({type(error).__name__})")
     summary: dict[str, Any] = {}
