@@ -321,7 +321,7 @@ def probe_keras(family, config, x, y, batch, precision, checkpointing, compile, 
     import keras
     import tensorflow as tf
 
-    from zoo.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras
 
     for device in tf.config.list_physical_devices("GPU"):
         tf.config.experimental.set_memory_growth(device, True)

@@ -106,7 +106,7 @@ def _keras_step(family, config, lora, x, y):
     import keras
 
     from zoo.initial_weights import initial_tensors
-    from zoo.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras
 
     model = build_keras(family, config, "32-true", initial_tensors(family, config, 0))
     if lora is not None:

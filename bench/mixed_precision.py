@@ -62,7 +62,7 @@ def torch_gradients(model, x, y, precision: str) -> dict[str, np.ndarray]:
 
 
 def keras_gradients(family, config, tensors, x, y, precision: str) -> dict[str, np.ndarray]:
-    from zoo.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras
 
     return keras_model_gradients(build_keras(family, config, precision, tensors), family, config, x, y)
 

@@ -284,7 +284,7 @@ def plain_keras(
         model = zoo.create_model(preset, framework="keras", seed=SEED, **model_fields(config))
     else:
         from zoo.initial_weights import initial_tensors
-        from zoo.keras.precision import build_keras
+        from zoo.nn.keras.precision import build_keras
 
         model = build_keras(family, config, precision, initial_tensors(family, config, SEED))
     family.set_grad_checkpointing(model, "keras", checkpointing)

@@ -119,7 +119,7 @@ def test_evaluation_of_a_data_parallel_recipe_runs_on_one_device(tmp_path):
 
 
 def test_keras_evaluates_in_the_recipes_precision(checkpoint, tmp_path, monkeypatch):
-    import zoo.keras.precision as keras_precision
+    import zoo.nn.keras.precision as keras_precision
 
     asked = []
     real = keras_precision.build_keras

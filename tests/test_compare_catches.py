@@ -12,7 +12,7 @@ def break_keras_bias(monkeypatch, factor: float, layer: str = "head.fc") -> None
     (its variables, and so the copy and the weights section, stay right)."""
     from keras import ops
 
-    from zoo.keras import precision
+    from zoo.nn.keras import precision
     from zoo.weights import keras_layer
 
     build = precision.build_keras

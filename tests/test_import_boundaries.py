@@ -32,7 +32,7 @@ FAMILIES = sorted(p.name for p in (ROOT / "architectures").iterdir() if (p / "__
 FOUNDATION = (
     "zoo.errors", "zoo.limits", "zoo.foreign", "zoo.overwrite", "zoo.progress", "zoo.memory",
     "zoo.preprocessing", "zoo.keras.skeleton", "zoo.aligned", "zoo.weights", "zoo.safetensors_io",
-    "zoo.family", "zoo.registry", "zoo.model_io", "zoo.checkpoint", "zoo.recipe",
+    "zoo.family", "zoo.registry", "zoo.model_io", "zoo.checkpoint", "zoo.precision", "zoo.recipe",
 )  # fmt: skip
 
 

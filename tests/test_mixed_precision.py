@@ -134,7 +134,7 @@ def test_one_relu_crossing_is_the_float32_gap(bench, stem, monkeypatch):
     the Keras twin's gradients as closely as every other recipe's float32 twins do."""
     from architectures.resnet import keras_model
     from zoo.initial_weights import seeded_torch_model
-    from zoo.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras
 
     s = bench.setup(ROOT / "recipes" / f"{stem}.yaml", batch=32)
     keras_twin = build_keras(s.family, s.config, "32-true", s.tensors)
@@ -259,8 +259,8 @@ def test_keras_scales_the_loss_where_lightning_does(precision, scaled):
     import zoo
     from zoo import registry
     from zoo.data import load_dataset
-    from zoo.keras.precision import build_keras
     from zoo.keras.trainer import compiled_for_training
+    from zoo.nn.keras.precision import build_keras
     from zoo.schedule import lr_table
 
     recipe = zoo.load_recipe(ROOT / "recipes" / "cnn-digits.yaml", [f"trainer.precision={precision}"])

@@ -379,7 +379,7 @@ def _compare(family, table, torch_model, keras_model, x, rng, direction: str) ->
 def _rounding_apart(family, table, keras_model, x, weights, torch_side, keras_side, problems) -> list[str]:
     """The gradient problems that remain once the twins are also compared in float64: none
     when the float64 twins agree and every float32 gap is rounding-sized (module docstring)."""
-    from zoo.keras.precision import dtype_policy
+    from zoo.nn.keras.precision import dtype_policy
 
     state = {k: v.astype(np.float64) for k, v in keras_to_tensors(keras_model, table).items()}
     with dtype_policy("64-true"):

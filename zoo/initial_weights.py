@@ -35,6 +35,6 @@ def initial_tensors(family: Family, config: ArchitectureConfig, seed: int) -> di
 
 def seeded_keras_model(family: Family, config: ArchitectureConfig, seed: int) -> Any:
     """The Keras twin holding exactly the tensors :func:`seeded_torch_model` draws."""
-    from zoo.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras
 
     return build_keras(family, config, "32-true", initial_tensors(family, config, seed))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from zoo.hardware import SetupError
+from zoo.precision import DTYPES, PRECISIONS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -189,9 +190,7 @@ def _nbytes(value: Any) -> int:
 
 def parameter_scale(precision: str) -> float:
     """Bytes of a parameter in ``precision`` over its float32 bytes (mixed ones keep float32)."""
-    from zoo.recipe.capabilities import PRECISIONS
-
-    return {"float64": 2.0, "float32": 1.0}.get(PRECISIONS[precision].parameters, 0.5)
+    return PRECISIONS[precision].bytes_per_parameter / DTYPES["float32"].bytes
 
 
 def optimizer_slots(optimizer: Any) -> int:
@@ -221,11 +220,9 @@ def compare_estimate(
     ``kept_batches`` training batches of ``batch_bytes`` each (one batch's tensors in torch's
     pipeline) are held through the training section, once per framework: a count of steps
     asks for memory in proportion (:func:`compared_batches`)."""
-    from zoo.compare.tolerances import reference_precision
-
     weights = parameter_bytes(family, config)
     scale = parameter_scale(recipe.trainer.precision)
-    above = reference_precision(recipe.trainer.precision)
+    above = PRECISIONS[recipe.trainer.precision].reference
     last = parameter_scale(above) if above else scale  # the pair checked last
     pairs = [scale] + ([last] if above else [])
     kept = max(scale, 1.0)  # copies of the recipe pair's tensors: float32 unless it is float64

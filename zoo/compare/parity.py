@@ -17,6 +17,7 @@ from zoo.compare.resync import Checker, PointCheck
 from zoo.compare.steps import Batch
 from zoo.compare.tolerances import Tolerances
 from zoo.compare.twins import Twins
+from zoo.precision import PRECISIONS
 
 WORST = 10  # tensors listed per section in the report
 
@@ -186,7 +187,5 @@ def _gradient_section(point: PointCheck, checker: Checker) -> SectionResult:
 
 
 def reference_name(checker: Checker) -> str | None:
-    return None if checker.reference is None else REFERENCE_NAMES[checker.reference.precision]
-
-
-REFERENCE_NAMES = {"64-true": "float64", "32-true": "float32"}
+    """The dtype the reference pair computes in (float64, float32), as a report names it."""
+    return None if checker.reference is None else PRECISIONS[checker.reference.precision].products

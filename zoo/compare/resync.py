@@ -31,6 +31,7 @@ from zoo.compare.steps import Batch, keras_pass, torch_pass
 from zoo.compare.tolerances import Tolerances, parameter_epsilon
 from zoo.compare.transfer import Snapshot, Updater, keras_gradients
 from zoo.compare.twins import Twins
+from zoo.precision import PRECISIONS
 
 # A gradient or update below this fraction of the largest one is float noise around zero
 # (the gradient of an attention key bias is exactly zero in exact arithmetic).
@@ -151,7 +152,7 @@ class Checker:
                 start = _trainable(twins, tensors)
                 updater.step(torch_found["gradients"] if feed is None else feed)
                 release_memory(twins, collect=False)
-                wide = any(p.dtype.itemsize == 8 for p in twins.torch_model.parameters())
+                wide = PRECISIONS[twins.precision].parameters == "float64"
                 for side, after in (("torch", twins.torch_tensors()), ("keras", twins.keras_tensors())):
                     moved, found[side]["largest"] = _moves(start, after, wide)
                     found[side]["moved"] = moved

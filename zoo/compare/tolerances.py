@@ -13,8 +13,9 @@ The outer terms are each framework's own rounding in P (its distance from its ow
 R), measured, not guessed; so the twins in P may be as far apart as both rounding terms
 together plus what the twins may differ by in R. Only that last term is a fixed number:
 :class:`Tolerances`, what the same arithmetic in a different order costs in float32 or
-float64. A gap beyond the bound therefore means the twins in the reference precision
-already differ: a wrong layout, a default that differs, an optimizer that computes
+float64 (each precision's row in ``zoo.precision``'s table gives its allowance). A gap
+beyond the bound therefore means the twins in the reference precision already differ: a
+wrong layout, a default that differs, an optimizer that computes
 something else. A float64 run has no reference; it is held to the fixed allowance alone.
 
 The allowance is the same for float32 and float64: a float64 twin may keep a constant in
@@ -25,66 +26,27 @@ only to what float32 parity already promises.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
-import numpy as np
-
-LOW_PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed", "16-true")
-
-# Unit roundoff (machine epsilon) of the parameter dtype of each precision: an optimizer
-# update rounds the new weight to it, so one unit of it in the largest weight is rounding.
-PARAMETER_EPSILON = {
-    "64-true": float(np.finfo(np.float64).eps),
-    "bf16-true": 2.0**-7,
-    "16-true": float(np.finfo(np.float16).eps),
-}
-FLOAT32_EPSILON = float(np.finfo(np.float32).eps)
-
-
-@dataclass(frozen=True)
-class Tolerances:
-    """What the twins may differ by in the reference precision (or in float64 itself)."""
-
-    weights: float  # max |diff| of any tensor read back from Keras right after the copy
-    forward: float  # max |diff| of the outputs (logits), train and eval mode
-    gradient: float  # max |diff| of a tensor's gradient, relative to that tensor's largest gradient
-    loss: float  # |loss gap| at one step
-    update: float  # max |diff| after one optimizer update, relative to the tensor's largest update
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-
-# Measured on every shipped recipe, 100 steps, oneDNN on and off (bench/compare_all.py),
-# as the reference twins' own gap at the first batch and at every re-synchronised step:
-#   float64 twins (reference of 32-true): outputs <= 1e-7, gradients <= 6e-8 relative,
-#     one update <= 3e-12, losses over the run <= 1.3e-8; all but the transformers agree
-#     to 1e-13 or better, the transformers keep the float32 attention scale (above).
-#   float32 twins (reference of bf16-mixed): outputs <= 6e-6, gradients <= 2e-4 relative
-#     (resnet-8's BatchNorm at batch 5), one update <= 1.5e-4 relative (one unit in the
-#     last place of the weight, allowed on top); losses over a run drift up to 9e-3 (a
-#     max-pool tie under oneDNN, amplified by Adam): that is what re-synchronising is for.
-# The allowance is far below a real difference seen so far (a bias 1% off: 8.5e-4 in a
-# transformer's outputs, 1e-2 relative in its gradient) and above the float64 twins' gaps.
-REFERENCE = Tolerances(weights=0.0, forward=1e-5, gradient=1e-4, loss=1e-4, update=1e-4)
+# Tolerances, their values and each precision's reference are zoo.precision's table; named
+# here too, where compare reads them.
+from zoo.precision import PRECISIONS
+from zoo.precision import REFERENCE as REFERENCE
+from zoo.precision import Tolerances as Tolerances
 
 
 def tolerances_for(precision: str) -> Tolerances:
     """The fixed allowance of a recipe's ``trainer.precision``: that of its reference
-    precision (the triangle bound adds the measured rounding of P on top)."""
-    del precision  # the same allowance for every reference precision, see the module docstring
-    return REFERENCE
+    precision (the triangle bound adds the measured rounding of P on top). The same for
+    every reference precision, see the module docstring."""
+    return PRECISIONS[precision].tolerances
 
 
 def parameter_epsilon(precision: str) -> float:
-    return PARAMETER_EPSILON.get(precision, FLOAT32_EPSILON)
+    """Unit roundoff of ``precision``'s parameter dtype: an optimizer update rounds the new
+    weight to it, so one unit of it in the largest weight is rounding."""
+    return PRECISIONS[precision].parameter_epsilon
 
 
 def reference_precision(precision: str) -> str | None:
     """What a run's rounding is measured against: float32 runs against float64, low
     precisions against float32; float64 has nothing above it here."""
-    if precision == "64-true":
-        return None
-    if precision in LOW_PRECISIONS:
-        return "32-true"
-    return "64-true"
+    return PRECISIONS[precision].reference

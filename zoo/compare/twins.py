@@ -21,13 +21,9 @@ import numpy as np
 from zoo import registry
 from zoo.data import Dataset, load_dataset
 from zoo.family import ArchitectureConfig, Family
+from zoo.precision import PRECISIONS
 from zoo.recipe import Recipe
-from zoo.recipe.capabilities import PRECISIONS
 from zoo.weights import Port, keras_layer, tensors_to_keras
-
-# The parameter dtype of the "true" precisions other than float32, from the one precision
-# table (Lightning casts the module to it; the mixed ones autocast inside its precision plugin).
-TRUE = {word: p.parameters for word, p in PRECISIONS.items() if not p.mixed and p.parameters != "float32"}
 
 
 @dataclass(frozen=True)
@@ -124,10 +120,12 @@ def single_threaded() -> Iterator[dict[str, Any]]:
 
 
 def torch_parameter_dtype(precision: str):
-    """The dtype Lightning's "true" precisions cast the whole module to (None: float32)."""
+    """The dtype Lightning's "true" precisions cast the whole module to (None: float32; the
+    mixed ones autocast inside its precision plugin), from the one precision table."""
     import torch
 
-    return getattr(torch, TRUE[precision]) if precision in TRUE else None
+    cast_to = PRECISIONS[precision].cast_to
+    return None if cast_to is None else getattr(torch, cast_to)
 
 
 # -------------------------------------------------------------------------------- twins
@@ -205,7 +203,7 @@ def build_twins(
     from zoo.checkpoint import model_tensors
     from zoo.finetune import merged_tensors
     from zoo.initial_weights import seeded_torch_model
-    from zoo.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras
 
     family, held = setup.family, setup.adapter
     precision = precision or setup.precision

@@ -33,9 +33,9 @@ class KerasBackend(Backend):
         from zoo import registry
         from zoo.hardware import check_trainer
         from zoo.keras.data import eval_dataset
-        from zoo.keras.precision import build_keras
         from zoo.keras.trainer import compile_for, configure, for_batches
         from zoo.model_io import model_tensors
+        from zoo.nn.keras.precision import build_keras
 
         trainer = one_device(trainer)
         check_trainer(trainer)

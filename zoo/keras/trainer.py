@@ -189,7 +189,7 @@ def loss_scaled(optimizer, precision: str):
     """``optimizer`` behind Keras' LossScaleOptimizer where the precision needs loss scaling,
     as Lightning's 16-mixed puts a GradScaler in. Keras' ``compile`` adds one only to a model
     whose own policy is ``mixed_float16``, and a zoo twin is built under float32 with only
-    its product layers mixed (``zoo.keras.precision``): without this, 16-mixed trained
+    its product layers mixed (``zoo.nn.keras.precision``): without this, 16-mixed trained
     unscaled. The optimizer zoo counts steps with and saves is the inner one
     (``zoo.keras.callbacks.training_optimizer``)."""
     import keras
@@ -217,7 +217,7 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         tracking_callbacks,
     )
     from zoo.keras.data import eval_dataset, per_worker, train_dataset
-    from zoo.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras
 
     trainer_cfg, data_cfg = recipe.trainer, recipe.data
     threads = configure(trainer_cfg, saved_threads(resume) if resume is not None else None)

@@ -145,7 +145,7 @@ def load_adapter(path: str | Path, framework: str = "lightning", base: str | Pat
     family, config = adapter_file.family, adapter_file.config
     tensors = with_trained_biases(adapter_file, tensors)
     if framework_name(framework) == "keras":
-        from zoo.keras.precision import build_keras
+        from zoo.nn.keras.precision import build_keras
 
         model = build_keras(family, config, "32-true", tensors)
     else:

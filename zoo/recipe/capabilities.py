@@ -2,8 +2,9 @@
 
 A recipe names precisions and strategies in one vocabulary (Lightning's precision words;
 each framework's own strategy names). Each framework's :class:`Capabilities` says what
-those words become there, which strategies it runs itself, and what a data-parallel
-strategy written for the other framework turns into. The schema refuses what a table
+those words become there (a precision's, as ``zoo.precision``'s one table says), which
+strategies it runs itself, and what a data-parallel strategy written for the other
+framework turns into. The schema refuses what a table
 refuses; the backends read their setting from here. Nothing here looks at the machine:
 what needs a GPU is stated here and checked when a run starts (``zoo.hardware``).
 """
@@ -14,10 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+# The precision table is zoo.precision's; the recipe package names it here too.
+from zoo.precision import PRECISIONS as PRECISIONS
+from zoo.precision import Precision as Precision
+from zoo.precision import PrecisionMeaning as PrecisionMeaning
+
 FRAMEWORKS = ("lightning", "keras")
 FRAMEWORK_ALIASES = {"torch": "lightning", "pytorch": "lightning", "tensorflow": "keras"}
 
-Precision = Literal["32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true"]
 Strategy = Literal["auto", "ddp", "fsdp", "mirrored", "multi_worker_mirrored"]
 Accelerator = Literal["auto", "cpu", "gpu"]
 
@@ -26,37 +31,6 @@ def normalize_framework(value: Any) -> Any:
     """``"torch"`` is accepted wherever a framework is named; it means ``"lightning"``."""
     return FRAMEWORK_ALIASES.get(value, value) if isinstance(value, str) else value
 
-
-@dataclass(frozen=True)
-class PrecisionMeaning:
-    """What a precision word means in both frameworks: the dtype the weights are kept in,
-    the dtype the matrix products run in, and what to use instead on a CPU (float16 has
-    no fast CPU kernels; Lightning would silently run bf16 there)."""
-
-    parameters: str
-    products: str
-    on_cpu: str | None = None  # None: fine on a CPU
-
-    @property
-    def mixed(self) -> bool:
-        return self.parameters != self.products
-
-    @property
-    def loss_scaling(self) -> bool:
-        """float16 products under float32 weights: small gradients underflow in float16
-        unless the loss is scaled (torch's GradScaler, Keras' LossScaleOptimizer). bfloat16
-        has float32's range, and a ``-true`` precision has no float32 weights to scale into."""
-        return self.mixed and self.products == "float16"
-
-
-PRECISIONS: dict[str, PrecisionMeaning] = {
-    "32-true": PrecisionMeaning("float32", "float32"),
-    "64-true": PrecisionMeaning("float64", "float64"),
-    "bf16-mixed": PrecisionMeaning("float32", "bfloat16"),
-    "16-mixed": PrecisionMeaning("float32", "float16", on_cpu="bf16-mixed"),
-    "bf16-true": PrecisionMeaning("bfloat16", "bfloat16"),
-    "16-true": PrecisionMeaning("float16", "float16", on_cpu="bf16-true"),
-}
 
 # Strategies that refuse the CPU, and what does the same job there.
 STRATEGIES_ON_CPU = {"fsdp": "ddp"}
@@ -88,7 +62,7 @@ class Capabilities:
 
 LIGHTNING = Capabilities(
     framework="lightning",
-    precisions={p: p for p in PRECISIONS},  # the recipe's words are Lightning's
+    precisions={word: p.lightning for word, p in PRECISIONS.items()},  # the recipe's words are Lightning's
     strategies=("auto", "ddp", "fsdp"),
     data_parallel="ddp",
     multi_node="ddp",
@@ -96,14 +70,7 @@ LIGHTNING = Capabilities(
 )
 KERAS = Capabilities(
     framework="keras",
-    precisions={
-        "32-true": "float32",
-        "64-true": "float64",
-        "bf16-mixed": "mixed_bfloat16",
-        "16-mixed": "mixed_float16",
-        "bf16-true": "bfloat16",
-        "16-true": "float16",
-    },  # Keras dtype policies
+    precisions={word: p.keras_policy for word, p in PRECISIONS.items()},  # Keras dtype policies
     strategies=("auto", "mirrored", "multi_worker_mirrored"),
     data_parallel="mirrored",
     multi_node="multi_worker_mirrored",
@@ -114,7 +81,7 @@ KERAS = Capabilities(
 )
 CAPABILITIES: dict[str, Capabilities] = {"lightning": LIGHTNING, "keras": KERAS}
 
-# The Keras dtype policy of each precision word (zoo.keras.precision builds under it).
+# The Keras dtype policy of each precision word (zoo.nn.keras.precision builds under it).
 KERAS_POLICIES = KERAS.precisions
 
 

@@ -1,4 +1,4 @@
-"""What a recipe's precision means for a Keras twin, and building one under it.
+"""Building a Keras twin under a recipe's precision (its Keras policy: ``zoo.precision``).
 
 Mixed precision means one thing in both frameworks (docs/precision.md): the matrix
 products (dense and convolution layers, attention's products, recurrent cells) take
@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from zoo.family import ArchitectureConfig, Family
-from zoo.recipe import KERAS_POLICIES
-from zoo.recipe.capabilities import PRECISIONS
+from zoo.precision import PRECISIONS
 
 
 @contextlib.contextmanager
@@ -32,8 +31,9 @@ def dtype_policy(precision: str) -> Iterator[None]:
     models. Mixed precisions build under float32: :func:`apply_mixed` lowers the products."""
     import keras
 
+    meaning = PRECISIONS[precision]
     previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("float32" if PRECISIONS[precision].mixed else KERAS_POLICIES[precision])
+    keras.config.set_dtype_policy("float32" if meaning.mixed else meaning.keras_policy)
     try:
         yield
     finally:
@@ -59,9 +59,10 @@ def product_layers(model: Any) -> list[Any]:
 
 def apply_mixed(model: Any, precision: str) -> Any:
     """Give the product layers of a twin built under float32 the mixed policy."""
-    if PRECISIONS[precision].mixed:
+    meaning = PRECISIONS[precision]
+    if meaning.mixed:
         for layer in product_layers(model):
-            layer.dtype_policy = KERAS_POLICIES[precision]
+            layer.dtype_policy = meaning.keras_policy
     return model
 
 
