@@ -23,8 +23,8 @@ down between repetitions slows both sides.
 Each round runs one fresh process per framework and model, interleaved; the GB/s figures are
 the fastest of all rounds (on a shared machine other work only ever slows a run down). Also
 shown: how long building the twin takes inside a load (torch: on the meta device; Keras:
-initialisers skipped, ``zoo.keras.skeleton``), the part of a load that is not I/O, and the
-load into a twin already built (``zoo.checkpoint.load_tensors`` of the file's tensors, as a
+initialisers skipped, ``zoo.nn.keras.skeleton``), the part of a load that is not I/O, and the
+load into a twin already built (``zoo.checkpoint.tensors.load_tensors`` of the file's tensors, as a
 fine-tuning start puts them into the model it trains): the same I/O without the build.
 
     .venv/bin/python bench/checkpoint_io.py [--models gpt2,gpt2-medium,qwen2-0.5b] [--rounds 3]
@@ -74,8 +74,8 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None, 
 
     from zoo import api, registry
     from zoo.backend import load_checkpoint, save_checkpoint
-    from zoo.checkpoint import model_tensors
-    from zoo.keras import skeleton as keras_skeleton
+    from zoo.checkpoint.tensors import model_tensors
+    from zoo.nn.keras import skeleton as keras_skeleton
 
     if threads:
         limit_threads(framework, threads)
@@ -122,7 +122,8 @@ def measure(framework: str, model_name: str, repeats: int, threads: int | None, 
 
 def load_into(model, path: Path) -> None:
     """A checkpoint's tensors into a twin already built: a load without the build."""
-    from zoo.checkpoint import load_tensors, read_checkpoint
+    from zoo.checkpoint.metadata import read_checkpoint
+    from zoo.checkpoint.tensors import load_tensors
 
     load_tensors(model, read_checkpoint(path).float32_tensors())
 

@@ -1,7 +1,7 @@
 """How long building a Keras twin takes, per preset (issue 18, item 4: a load builds the twin).
 
 Two figures per preset: an ordinary build (``Family.build_keras``, every initial weight
-drawn) and a build with every initialiser skipped (``zoo.keras.skeleton``, as
+drawn) and a build with every initialiser skipped (``zoo.nn.keras.skeleton``, as
 ``zoo.backend.load_checkpoint`` builds before it fills the variables from a file). Each is
 the fastest of ``--repeats`` builds in one process after one untimed warm-up build (imports,
 TensorFlow's first-op costs). Run it from a checkout to time that checkout's families::
@@ -31,7 +31,7 @@ def fastest_build(build, repeats: int) -> float:
 
 def measure(name: str, repeats: int) -> dict:
     from zoo import registry
-    from zoo.keras import skeleton
+    from zoo.nn.keras import skeleton
 
     family, config = registry.get_family(name), registry.resolve_config(name)
 

@@ -72,8 +72,8 @@ def keras_model_gradients(model, family, config, x, y) -> dict[str, np.ndarray]:
     building, so a caller can watch the twin's operations while only the batch runs."""
     import tensorflow as tf
 
+    from zoo.checkpoint.tables import keras_layer
     from zoo.keras.data import keras_layout
-    from zoo.weights import keras_layer
 
     xk = tf.constant(keras_layout(x, family.input_kind))
     with tf.GradientTape() as tape:

@@ -111,7 +111,7 @@ def twins(name: str, tensors: dict[str, np.ndarray] | None = None, **fields):
     ``tensors`` (default: the torch twin's init after ``torch.manual_seed(0)``)."""
     import torch
 
-    from zoo.checkpoint import load_tensors, model_tensors
+    from zoo.checkpoint.tensors import load_tensors, model_tensors
 
     config = registry.resolve_config(name, **fields)
     family = registry.get_family(name)
@@ -178,7 +178,7 @@ def perturbed_twins(name: str, **fields):
     twin holding the same tensors."""
     import torch
 
-    from zoo.checkpoint import load_tensors, model_tensors
+    from zoo.checkpoint.tensors import load_tensors, model_tensors
 
     config = registry.resolve_config(name, **fields)
     family = registry.get_family(name)

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from zoo import registry
+from zoo.checkpoint.tables import tensor_specs
 from zoo.family import ArchitectureConfig, Family
-from zoo.weights import tensor_specs
 
 # Random configs per family (each checked in both directions), besides the explicit edge
 # cases; ZOO_PARITY_EXAMPLES=200 makes a thorough run.

@@ -15,8 +15,8 @@ import torch
 from conftest import forward_keras, forward_torch, max_diff, parity_config
 
 from zoo import registry
-from zoo.checkpoint import load_tensors, model_tensors
-from zoo.weights import keras_layer
+from zoo.checkpoint.tables import keras_layer
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 
 TOLERANCE = 1e-5
 HEADS = 8  # = d_model: head_dim 1; sequences of HEADS steps

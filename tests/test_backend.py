@@ -17,9 +17,9 @@ import zoo
 import zoo.data
 from zoo import registry
 from zoo.backend import BACKENDS, Backend, backend_for, save_checkpoint
-from zoo.checkpoint import read_checkpoint
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tensors import model_tensors
 from zoo.hardware import SetupError, gpu_count
-from zoo.model_io import model_tensors
 from zoo.plan import RunPlan, plan_run
 
 DETERMINISTIC = ["trainer.deterministic=true", "trainer.max_epochs=1"]
@@ -81,7 +81,7 @@ def test_evaluate_reads_the_checkpoint_once_and_reports_the_training_metrics(
     framework, checkpoint, tmp_path, monkeypatch
 ):
     reads = []
-    real = zoo.checkpoint.read_checkpoint
+    real = zoo.checkpoint.metadata.read_checkpoint
     monkeypatch.setattr(zoo.checkpoint, "read_checkpoint", lambda *a: reads.append(a) or real(*a))
     metrics = zoo.evaluate(checkpoint, RECIPE, framework, tiny(tmp_path))
     assert len(reads) == 1
@@ -196,8 +196,8 @@ def test_a_backend_running_a_plan_trains_what_zoo_train_trains(framework, tmp_pa
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_backend_checks_its_own_training_states(framework, tmp_path):
-    from zoo.checkpoint import CheckpointError
-    from zoo.state import state_path
+    from zoo.checkpoint.file import CheckpointError
+    from zoo.checkpoint.state import state_path
 
     backend = backend_for(framework)
     damaged = state_path(tmp_path, 1, backend.state_suffix)

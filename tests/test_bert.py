@@ -30,12 +30,13 @@ from conftest import relative_error
 import zoo
 from architectures.bert.formats import from_hf, to_hf
 from zoo import registry
-from zoo.checkpoint import load_tensors, model_tensors, read_checkpoint
-from zoo.foreign import ForeignLayoutError
+from zoo.checkpoint.foreign import ForeignLayoutError
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tables import count_parameters, keras_layer, tensor_specs, tensors_to_keras
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
 from zoo.nn.errors import InputError
 from zoo.preprocessing import Preprocessing
-from zoo.weights import count_parameters, keras_layer, tensor_specs, tensors_to_keras
 
 REFERENCE = 1e-4  # relative, max norm: zoo's twins against transformers
 FAMILY = registry.get_family("bert")

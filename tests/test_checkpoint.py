@@ -10,7 +10,8 @@ import pytest
 from safetensors.numpy import save_file
 
 import zoo
-from zoo.checkpoint import FORMAT, CheckpointError, read_checkpoint, write_safetensors
+from zoo.checkpoint.file import CheckpointError, write_safetensors
+from zoo.checkpoint.metadata import FORMAT, read_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def test_inspect_shows_the_metadata_in_the_written_order(saved, tmp_path):
     --json) keeps write_checkpoint's order, and keys zoo does not write go last, alphabetically."""
     from click.testing import CliRunner
 
-    from zoo.checkpoint import METADATA_ORDER
+    from zoo.checkpoint.metadata import METADATA_ORDER
     from zoo.cli import main
 
     extra = _rewrite(saved, tmp_path / "extra.safetensors", edit_metadata=lambda m: m.update(zz="1", aa="2"))

@@ -20,8 +20,8 @@ from safetensors.numpy import load_file
 
 import zoo
 from zoo import registry
-from zoo.checkpoint import read_checkpoint
-from zoo.model_io import load_torch, meta_tensors, model_tensors
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tensors import load_torch, meta_tensors, model_tensors
 
 # Every registry entry, plus what the defaults leave out: token embeddings (language
 # models), a non-persistent sinusoidal table, bidirectional and stacked GRU layers.

@@ -1,6 +1,6 @@
 """The fast Keras checkpoint path keeps every guarantee of the ordinary one.
 
-A Keras load builds the twin with its initialisers skipped (``zoo.keras.skeleton``) and hands
+A Keras load builds the twin with its initialisers skipped (``zoo.nn.keras.skeleton``) and hands
 freshly read, aligned arrays to the variables without copying them; a save reads variables
 as views. Here: tied heads (gpt2's head is its token embedding, bert's MLM decoder is its word
 embedding) round-trip bit for bit through both frameworks, a loaded model owns its memory (no
@@ -19,11 +19,12 @@ from safetensors.numpy import load_file, save_file
 
 import zoo
 from zoo import registry
-from zoo.aligned import contiguous
 from zoo.backend import load_checkpoint
-from zoo.checkpoint import model_tensors, read_aligned
-from zoo.keras import skeleton as keras_skeleton
-from zoo.weights import keras_layer, tensors_to_keras
+from zoo.checkpoint.aligned import contiguous
+from zoo.checkpoint.file import read_aligned
+from zoo.checkpoint.tables import keras_layer, tensors_to_keras
+from zoo.checkpoint.tensors import model_tensors
+from zoo.nn.keras import skeleton as keras_skeleton
 
 TIED = [("gpt2-micro", {}), ("bert-micro", {"task": "masked_language_modeling"})]
 
@@ -155,7 +156,7 @@ def test_contiguous_is_an_exact_aligned_copy(shape):
 
 
 def test_read_aligned_reads_what_safetensors_reads(tmp_path):
-    from zoo.checkpoint import write_safetensors
+    from zoo.checkpoint.file import write_safetensors
 
     tensors = {
         "a": np.arange(7, dtype=np.float32),
@@ -171,7 +172,7 @@ def test_read_aligned_reads_what_safetensors_reads(tmp_path):
 
 @pytest.mark.parametrize("preadv", [True, False], ids=["preadv", "readinto"])
 def test_read_aligned_reads_more_tensors_than_one_call_takes(tmp_path, monkeypatch, preadv):
-    from zoo.checkpoint import write_safetensors
+    from zoo.checkpoint.file import write_safetensors
 
     if not preadv:
         monkeypatch.delattr("os.preadv", raising=False)
@@ -182,7 +183,7 @@ def test_read_aligned_reads_more_tensors_than_one_call_takes(tmp_path, monkeypat
 
 
 def test_read_aligned_refuses_a_file_cut_short_after_its_check(tmp_path):
-    from zoo.checkpoint import CheckpointError, write_safetensors
+    from zoo.checkpoint.file import CheckpointError, write_safetensors
 
     path = write_safetensors(tmp_path / "t.safetensors", {"a": np.ones((100, 100), np.float32)}, {})
     data = path.read_bytes()
@@ -194,7 +195,7 @@ def test_read_aligned_refuses_a_file_cut_short_after_its_check(tmp_path):
 def test_read_aligned_refuses_a_gap_between_tensors(tmp_path):
     import json
 
-    from zoo.checkpoint import CheckpointError
+    from zoo.checkpoint.file import CheckpointError
 
     header = json.dumps({
         "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
@@ -211,7 +212,7 @@ def test_spares_recycle_only_tensors_no_variable_keeps():
     without: transposes land in the memory of tensors already used up, never in one that a
     later port still reads ("a.weight", read again by the last port) or a variable adopts
     ("b", of the same size), and no two values share memory."""
-    from zoo.weights import Port, Spares, TensorSpec, _root, dense, keras_arrays, port_arrays
+    from zoo.checkpoint.tables import Port, Spares, TensorSpec, _root, dense, keras_arrays, port_arrays
 
     def port(name: str, shape: tuple[int, ...], to_keras) -> Port:
         return Port((TensorSpec(name, shape, "float32", True),), name, ("v",), to_keras, to_keras)
@@ -239,7 +240,7 @@ def test_spares_recycle_only_tensors_no_variable_keeps():
 
 def test_a_keras_load_names_every_non_finite_tensor(tmp_path):
     from zoo.backend import save_checkpoint
-    from zoo.checkpoint import NonFiniteTensors
+    from zoo.checkpoint.file import NonFiniteTensors
 
     model = _create("gpt2-micro", {}, "keras")
     path = save_checkpoint(model, tmp_path / "m.safetensors")

@@ -12,8 +12,8 @@ def break_keras_bias(monkeypatch, factor: float, layer: str = "head.fc") -> None
     (its variables, and so the copy and the weights section, stay right)."""
     from keras import ops
 
+    from zoo.checkpoint.tables import keras_layer
     from zoo.nn.keras import precision
-    from zoo.weights import keras_layer
 
     build = precision.build_keras
 

@@ -75,7 +75,8 @@ def test_a_trained_run_is_compared_by_its_checkpoint_with_its_own_recipe(trained
 
 def test_an_imported_checkpoint_needs_a_recipe_and_is_compared_with_one(tmp_path, built):
     from zoo import registry
-    from zoo.checkpoint import CheckpointError, write_checkpoint
+    from zoo.checkpoint.file import CheckpointError
+    from zoo.checkpoint.metadata import write_checkpoint
     from zoo.compare import compare
     from zoo.initial_weights import initial_tensors
 
@@ -99,7 +100,7 @@ def test_an_imported_checkpoint_needs_a_recipe_and_is_compared_with_one(tmp_path
 
 
 def test_init_from_in_a_recipe_is_honoured(trained, built, tmp_path):
-    from zoo.checkpoint import read_checkpoint
+    from zoo.checkpoint.metadata import read_checkpoint
     from zoo.compare import compare
 
     checkpoint = trained / "model.safetensors"
@@ -240,7 +241,7 @@ def adapter_run(tmp_path_factory):
 def on_a_base_file(adapter_path, folder, change: str | None = None):
     """The adapter, re-written to name a checkpoint of its seed base (``change``: one of that
     base's tensors moved, so that the base is another)."""
-    from zoo.checkpoint import write_checkpoint
+    from zoo.checkpoint.metadata import write_checkpoint
     from zoo.initial_weights import initial_tensors
     from zoo.lora import read_adapter, write_adapter
 
@@ -288,7 +289,7 @@ def test_an_adapter_on_a_base_file_compares_and_another_base_is_refused(adapter_
     """``zoo compare ADAPTER --recipe R``: the base the adapter names loads into both twins; a
     missing base, or one whose sha256 differs, is refused before any work with the words
     ``zoo.lora.load_adapter`` (and zoo merge) use."""
-    from zoo.checkpoint import CheckpointError
+    from zoo.checkpoint.file import CheckpointError
     from zoo.lora import load_adapter
 
     recipe = adapter_run / "recipe.yaml"

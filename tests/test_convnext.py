@@ -31,7 +31,7 @@ from conftest import FRAMEWORKS, RECIPE, forward_keras, forward_torch, relative_
 import zoo
 from architectures.convnext.formats import torchvision_names
 from zoo import registry
-from zoo.checkpoint import load_tensors, model_tensors
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
 from zoo.keras.data import keras_layout
 from zoo.nn.errors import InputError

@@ -19,11 +19,12 @@ import safetensors.numpy
 import zoo
 from architectures.convnext.formats import timm_to_zoo, torchvision_to_zoo, zoo_to_timm, zoo_to_torchvision
 from zoo import registry
-from zoo.checkpoint import model_tensors, read_checkpoint
-from zoo.foreign import ForeignLayoutError
+from zoo.checkpoint.foreign import ForeignLayoutError
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tables import tensor_specs
+from zoo.checkpoint.tensors import model_tensors
 from zoo.interchange import InterchangeError, export_checkpoint, import_checkpoint, read_foreign
 from zoo.preprocessing import ImagePreprocessing, Preprocessing
-from zoo.weights import tensor_specs
 
 FAMILY = registry.get_family("convnext")
 MICRO = {"depths": [1, 1, 2, 1], "dims": [16, 32, 64, 128]}

@@ -16,7 +16,7 @@ from conftest import tiny
 
 import zoo
 from zoo import registry
-from zoo.weights import decay_exempt_tensors, decay_exempt_variables
+from zoo.checkpoint.tables import decay_exempt_tensors, decay_exempt_variables
 
 RECIPE = "recipes/cnn-digits.yaml"
 SETTINGS = (

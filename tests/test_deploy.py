@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from zoo import registry
 from zoo.api import create_model
 from zoo.backend import load_checkpoint, save_checkpoint
-from zoo.checkpoint import read_checkpoint
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.deploy import ExportError, export_model, inputs
 from zoo.deploy.check import RELATIVE
 from zoo.keras.data import keras_layout

@@ -11,7 +11,8 @@ from conftest import FRAMEWORKS, RECIPE, tiny
 from safetensors.numpy import load_file
 
 import zoo
-from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.initial_weights import initial_tensors
 from zoo.runs import NonFiniteLoss
 

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 import zoo
+from zoo.checkpoint.state import checksum_path, latest_state
 from zoo.cli import main
-from zoo.state import checksum_path, latest_state
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
 FUZZ = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

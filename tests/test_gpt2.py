@@ -32,8 +32,9 @@ from conftest import eval_output as run
 import zoo
 from architectures.gpt2.formats import from_hf
 from zoo import registry
-from zoo.checkpoint import load_tensors, model_tensors, read_checkpoint
-from zoo.foreign import ForeignLayoutError
+from zoo.checkpoint.foreign import ForeignLayoutError
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.interchange import export_checkpoint, import_checkpoint
 from zoo.nn.errors import InputError
 from zoo.sample import Sampling, generate

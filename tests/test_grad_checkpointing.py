@@ -17,9 +17,9 @@ import torch
 from conftest import small_input
 
 from zoo import registry
+from zoo.checkpoint.tables import count_parameters
 from zoo.keras.data import keras_layout
 from zoo.memory import saved_for_backward
-from zoo.weights import count_parameters
 
 TOLERANCE = 1e-6
 # A tf.function's CPU reductions are not bit-reproducible from run to run (oneDNN/Eigen split
@@ -227,10 +227,10 @@ def _keras_step(model, inputs: tuple, checkpointing: bool, graph: bool):
 @pytest.fixture
 def recompute_counter(monkeypatch):
     """Counts the runs of every rematerialised block: forward plus recompute."""
-    import zoo.keras.remat
+    import zoo.nn.keras.remat
 
     runs = {"count": 0}
-    remat = zoo.keras.remat.recompute_grad
+    remat = zoo.nn.keras.remat.recompute_grad
 
     def counting_remat(fn):
         def counted(*args):
@@ -239,7 +239,7 @@ def recompute_counter(monkeypatch):
 
         return remat(counted)
 
-    monkeypatch.setattr(zoo.keras.remat, "recompute_grad", counting_remat)
+    monkeypatch.setattr(zoo.nn.keras.remat, "recompute_grad", counting_remat)
     return runs
 
 
@@ -266,14 +266,14 @@ def test_keras_gradients_are_unchanged(name, overrides, dropout, graph, recomput
 
 def test_keras_test_would_see_redrawn_masks(monkeypatch):
     """Without the seed replay, remat redraws the masks and the comparison above fails."""
-    import zoo.keras.remat
+    import zoo.nn.keras.remat
 
     config = _config("transformer-tiny", {"task": "language_modeling"}, DROPOUT)
     model = registry.get_family("transformer").build_keras(config)
     x = config.example_input(4, seed=1)
     plain, _ = _keras_step(model, (x,), checkpointing=False, graph=False)
-    monkeypatch.setattr(zoo.keras.remat._SeedsReplayed, "__enter__", lambda self: None)
-    monkeypatch.setattr(zoo.keras.remat._SeedsReplayed, "__exit__", lambda self, *exc: None)
+    monkeypatch.setattr(zoo.nn.keras.remat._SeedsReplayed, "__enter__", lambda self: None)
+    monkeypatch.setattr(zoo.nn.keras.remat._SeedsReplayed, "__exit__", lambda self, *exc: None)
     redrawn, _ = _keras_step(model, (x,), checkpointing=True, graph=False)
     assert _max_diff(plain, redrawn) > 1e3 * TOLERANCE
 
@@ -315,12 +315,12 @@ def test_keras_padding_mask_reaches_checkpointed_blocks():
 
 
 def test_keras_inference_never_rematerialises(monkeypatch):
-    import zoo.keras.remat
+    import zoo.nn.keras.remat
 
     def refuse(fn):
         raise AssertionError("rematerialised outside training")
 
-    monkeypatch.setattr(zoo.keras.remat, "recompute_grad", refuse)
+    monkeypatch.setattr(zoo.nn.keras.remat, "recompute_grad", refuse)
     config = registry.resolve_config("transformer-tiny")
     model = registry.get_family("transformer").build_keras(config)
     model.set_grad_checkpointing(True)

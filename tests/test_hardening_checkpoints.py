@@ -33,10 +33,11 @@ import zoo
 from architectures.bert.formats import from_hf as bert_from_hf
 from architectures.vit.formats import from_timm
 from zoo import registry
-from zoo.checkpoint import CheckpointError, load_tensors, model_tensors, read_checkpoint
+from zoo.checkpoint.file import CheckpointError, parse_header
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.cli import main
 from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
-from zoo.safetensors_io import parse_header
 
 
 def zoo_cli(*args: str) -> tuple[int, str]:

@@ -16,7 +16,8 @@ from safetensors.numpy import save_file
 from test_interchange import foreign_tensors, with_format  # noqa: F401 (with_format: a fixture)
 
 import zoo
-from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.cli import main
 from zoo.data import DataError, load_dataset
 from zoo.hardware import DDP_TIMEOUT_MAX_S, SetupError, check_trainer, ddp_timeout_s

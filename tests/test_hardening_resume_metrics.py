@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo.state import states, step_of
+from zoo.checkpoint.state import states, step_of
 
 pytestmark = pytest.mark.slow
 RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"

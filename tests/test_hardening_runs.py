@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from conftest import RECIPE, tiny
 from safetensors.numpy import load_file, save_file
 
+from zoo.checkpoint.state import latest_state
 from zoo.cli import main
 from zoo.runs import read_metrics
-from zoo.state import latest_state
 
 
 def zoo(*args: str) -> tuple[int, str]:
@@ -91,7 +91,8 @@ def test_a_checkpoint_of_nan_tensors_is_refused_with_exit_1(finished, tmp_path):
 
 
 def test_writing_a_checkpoint_of_non_finite_tensors_is_refused(finished, tmp_path):
-    from zoo.checkpoint import NonFiniteTensors, read_checkpoint, write_checkpoint
+    from zoo.checkpoint.file import NonFiniteTensors
+    from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
 
     found = read_checkpoint(finished / "model.safetensors")
     tensors = found.tensors()

@@ -27,9 +27,9 @@ from test_hardening_runs import zoo
 from test_plugin_family import write_plugin
 
 from zoo import registry
+from zoo.checkpoint.state import latest_state, step_of
 from zoo.runs import next_commands, read_metrics, read_run
 from zoo.runs.growth import GROWTH_LIMIT, LOSS_FLOOR, loss_explosion
-from zoo.state import latest_state, step_of
 
 # 1,257 training digits in batches of 128: 10 batches an epoch, 20 in the run.
 SETTINGS = [

@@ -15,7 +15,7 @@ from conftest import FRAMEWORKS, RECIPE, tiny
 from safetensors.numpy import load_file
 
 import zoo
-from zoo.checkpoint import read_checkpoint
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.initial_weights import initial_tensors
 
 LR, RATIO = 0.01, 5.0

@@ -22,7 +22,7 @@ import safetensors.numpy
 from architectures.bert import formats as bert
 from architectures.gpt2 import formats as gpt2
 from architectures.llama import formats as llama
-from zoo.foreign import ForeignLayoutError
+from zoo.checkpoint.foreign import ForeignLayoutError
 
 TABLES = {
     "gpt2": gpt2.HF_DEFAULTS,

@@ -27,12 +27,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = sorted(p.name for p in (ROOT / "architectures").iterdir() if (p / "__init__.py").is_file())
 # The bottom of zoo/, bottom first (lines 1-6 of docs/layout.md): what these import is among
-# them, even inside functions. zoo.keras.skeleton is model_io's way of building a Keras twin without
-# drawing its initial weights; it imports nothing of zoo.
+# them, even inside functions. A package named here is all of its modules (zoo.checkpoint: the
+# file format, metadata, tables, tensors, state, foreign layouts). zoo.nn.keras.skeleton is
+# zoo.checkpoint.tensors' way of building a Keras twin without drawing its initial weights; it
+# imports nothing of zoo.
 FOUNDATION = (
-    "zoo.errors", "zoo.limits", "zoo.foreign", "zoo.overwrite", "zoo.progress", "zoo.memory",
-    "zoo.preprocessing", "zoo.keras.skeleton", "zoo.aligned", "zoo.weights", "zoo.safetensors_io",
-    "zoo.family", "zoo.registry", "zoo.model_io", "zoo.checkpoint", "zoo.precision", "zoo.recipe",
+    "zoo.errors", "zoo.limits", "zoo.overwrite", "zoo.progress", "zoo.memory", "zoo.preprocessing",
+    "zoo.nn.keras.skeleton", "zoo.family", "zoo.registry", "zoo.checkpoint", "zoo.precision", "zoo.recipe",
 )  # fmt: skip
 
 

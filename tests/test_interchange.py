@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from zoo import registry
-from zoo.checkpoint import read_checkpoint
+from zoo.checkpoint.foreign import ForeignFormat, renamed
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tables import tensor_specs
 from zoo.cli import main
-from zoo.foreign import ForeignFormat, renamed
 from zoo.interchange import InterchangeError, export_checkpoint, import_checkpoint
-from zoo.weights import tensor_specs
 
 PREFIX = "net."
 

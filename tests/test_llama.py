@@ -40,9 +40,10 @@ from hypothesis import strategies as st
 import zoo
 from architectures.llama.formats import config_fields, from_hf, hf_config
 from zoo import registry
-from zoo.checkpoint import load_tensors, model_tensors, read_checkpoint
+from zoo.checkpoint.foreign import ForeignLayoutError
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.cli import main
-from zoo.foreign import ForeignLayoutError
 from zoo.interchange import export_checkpoint, import_checkpoint
 from zoo.nn.errors import InputError
 from zoo.sample import Sampling, generate

@@ -14,7 +14,8 @@ from conftest import RECIPE, eval_output, forward_keras, forward_torch, tiny
 
 import zoo
 from zoo import registry
-from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.loading import cache_root, locate
 from zoo.preprocessing import ImagePreprocessing, Preprocessing, TextPreprocessing
 from zoo.tokenizer import CharTokenizer, tokenizer_of

@@ -22,7 +22,9 @@ from click.testing import CliRunner
 from conftest import max_diff
 
 from zoo import registry
-from zoo.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
+from zoo.checkpoint.state import states
 from zoo.cli import main
 from zoo.initial_weights import initial_tensors as seeded
 from zoo.interchange import export_checkpoint
@@ -36,7 +38,6 @@ from zoo.lora import (
 )
 from zoo.recipe import load_recipe
 from zoo.recipe.schema import LoraConfig
-from zoo.state import states
 
 FRAMEWORKS = ("lightning", "keras")
 PEFT = 2e-5  # float32 logits of zoo's twins against PEFT on transformers, both O(1)

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from zoo import registry
-from zoo.checkpoint import write_checkpoint
+from zoo.checkpoint.metadata import write_checkpoint
 from zoo.cli import main
 from zoo.initial_weights import initial_tensors as seeded
 from zoo.lora import Adapter, base_digest, initial_tensors, write_adapter

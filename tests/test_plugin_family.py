@@ -71,7 +71,7 @@ PLUGIN = {
                 return self.chw
         """,
     "weights.py": """
-        from zoo.weights import dense
+        from zoo.checkpoint.tables import dense
 
 
         def table(cfg):
@@ -135,7 +135,7 @@ PLUGIN = {
         import keras
         from keras import layers, ops
 
-        from zoo.keras.remat import checkpointed_call
+        from zoo.nn.keras.remat import checkpointed_call
         from zoo.nn.keras import Dense
 
 
@@ -320,7 +320,7 @@ BROKEN = {
     ),
     "weight table of the wrong type": (
         {"weight_table": "lambda cfg: {}"},
-        r"weight_table: at the default config returns dict, not a list of zoo.weights.Port",
+        r"weight_table: at the default config returns dict, not a list of zoo.checkpoint.tables.Port",
     ),
     "undeclared framework for checkpointing": (
         {"grad_checkpointing": '("jax",)'},
@@ -355,7 +355,7 @@ def _broken_init(**replace: str) -> str:
     arguments = "".join(f"    {key}={value},\n" for key, value in pieces.items())
     return (
         "from zoo.family import Family, InputSpec, Preset\n"
-        "from zoo.foreign import ForeignFormat\n"
+        "from zoo.checkpoint.foreign import ForeignFormat\n"
         "from zoo_broken.config import MLPConfig\n"
         "from zoo_broken.weights import table\n\n"
         'FAMILY = Family(\n    name="broken",\n    description="A plugin that misses a piece.",\n'

@@ -13,7 +13,7 @@ from conftest import FRAMEWORKS, RECIPE, char_checkpoint, tiny
 from PIL import Image
 
 import zoo
-from zoo.checkpoint import read_checkpoint
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.cli import main
 from zoo.data import load_dataset
 from zoo.data.preprocessing import DIGITS, fine_tune_data

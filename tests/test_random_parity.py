@@ -61,12 +61,12 @@ from random_configs import (
 )
 
 from zoo import registry
-from zoo.checkpoint import load_tensors
+from zoo.checkpoint.tables import keras_layer, keras_to_tensors, tensor_specs
+from zoo.checkpoint.tensors import load_tensors
 from zoo.family import ArchitectureConfig, Family
 from zoo.keras.data import keras_layout
 from zoo.keras.onednn import onednn_enabled
 from zoo.nn.errors import input_error
-from zoo.weights import keras_layer, keras_to_tensors, tensor_specs
 
 FORWARD = 1e-5  # outputs and states, relative to max(1, their largest magnitude)
 GRADIENT = 1e-4  # each gradient tensor, relative to its largest magnitude ...

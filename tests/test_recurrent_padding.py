@@ -13,7 +13,7 @@ import pytest
 from conftest import relative_error
 
 from zoo import registry
-from zoo.checkpoint import load_tensors, model_tensors
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 
 TOLERANCE = 2e-5  # float32, relative to the largest output
 LENGTHS = (5, 2, 7, 1)  # real steps per row of the padded batch; the longest sets T
@@ -116,7 +116,7 @@ def test_gradient_checkpointing_replays_the_mask(framework):
 
 def gradients(model, x, mask) -> list[np.ndarray]:
     """Gradients of a fixed random projection of the outputs, in the framework's own order."""
-    from zoo.checkpoint import framework_of
+    from zoo.checkpoint.tensors import framework_of
 
     weights = np.random.default_rng(1).normal(size=(len(x), model.zoo_config.num_classes)).astype(np.float32)
     if framework_of(model) == "keras":
@@ -164,7 +164,7 @@ def test_tie_needs_matching_widths_and_a_language_model():
 
 def test_medium_language_model_preset_counts_as_published():
     """Zaremba et al.'s medium model at their 10,000-word vocabulary: 13.28M tied."""
-    from zoo.weights import count_parameters
+    from zoo.checkpoint.tables import count_parameters
 
     config = registry.resolve_config("lstm-medium-lm", vocab_size=10_000)
     table = registry.get_family("lstm").weight_table(config)

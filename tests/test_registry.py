@@ -13,8 +13,8 @@ from conftest import ALL_NAMES, BUILT_NAMES, forward_keras, forward_torch, max_d
 
 import zoo
 from zoo import registry
-from zoo.checkpoint import model_tensors
-from zoo.weights import count_parameters, tensor_specs
+from zoo.checkpoint.tables import count_parameters, tensor_specs
+from zoo.checkpoint.tensors import model_tensors
 
 TOLERANCE = 1e-5  # float32 twins ...
 NOISE = 10.0  # ... or this many times torch's own float32 error (against a float64 copy), for deep

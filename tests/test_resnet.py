@@ -29,7 +29,7 @@ from conftest import forward_keras, forward_torch, relative_error, twins
 
 import zoo
 from zoo import registry
-from zoo.checkpoint import load_tensors, model_tensors
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
 from zoo.keras.data import keras_layout
 
@@ -284,11 +284,11 @@ CHECKPOINTED = [
 @pytest.fixture
 def checkpointed_blocks(monkeypatch):
     """Counts the block runs under checkpointing: torch's checkpoint calls, Keras' rematerialised runs."""
-    import zoo.keras.remat
+    import zoo.nn.keras.remat
     import zoo.nn.torch.remat
 
     calls = {"torch": 0, "keras": 0}
-    checkpoint, recompute = zoo.nn.torch.remat.checkpoint, zoo.keras.remat.recompute_grad
+    checkpoint, recompute = zoo.nn.torch.remat.checkpoint, zoo.nn.keras.remat.recompute_grad
 
     def counting_checkpoint(*args, **kwargs):
         calls["torch"] += 1
@@ -302,7 +302,7 @@ def checkpointed_blocks(monkeypatch):
         return recompute(counted)
 
     monkeypatch.setattr(zoo.nn.torch.remat, "checkpoint", counting_checkpoint)
-    monkeypatch.setattr(zoo.keras.remat, "recompute_grad", counting_recompute)
+    monkeypatch.setattr(zoo.nn.keras.remat, "recompute_grad", counting_recompute)
     return calls
 
 

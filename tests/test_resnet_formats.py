@@ -18,10 +18,10 @@ import safetensors.numpy
 import zoo
 from architectures.resnet.formats import timm_to_zoo, torchvision_to_zoo, zoo_to_timm, zoo_to_torchvision
 from zoo import registry
-from zoo.checkpoint import model_tensors
-from zoo.foreign import ForeignLayoutError
+from zoo.checkpoint.foreign import ForeignLayoutError
+from zoo.checkpoint.tables import tensor_specs
+from zoo.checkpoint.tensors import model_tensors
 from zoo.interchange import InterchangeError, export_checkpoint, import_checkpoint, read_foreign
-from zoo.weights import tensor_specs
 
 FAMILY = registry.get_family("resnet")
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from zoo.state import states
+from zoo.checkpoint.state import states
 
 pytestmark = pytest.mark.slow
 RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"

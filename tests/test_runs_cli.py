@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from zoo.checkpoint.state import state_path
 from zoo.cli import main
 from zoo.runs import MetricsLog
-from zoo.state import state_path
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,6 @@
 """zoo's safetensors writer: the bytes safetensors' own ``save_file`` writes, and durable.
 
-Every zoo checkpoint and export is written by ``zoo.safetensors_io.write_safetensors``: each
+Every zoo checkpoint and export is written by ``zoo.checkpoint.file.write_safetensors``: each
 tensor made ready on a few threads (a strided one copied once, each checked finite) and
 written at its offset by one, each part's writeback started as soon as it is written, then
 one fsync and a rename. Here: the file is byte for byte what ``save_file`` writes for the
@@ -26,9 +26,9 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 import zoo
-from zoo import safetensors_io
-from zoo.checkpoint import NonFiniteTensors, model_tensors
-from zoo.safetensors_io import SAFETENSORS_DTYPES, TensorStream, write_safetensors
+from zoo.checkpoint import file as safetensors_io
+from zoo.checkpoint.file import SAFETENSORS_DTYPES, NonFiniteTensors, TensorStream, write_safetensors
+from zoo.checkpoint.tensors import model_tensors
 
 ONE_KEY = {"format": "pt"}
 METADATA = {"zeta": "1", "alpha": 'quote " backslash \\ tab \t newline \n', "bell": "\x07", "é": "ünï 💾"}
@@ -243,7 +243,7 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
         import os, signal
         import numpy as np
         from zoo import safetensors_io
-        from zoo.safetensors_io import write_safetensors
+        from zoo.checkpoint.file import write_safetensors
         pwrite, calls = os.pwrite, []
         def dying(descriptor, data, offset):
             calls.append(offset)

@@ -40,7 +40,7 @@ def _weights(result) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("name", ALL_NAMES)
 def test_create_model_with_a_seed_gives_equal_tensors_in_both_frameworks(name):
-    from zoo.checkpoint import model_tensors
+    from zoo.checkpoint.tensors import model_tensors
 
     torch_model = zoo.create_model(name, framework="torch", seed=3)
     keras_model = zoo.create_model(name, framework="keras", seed=3)

@@ -136,7 +136,7 @@ def _eos_position(ids: list[int]) -> int:
 def test_greedy_sampling_stops_at_the_config_s_eos_token(tmp_path, framework):
     """llama's eos_token_id (config.json's): generation stops at the first one, which the ids
     keep; --ignore-eos goes on to --length; --json says why it stopped."""
-    from zoo.checkpoint import read_checkpoint, write_checkpoint
+    from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
 
     plain = _checkpoint(tmp_path, "llama-micro")
     free = _sampled(plain, framework)
@@ -175,7 +175,7 @@ def test_greedy_sampling_stops_at_the_tokenizer_s_end_of_text(tmp_path):
 def test_a_tokenizer_smaller_than_the_model_s_vocabulary_is_one_line(tmp_path):
     """A GPT-2 checkpoint whose character vocabulary lacks the ids the model writes: exit 2 and
     one line, not an IndexError."""
-    from zoo.checkpoint import write_checkpoint
+    from zoo.checkpoint.metadata import write_checkpoint
     from zoo.initial_weights import initial_tensors
 
     config = zoo.registry.resolve_config("gpt2-micro", n_layer=1, vocab_size=211)

@@ -23,7 +23,8 @@ from click.testing import CliRunner
 from conftest import RECIPE
 
 import zoo
-from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.cli import main
 from zoo.limits import read_json, require_regular_file, special_file
 

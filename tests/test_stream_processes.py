@@ -17,8 +17,8 @@ import pytest
 from safetensors.numpy import load_file
 from stream_corpus import write_corpus
 
+from zoo.checkpoint.state import states
 from zoo.runs.launch import free_ports
-from zoo.state import states
 
 pytestmark = pytest.mark.slow
 READER = Path(__file__).parent / "stream_reader.py"

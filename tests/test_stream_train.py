@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from stream_corpus import text_of, write_corpus
 
+from zoo.checkpoint.state import latest_state, step_of
 from zoo.cli import main
 from zoo.data.stream import Stream
-from zoo.state import latest_state, step_of
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "gpt2-micro-stream.yaml"
 TINY = [

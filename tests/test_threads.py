@@ -111,7 +111,7 @@ def test_a_resume_computes_with_the_count_its_states_recorded(framework, machine
     import yaml
 
     import zoo
-    from zoo.state import latest_state
+    from zoo.checkpoint.state import latest_state
 
     machine(2, 1.2)
     first = zoo.train(RECIPE, framework, tiny(tmp_path, "trainer.max_epochs=1"))

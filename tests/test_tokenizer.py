@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from zoo.checkpoint import CheckpointError, write_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import write_checkpoint
 from zoo.tokenizer import (
     CharTokenizer,
     Tokenizer,

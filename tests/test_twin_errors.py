@@ -150,7 +150,7 @@ def test_batchnorm_in_a_keras_graph():
 
 
 def test_batchnorm_layers_agree_on_every_rank():
-    from zoo.keras.layers import BatchNorm
+    from zoo.nn.keras.norm import BatchNorm
     from zoo.nn.torch import BatchNorm2d
 
     torch_error = _raised(lambda: BatchNorm2d(3).train()(torch.zeros(1, 3, 1, 1)))

@@ -32,14 +32,15 @@ import zoo
 from architectures.vit.formats import from_timm, timm_config, to_timm
 from architectures.vit.resize import adapt_tensors, resample_pos_embed
 from zoo import registry
-from zoo.checkpoint import load_tensors, model_tensors, read_checkpoint
+from zoo.checkpoint.foreign import ForeignLayoutError
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tables import tensor_specs
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.finetune import adapted_tensors
-from zoo.foreign import ForeignLayoutError
 from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
 from zoo.keras.data import keras_layout
 from zoo.nn.errors import InputError
 from zoo.preprocessing import ImagePreprocessing, Preprocessing
-from zoo.weights import tensor_specs
 
 REFERENCE = 1e-4  # relative, max norm: zoo's twins against timm
 FAMILY = registry.get_family("vit")
@@ -346,7 +347,7 @@ def _gradients(model, framework: str, x: np.ndarray, checkpointing: bool) -> dic
         return {k: p.grad.numpy().copy() for k, p in model.named_parameters()}
     import tensorflow as tf
 
-    from zoo.weights import keras_layer
+    from zoo.checkpoint.tables import keras_layer
 
     table = FAMILY.weight_table(model.zoo_config)
     variables = [keras_layer(keras_layer(model, p.layer), v) for p in table for v in p.variables]
@@ -379,10 +380,10 @@ def test_grad_checkpointing_gives_the_same_gradients(framework):
 
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
 def test_shared_mlp_twins_agree(activation):
+    from zoo.checkpoint.tables import tensors_to_keras
     from zoo.nn.keras import Mlp as KerasMlp
     from zoo.nn.ports import mlp
     from zoo.nn.torch import Mlp as TorchMlp
-    from zoo.weights import tensors_to_keras
 
     x = np.random.default_rng(0).normal(size=(2, 5, 6)).astype(np.float32) * 3
     torch.manual_seed(0)

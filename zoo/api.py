@@ -19,12 +19,12 @@ import numpy as np
 
 from zoo import peak_memory, registry
 from zoo.backend import backend_for, framework_name
+from zoo.checkpoint.file import NonFiniteTensors
+from zoo.checkpoint.state import latest_state
 from zoo.limits import parse_json
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
 from zoo.runs import RunDir, record_stop, signals
-from zoo.safetensors_io import NonFiniteTensors
-from zoo.state import latest_state
 from zoo.tokenizer import saved_tokenizer
 
 log = logging.getLogger("zoo")
@@ -149,7 +149,7 @@ def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
     no file of its folder is written (its lock included), unless its recipe.yaml was edited
     since (a higher ``trainer.max_epochs``), which ``force`` continues.
     """
-    from zoo.checkpoint import CheckpointError
+    from zoo.checkpoint.file import CheckpointError
     from zoo.runs import prepare_resume
 
     run = RunDir(Path(run_dir))
@@ -209,7 +209,7 @@ def load_checkpoint(path, framework: str = "lightning", architecture: str | None
     from zoo.backend import load_checkpoint as load
 
     if Path(path).is_dir():
-        from zoo.checkpoint import CheckpointError
+        from zoo.checkpoint.file import CheckpointError
         from zoo.loading import describe_directory
 
         raise CheckpointError(f"{path}: a folder, not a checkpoint file: {describe_directory(Path(path))}")
@@ -229,7 +229,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Metrics of a checkpoint on the test split of a recipe's data, in either framework, on
     the recipe's accelerator and in its precision."""
-    from zoo.checkpoint import CheckpointError, read_checkpoint
+    from zoo.checkpoint.file import CheckpointError
+    from zoo.checkpoint.metadata import read_checkpoint
     from zoo.data import load_dataset
     from zoo.loading import checkpoint_file
 
@@ -298,7 +299,7 @@ def refuse_nonfinite_metrics(found, metrics: dict[str, float], test, precision: 
 def inspect_checkpoint(path) -> dict[str, Any]:
     """Metadata (JSON fields decoded) and the tensor table of a checkpoint. The metadata comes in
     the order it is written (keys zoo does not write after, alphabetically), the same every time."""
-    from zoo.checkpoint import METADATA_ORDER, read_checkpoint
+    from zoo.checkpoint.metadata import METADATA_ORDER, read_checkpoint
     from zoo.interchange import adapter_of, is_adapter_file
 
     path = adapter_of(Path(path))  # a LoRA run folder: its adapter

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import numpy as np
 
-    from zoo.checkpoint import Checkpoint
+    from zoo.checkpoint.metadata import Checkpoint
     from zoo.data import Dataset
     from zoo.family import ArchitectureConfig, Family
     from zoo.plan import RunPlan
@@ -75,11 +75,11 @@ class Backend(ABC):
 
     def check_state(self, path: Path) -> None:
         """Refuse a training state a resume could not use, in zoo's words, before any training
-        (its checksum, then :meth:`state_problem`; see :func:`zoo.state.check_state`)."""
-        from zoo.state import check_state
+        (its checksum, then :meth:`state_problem`; see :func:`zoo.checkpoint.state.check_state`)."""
+        from zoo.checkpoint.state import check_state
 
         if Path(path).suffix != f".{self.state_suffix}":
-            from zoo.checkpoint import CheckpointError
+            from zoo.checkpoint.file import CheckpointError
 
             raise CheckpointError(f"{path}: not a {self.name} training state (*.{self.state_suffix})")
         check_state(Path(path), self.state_problem)
@@ -142,8 +142,8 @@ def save_checkpoint(
     (zoo.preprocessing) is what the model's inputs went through: image size, mean and std,
     tokenizer, label names.
     """
-    from zoo.checkpoint import write_checkpoint
-    from zoo.model_io import framework_of, tensors_to_save
+    from zoo.checkpoint.metadata import write_checkpoint
+    from zoo.checkpoint.tensors import framework_of, tensors_to_save
 
     framework = framework_of(model)
     return write_checkpoint(
@@ -155,7 +155,7 @@ def save_checkpoint(
 
 def load_checkpoint(path: str | Path, framework: str = "lightning", architecture: str | None = None):
     """Build the twin of ``framework`` and load the checkpoint's weights into it."""
-    from zoo.checkpoint import read_checkpoint
+    from zoo.checkpoint.metadata import read_checkpoint
 
     backend = backend_for(framework)  # an unknown framework is refused before the file is read
     return backend.load(read_checkpoint(path, architecture))

@@ -13,8 +13,8 @@ from typing import Any, ClassVar, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from zoo.foreign import ForeignFormat, resolve
-from zoo.weights import Port
+from zoo.checkpoint.foreign import ForeignFormat, resolve
+from zoo.checkpoint.tables import Port
 
 InputKind = Literal["image", "sequence", "tokens"]
 # "features": a backbone without a head; it returns the last hidden state and is not trained alone.

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tables import TensorSpec, tensor_specs
 from zoo.family import ArchitectureConfig, Family
-from zoo.weights import TensorSpec, tensor_specs
 
 
 @dataclass

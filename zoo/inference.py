@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from zoo.checkpoint import Checkpoint, CheckpointError, read_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import Checkpoint, read_checkpoint
 from zoo.data.image_folder import EXTENSIONS, image_paths, problem
 from zoo.errors import DataError
 from zoo.limits import parse_json, require_regular_file

@@ -28,7 +28,7 @@ def seeded_torch_model(family: Family, config: ArchitectureConfig, seed: int) ->
 
 def initial_tensors(family: Family, config: ArchitectureConfig, seed: int) -> dict[str, np.ndarray]:
     """The canonical tensors a run of ``config`` starts from, in either framework."""
-    from zoo.checkpoint import model_tensors
+    from zoo.checkpoint.tensors import model_tensors
 
     return model_tensors(seeded_torch_model(family, config, seed))
 

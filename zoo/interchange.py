@@ -1,6 +1,6 @@
 """``zoo import`` and ``zoo export``: foreign weight files in and out of zoo checkpoints.
 
-The layouts themselves belong to the families (``Family.formats``, see :mod:`zoo.foreign`);
+The layouts themselves belong to the families (``Family.formats``, see :mod:`zoo.checkpoint.foreign`);
 this module reads and writes the files around them. Reading never unpickles arbitrary
 objects: ``.pth``/``.pt``/``.bin`` go through ``torch.load(weights_only=True)``. Nothing is
 downloaded. Every export is read back through its format and compared bit for bit with
@@ -19,17 +19,17 @@ from typing import Any
 import numpy as np
 
 from zoo import registry
-from zoo.checkpoint import CheckpointError, read_checkpoint, write_checkpoint, write_safetensors
+from zoo.checkpoint.file import CheckpointError, read_header, write_safetensors
+from zoo.checkpoint.foreign import ForeignFormat, ForeignLayoutError, Tensors
+from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
+from zoo.checkpoint.tables import tensor_specs
 from zoo.family import Family
-from zoo.foreign import ForeignFormat, ForeignLayoutError, Tensors
 from zoo.limits import json_kind, read_json
 from zoo.overwrite import refuse_inputs_as_outputs
 from zoo.peak_memory import check_memory, import_estimate
 from zoo.preprocessing import Preprocessing, PreprocessingError, TextPreprocessing
 from zoo.progress import track
-from zoo.safetensors_io import read_header
 from zoo.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE
-from zoo.weights import tensor_specs
 
 log = logging.getLogger("zoo")
 

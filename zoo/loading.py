@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from zoo import registry
-from zoo.checkpoint import FORMAT, CheckpointError
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import FORMAT
 
 log = logging.getLogger("zoo")
 
@@ -157,7 +158,7 @@ def _directory(path: Path) -> Located:
 
 def is_zoo_checkpoint(path: Path) -> bool:
     """Whether a safetensors file carries zoo's marker (any other file, or one that does not
-    open, is not: :func:`zoo.checkpoint.read_checkpoint` says why when it is read)."""
+    open, is not: :func:`zoo.checkpoint.metadata.read_checkpoint` says why when it is read)."""
     from safetensors import safe_open
 
     try:

@@ -100,7 +100,7 @@ def gib(size: float) -> str:
 
 def parameter_bytes(family: Family, config: ArchitectureConfig) -> int:
     """The model's tensors in the checkpoint's float32, from the weight table: nothing is built."""
-    from zoo.weights import tensor_specs
+    from zoo.checkpoint.tables import tensor_specs
 
     return sum(math.prod(spec.shape) * 4 for spec in tensor_specs(family.weight_table(config)).values())
 

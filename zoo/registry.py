@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal, get_args, get_origin
 
+from zoo.checkpoint.foreign import ForeignFormat
+from zoo.checkpoint.tables import Port, count_parameters
 from zoo.family import FRAMEWORKS, TASKS, ArchitectureConfig, Family, InputKind, InputSpec, Preset
-from zoo.foreign import ForeignFormat
-from zoo.weights import Port, count_parameters
 
 GROUP = "zoo.architectures"
 log = logging.getLogger("zoo")
@@ -159,7 +159,7 @@ def _is_target(target: Any) -> bool:
 
 def _check_formats(formats: Any) -> list[str]:
     if not isinstance(formats, tuple) or not all(isinstance(f, ForeignFormat) for f in formats):
-        return [f"formats: {formats!r} is not a tuple of zoo.foreign.ForeignFormat"]
+        return [f"formats: {formats!r} is not a tuple of zoo.checkpoint.foreign.ForeignFormat"]
     problems = [
         f"formats: {fmt.name!r}.{piece} {getattr(fmt, piece)!r} is not a 'module:callable' string"
         for fmt in formats
@@ -249,7 +249,8 @@ def _check_at(family: Family, config: ArchitectureConfig, where: str) -> list[st
         else:
             if not isinstance(ports, list) or not ports or not all(isinstance(p, Port) for p in ports):
                 problems.append(
-                    f"weight_table: at {where} returns {type(ports).__name__}, not a list of zoo.weights.Port"
+                    f"weight_table: at {where} returns {type(ports).__name__}, "
+                    "not a list of zoo.checkpoint.tables.Port"
                 )
     return problems
 

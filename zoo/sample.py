@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from zoo.backend import load_checkpoint
-from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.limits import MAX_SAMPLE_LENGTH
 from zoo.recipe.schema import SEED_LIMIT
 
@@ -268,7 +269,7 @@ class _Runner:
     """One twin's logits as numpy, through its cache where it has one."""
 
     def __init__(self, model: Any):
-        from zoo.checkpoint import framework_of
+        from zoo.checkpoint.tensors import framework_of
 
         self.model = model
         self.keras = framework_of(model) == "keras"

@@ -373,7 +373,8 @@ def cached_bpe(texts: Sequence[str], vocab_size: int, special_tokens: Sequence[s
 def tokenizer_of(checkpoint: str | Path) -> Tokenizer:
     """The tokenizer of a checkpoint: its ``tokenizer.json`` (next to the .safetensors file),
     else the character vocabulary in its metadata (``task_info.vocab``)."""
-    from zoo.checkpoint import CheckpointError, read_checkpoint
+    from zoo.checkpoint.file import CheckpointError
+    from zoo.checkpoint.metadata import read_checkpoint
 
     found = saved_tokenizer(read_checkpoint(checkpoint))
     if found is not None:
@@ -385,9 +386,9 @@ def tokenizer_of(checkpoint: str | Path) -> Tokenizer:
 
 
 def saved_tokenizer(checkpoint) -> Tokenizer | None:
-    """The tokenizer an opened :class:`zoo.checkpoint.Checkpoint` travels with, or None (an image
+    """The tokenizer an opened :class:`zoo.checkpoint.metadata.Checkpoint` travels with, or None (an image
     model's). A tokenizer.json that the model's vocabulary cannot hold is refused."""
-    from zoo.checkpoint import CheckpointError
+    from zoo.checkpoint.file import CheckpointError
 
     found = tokenizer_file(checkpoint.path)
     if found is not None:

@@ -4,8 +4,8 @@ heads, exactly, in both frameworks."""
 from architectures.bert.config import BertConfig
 from architectures.bert.presets import ALIASES, PRESETS
 from architectures.bert.weights import table
+from zoo.checkpoint.foreign import ForeignFormat
 from zoo.family import Family, InputSpec
-from zoo.foreign import ForeignFormat
 
 FAMILY = Family(
     name="bert",

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from architectures.bert.config import HF_CLASSES, BertConfig
-from zoo.foreign import ForeignLayoutError, Tensors, head_count, renamed, with_source
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, head_count, renamed, with_source
 from zoo.preprocessing import Preprocessing, label_names
 
 log = logging.getLogger("zoo")
@@ -331,7 +331,7 @@ def _config_fields(
 
 def _check_shapes(cfg: BertConfig, found: Mapping[str, np.ndarray]) -> None:
     from architectures.bert.weights import table
-    from zoo.weights import tensor_specs
+    from zoo.checkpoint.tables import tensor_specs
 
     specs = tensor_specs(table(cfg))
     wrong = [

@@ -15,10 +15,10 @@ import keras
 from keras import layers, ops
 
 from architectures.bert.config import BertConfig, input_shapes_message, token_types_message
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError, sequence_length_message
 from zoo.nn.keras import Dense, LayerNorm, Mlp, PaddedEmbedding, SelfAttention, blocked_mask, require
 from zoo.nn.keras.heads import ClassificationHead, MaskedLMHead, mean_pool
+from zoo.nn.keras.remat import checkpointed_call
 
 
 def _normal(std: float) -> keras.initializers.Initializer:
@@ -102,7 +102,7 @@ class Bert(keras.Model):
     fails with its message).
 
     With ``grad_checkpointing`` on, training keeps only each block's input for backward and
-    recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
+    recomputes the block there, with the forward pass's dropout masks (``zoo.nn.keras.remat``).
     """
 
     grad_checkpointing: bool = False

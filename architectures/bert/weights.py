@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from architectures.bert.config import BertConfig
+from zoo.checkpoint.tables import Arrays, Port, TensorSpec, dense, embedding, layernorm
 from zoo.nn.ports import mlp, self_attention
-from zoo.weights import Arrays, Port, TensorSpec, dense, embedding, layernorm
 
 
 def _same(*arrays: np.ndarray) -> Arrays:

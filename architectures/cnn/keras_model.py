@@ -10,9 +10,10 @@ import keras
 from keras import layers, ops
 
 from architectures.cnn.config import CNNConfig
-from zoo.keras.layers import BatchNorm, activation
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.keras import Conv2D, Dense
+from zoo.nn.keras.activations import activation
+from zoo.nn.keras.norm import BatchNorm
+from zoo.nn.keras.remat import checkpointed_call
 
 
 class ConvBN(layers.Layer):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from architectures.cnn.config import CNNConfig
-from zoo.weights import Port, batchnorm, conv2d, dense
+from zoo.checkpoint.tables import Port, batchnorm, conv2d, dense
 
 
 def _conv_bn(name: str, cfg: CNNConfig, cin: int, cout: int, kernel: int) -> list[Port]:

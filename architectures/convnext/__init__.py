@@ -4,8 +4,8 @@ reads and writes torchvision and timm weights."""
 from architectures.convnext.config import ConvNeXtConfig
 from architectures.convnext.presets import ALIASES, PRESETS
 from architectures.convnext.weights import table
+from zoo.checkpoint.foreign import ForeignFormat
 from zoo.family import Family, InputSpec
-from zoo.foreign import ForeignFormat
 
 FAMILY = Family(
     name="convnext",

@@ -49,7 +49,8 @@ from pydantic import ValidationError
 
 from architectures.convnext.config import STAGES, ConvNeXtConfig
 from architectures.convnext.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
+from zoo.checkpoint.tables import tensor_specs
 from zoo.preprocessing import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -58,7 +59,6 @@ from zoo.preprocessing import (
     read_timm_config,
     timm_fields,
 )
-from zoo.weights import tensor_specs
 
 # timm's factories with torchvision's architecture (no conv MLP, no GRN, head after the pool).
 TIMM_VARIANTS = {

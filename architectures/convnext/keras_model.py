@@ -25,9 +25,9 @@ from architectures.convnext.config import (
     ConvNeXtConfig,
     image_size_message,
 )
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError
 from zoo.nn.keras import Conv2D, Dense, DepthwiseConv2D, DropPath, LayerNorm, Mlp, require
+from zoo.nn.keras.remat import checkpointed_call
 
 
 def _normal() -> keras.initializers.Initializer:
@@ -112,7 +112,7 @@ class ConvNeXt(keras.Model):
     :class:`zoo.nn.errors.InputError` (inside a graph whose shapes are unknown until it runs,
     the step fails with its message). With ``grad_checkpointing`` on, training keeps only each
     block's input for backward and recomputes the block there, with the forward pass's
-    drop-path masks (``zoo.keras.remat``).
+    drop-path masks (``zoo.nn.keras.remat``).
     """
 
     grad_checkpointing: bool = False

@@ -9,8 +9,8 @@ block's layer scale ``gamma`` is a parameter of the block itself, first in its `
 from __future__ import annotations
 
 from architectures.convnext.config import KERNEL_SIZE, STAGES, ConvNeXtConfig
+from zoo.checkpoint.tables import Arrays, Port, TensorSpec, conv2d, dense, depthwise_conv2d, layernorm
 from zoo.nn.ports import mlp
-from zoo.weights import Arrays, Port, TensorSpec, conv2d, dense, depthwise_conv2d, layernorm
 
 
 def _same(gamma) -> Arrays:

@@ -3,8 +3,8 @@
 from architectures.gpt2.config import GPT2Config
 from architectures.gpt2.presets import ALIASES, PRESETS
 from architectures.gpt2.weights import table
+from zoo.checkpoint.foreign import ForeignFormat
 from zoo.family import Family, InputSpec
-from zoo.foreign import ForeignFormat
 
 FAMILY = Family(
     name="gpt2",

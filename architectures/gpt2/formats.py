@@ -40,8 +40,8 @@ import numpy as np
 
 from architectures.gpt2.config import GPT2Config
 from architectures.gpt2.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, head_count, renamed, with_source
-from zoo.weights import tensor_specs
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, head_count, renamed, with_source
+from zoo.checkpoint.tables import tensor_specs
 
 PREFIX = "transformer."
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # both are the tanh approximation zoo computes

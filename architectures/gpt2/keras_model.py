@@ -12,12 +12,12 @@ import keras
 from keras import layers, ops
 
 from architectures.gpt2.config import GPT2Config, sequence_length_message
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.keras import Embedding, LayerNorm, Mlp, SelfAttention, blocked_mask, require
 from zoo.nn.keras.attention import joined_padding, padded_positions
 from zoo.nn.keras.decoder import CausalDecoder
+from zoo.nn.keras.remat import checkpointed_call
 
 
 class Block(layers.Layer):
@@ -65,7 +65,7 @@ class GPT2(CausalDecoder):
     (N, T, n_embd) for task "features"; ``padding_mask`` and ``decode`` as in the torch twin.
 
     With ``grad_checkpointing`` on, training keeps only each block's input for backward and
-    recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
+    recomputes the block there, with the forward pass's dropout masks (``zoo.nn.keras.remat``).
     """
 
     model_name = "GPT-2"

@@ -7,8 +7,8 @@ so the common checkpoint holds that matrix once and the parameter count counts i
 from __future__ import annotations
 
 from architectures.gpt2.config import GPT2Config
+from zoo.checkpoint.tables import Port, embedding, layernorm
 from zoo.nn.ports import mlp, self_attention
-from zoo.weights import Port, embedding, layernorm
 
 
 def table(cfg: GPT2Config) -> list[Port]:

@@ -4,8 +4,8 @@ same decoder), exactly, in both frameworks."""
 from architectures.llama.config import LlamaConfig
 from architectures.llama.presets import ALIASES, PRESETS
 from architectures.llama.weights import table
+from zoo.checkpoint.foreign import ForeignFormat
 from zoo.family import Family, InputSpec
-from zoo.foreign import ForeignFormat
 
 FAMILY = Family(
     name="llama",

@@ -31,8 +31,8 @@ import numpy as np
 
 from architectures.llama.config import LlamaConfig
 from architectures.llama.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, renamed
-from zoo.weights import tensor_specs
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.checkpoint.tables import tensor_specs
 
 PREFIX = "model."
 HEAD = "lm_head.weight"

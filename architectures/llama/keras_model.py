@@ -15,7 +15,6 @@ import keras
 from keras import layers, ops
 
 from architectures.llama.config import LlamaConfig, sequence_length_message
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.cache import DecodeCache
 from zoo.nn.errors import InputError
 from zoo.nn.keras import (
@@ -31,6 +30,7 @@ from zoo.nn.keras import (
 from zoo.nn.keras.attention import joined_padding, padded_positions
 from zoo.nn.keras.decoder import CausalDecoder
 from zoo.nn.keras.heads import TiedProduct
+from zoo.nn.keras.remat import checkpointed_call
 from zoo.nn.keras.rotary import rotary_tables
 
 
@@ -74,7 +74,7 @@ class Llama(CausalDecoder):
     (N, T, hidden_size) for task "features"; ``padding_mask`` and ``decode`` as in the torch twin.
 
     With ``grad_checkpointing`` on, training keeps only each decoder layer's input for backward
-    and recomputes the layer there, with the forward pass's dropout masks (``zoo.keras.remat``).
+    and recomputes the layer there, with the forward pass's dropout masks (``zoo.nn.keras.remat``).
     """
 
     model_name = "Llama"

@@ -10,8 +10,8 @@ A tied head has no row: it is ``embed_tokens`` itself, in both twins; an untied 
 from __future__ import annotations
 
 from architectures.llama.config import LlamaConfig
+from zoo.checkpoint.tables import Port, dense, embedding, rmsnorm
 from zoo.nn.ports import gated_mlp, grouped_query_attention
-from zoo.weights import Port, dense, embedding, rmsnorm
 
 
 def table(cfg: LlamaConfig) -> list[Port]:

@@ -7,8 +7,8 @@ The layouts (transposes, both biases kept apart, the GRU's reset/update swap) ar
 from __future__ import annotations
 
 from architectures.lstm.config import LSTMConfig
+from zoo.checkpoint.tables import Port
 from zoo.nn.recurrent_ports import gru, lstm, sequence_table
-from zoo.weights import Port
 
 
 def table(cfg: LSTMConfig) -> list[Port]:

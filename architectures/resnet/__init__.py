@@ -4,8 +4,8 @@ writes torchvision and timm weights."""
 from architectures.resnet.config import ResNetConfig
 from architectures.resnet.presets import ALIASES, PRESETS
 from architectures.resnet.weights import table
+from zoo.checkpoint.foreign import ForeignFormat
 from zoo.family import Family, InputSpec
-from zoo.foreign import ForeignFormat
 
 FAMILY = Family(
     name="resnet",

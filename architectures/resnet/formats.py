@@ -37,7 +37,8 @@ from pydantic import ValidationError
 
 from architectures.resnet.config import STAGES, ResNetConfig
 from architectures.resnet.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
+from zoo.checkpoint.tables import tensor_specs
 from zoo.preprocessing import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -46,7 +47,6 @@ from zoo.preprocessing import (
     read_timm_config,
     timm_fields,
 )
-from zoo.weights import tensor_specs
 
 # timm's ResNets with torchvision's architecture (plain 7x7 stem, 1x1 conv shortcuts): (block, layers).
 TIMM_PLAIN = {

@@ -17,9 +17,9 @@ from keras import layers, ops
 
 from architectures.resnet.config import STAGES, ResNetConfig
 from architectures.resnet.weights import has_downsample
-from zoo.keras.layers import BatchNorm
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.keras import Conv2D, Dense
+from zoo.nn.keras.norm import BatchNorm
+from zoo.nn.keras.remat import checkpointed_call
 
 # torch's kaiming_normal_(mode="fan_out", nonlinearity="relu"): N(0, 2 / (out channels * kh * kw)).
 KAIMING_FAN_OUT = keras.initializers.VarianceScaling(2.0, mode="fan_out", distribution="untruncated_normal")

@@ -7,7 +7,7 @@ Keras layer path is its torch module name.
 from __future__ import annotations
 
 from architectures.resnet.config import STAGES, ResNetConfig
-from zoo.weights import Port, batchnorm, conv2d, dense
+from zoo.checkpoint.tables import Port, batchnorm, conv2d, dense
 
 
 def _conv_bn(conv: str, bn: str, cin: int, cout: int, kernel: int) -> list[Port]:

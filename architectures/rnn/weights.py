@@ -6,8 +6,8 @@ The layout (transposes, both biases kept apart) is :mod:`zoo.nn.recurrent_ports`
 from __future__ import annotations
 
 from architectures.rnn.config import RNNConfig
+from zoo.checkpoint.tables import Port
 from zoo.nn.recurrent_ports import sequence_table, simple_rnn
-from zoo.weights import Port
 
 
 def table(cfg: RNNConfig) -> list[Port]:

@@ -13,10 +13,10 @@ import keras
 from keras import layers, ops
 
 from architectures.transformer.config import TransformerConfig
-from zoo.keras.layers import activation
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError, sequence_length_message
 from zoo.nn.keras import Dense, Embedding, SelfAttention, blocked_mask, require
+from zoo.nn.keras.activations import activation
+from zoo.nn.keras.remat import checkpointed_call
 
 
 class Block(layers.Layer):
@@ -69,7 +69,7 @@ class Transformer(keras.Model):
     twin's :class:`zoo.nn.errors.InputError` (inside a graph: the step fails with its message).
 
     With ``grad_checkpointing`` on, training keeps only each block's input for backward and
-    recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
+    recomputes the block there, with the forward pass's dropout masks (``zoo.nn.keras.remat``).
     """
 
     grad_checkpointing: bool = False

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from architectures.transformer.config import TransformerConfig
+from zoo.checkpoint.tables import Port, dense, embedding, layernorm
 from zoo.nn.ports import self_attention
-from zoo.weights import Port, dense, embedding, layernorm
 
 
 def _block(name: str, cfg: TransformerConfig) -> list[Port]:

@@ -3,8 +3,8 @@
 from architectures.vit.config import ViTConfig
 from architectures.vit.presets import ALIASES, PRESETS
 from architectures.vit.weights import table
+from zoo.checkpoint.foreign import ForeignFormat
 from zoo.family import Family, InputSpec
-from zoo.foreign import ForeignFormat
 
 FAMILY = Family(
     name="vit",

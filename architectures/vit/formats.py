@@ -46,9 +46,9 @@ import numpy as np
 
 from architectures.vit.config import ViTConfig
 from architectures.vit.weights import table
-from zoo.foreign import ForeignLayoutError, Tensors, head_count, renamed
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, head_count, renamed
+from zoo.checkpoint.tables import tensor_specs
 from zoo.preprocessing import Preprocessing, read_timm_config, timm_fields
-from zoo.weights import tensor_specs
 
 # timm's vit_<size>_patch16_224 factories: embed_dim, depth, num_heads (mlp_ratio 4).
 VARIANTS = {

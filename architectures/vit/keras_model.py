@@ -16,9 +16,9 @@ import keras
 from keras import layers, ops
 
 from architectures.vit.config import LAYER_NORM_EPS, ViTConfig, image_shape_message
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.errors import InputError
 from zoo.nn.keras import Conv2D, Dense, Mlp, SelfAttention, require
+from zoo.nn.keras.remat import checkpointed_call
 
 
 def _normal(stddev: float) -> keras.initializers.Initializer:
@@ -113,7 +113,7 @@ class VisionTransformer(keras.Model):
     (inside a graph whose shapes are unknown until it runs, the step fails with its message).
 
     With ``grad_checkpointing`` on, training keeps only each block's input for backward and
-    recomputes the block there, with the forward pass's dropout masks (``zoo.keras.remat``).
+    recomputes the block there, with the forward pass's dropout masks (``zoo.nn.keras.remat``).
     """
 
     grad_checkpointing: bool = False

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from architectures.vit.config import ViTConfig
+from zoo.checkpoint.tables import Arrays, Port, TensorSpec, conv2d, dense, layernorm
 from zoo.nn.ports import mlp, self_attention
-from zoo.weights import Arrays, Port, TensorSpec, conv2d, dense, layernorm
 
 
 def _same(*arrays: np.ndarray) -> Arrays:

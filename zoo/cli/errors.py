@@ -32,7 +32,7 @@ def user_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from zoo import registry
-        from zoo.checkpoint import CheckpointError, NonFiniteTensors
+        from zoo.checkpoint.file import CheckpointError, NonFiniteTensors
         from zoo.data import DataError
         from zoo.hardware import SetupError
         from zoo.recipe import RecipeError

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from zoo import registry
-from zoo.checkpoint import CheckpointError, read_checkpoint
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.lora import AdapterFile, base_of, is_adapter, read_adapter
 from zoo.recipe import Recipe, RecipeError, load_recipe
 from zoo.recipe.schema import LoraConfig

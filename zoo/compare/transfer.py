@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from zoo.checkpoint.tables import keras_layer
 from zoo.compare.steps import dense_gradients, keras_compiled, lightning_task
 from zoo.compare.twins import Twins, exact_array
-from zoo.weights import keras_layer
 
 # torch optimizer state -> the slot list of zoo's Keras optimizers (zoo.keras.optimizers).
 KERAS_SLOTS = {"exp_avg": "_m", "exp_avg_sq": "_v", "momentum_buffer": "_buffers"}

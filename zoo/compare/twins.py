@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from zoo import registry
+from zoo.checkpoint.tables import Port, keras_layer, tensors_to_keras
 from zoo.data import Dataset, load_dataset
 from zoo.family import ArchitectureConfig, Family
 from zoo.precision import PRECISIONS
 from zoo.recipe import Recipe
-from zoo.weights import Port, keras_layer, tensors_to_keras
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class Twins:
     def keras_state(self) -> dict[str, np.ndarray]:
         """The Keras twin's variables in the canonical layout, floating ones in float64.
 
-        Unlike ``zoo.weights.keras_to_tensors`` nothing is rounded to the checkpoint's
+        Unlike ``zoo.checkpoint.tables.keras_to_tensors`` nothing is rounded to the checkpoint's
         float32, so a float64 run is compared at float64 resolution.
         """
         return dict(self.keras_tensors())
@@ -200,7 +200,7 @@ def build_twins(
     """Torch twin from the recipe's seed (or holding ``initial``; or the fine-tune start of
     ``init.from``), its tensors copied into a Keras twin built in ``precision`` (default: the
     recipe's); gradient checkpointing on both where the twins offer it."""
-    from zoo.checkpoint import model_tensors
+    from zoo.checkpoint.tensors import model_tensors
     from zoo.finetune import merged_tensors
     from zoo.initial_weights import seeded_torch_model
     from zoo.nn.keras.precision import build_keras

@@ -16,7 +16,7 @@ from zoo.data.pixels import Pixels
 from zoo.preprocessing import ImagePreprocessing, Preprocessing, TextPreprocessing
 
 if TYPE_CHECKING:
-    from zoo.checkpoint import Checkpoint
+    from zoo.checkpoint.metadata import Checkpoint
     from zoo.tokenizer import Tokenizer
 
 log = logging.getLogger("zoo")

@@ -81,7 +81,7 @@ def export_model(
     the Keras twin's and torch.export the torch twin's; naming the other twin is an error.
     """
     from zoo.backend import load_checkpoint
-    from zoo.checkpoint import read_checkpoint
+    from zoo.checkpoint.metadata import read_checkpoint
 
     if format not in FORMATS:
         raise ExportError(f"unknown deployment format {format!r}; choose one of: {', '.join(FORMATS)}")

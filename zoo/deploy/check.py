@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.checkpoint import CheckpointError
+from zoo.checkpoint.file import CheckpointError
 
 RELATIVE = 1e-5
 

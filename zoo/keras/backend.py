@@ -20,7 +20,7 @@ class KerasBackend(Backend):
         return family.build_keras(config) if seed is None else seeded_keras_model(family, config, seed)
 
     def load(self, checkpoint) -> Any:
-        from zoo.model_io import load_keras
+        from zoo.checkpoint.tensors import load_keras
 
         return load_keras(checkpoint)
 
@@ -31,10 +31,10 @@ class KerasBackend(Backend):
 
     def evaluate(self, model, dataset, trainer, batch_size: int) -> dict[str, float]:
         from zoo import registry
+        from zoo.checkpoint.tensors import model_tensors
         from zoo.hardware import check_trainer
         from zoo.keras.data import eval_dataset
         from zoo.keras.trainer import compile_for, configure, for_batches
-        from zoo.model_io import model_tensors
         from zoo.nn.keras.precision import build_keras
 
         trainer = one_device(trainer)

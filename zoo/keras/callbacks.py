@@ -10,7 +10,7 @@ from pathlib import Path
 
 import keras
 
-from zoo import state
+from zoo.checkpoint import state
 from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
 from zoo.tracking import Tracker, open_tracker, step_scalars
 
@@ -164,7 +164,7 @@ def load_state(model, path: Path) -> dict:
     """Restore what :func:`save_state` wrote into a compiled model with a built optimizer."""
     from safetensors import safe_open
 
-    from zoo.checkpoint import CheckpointError
+    from zoo.checkpoint.file import CheckpointError
 
     with safe_open(str(path), framework="np") as handle:
         position = json.loads(handle.metadata()["position"])

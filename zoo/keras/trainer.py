@@ -121,9 +121,9 @@ def for_batches(model, dataset: Dataset):
 def initialise(model, family, init) -> dict[str, float]:
     """Load a fine-tuning start into ``model``, freeze the backbone if asked; return the
     learning-rate multipliers of the head's variables (by variable path)."""
-    from zoo.checkpoint import load_tensors, model_tensors
+    from zoo.checkpoint.tables import keras_layer
+    from zoo.checkpoint.tensors import load_tensors, model_tensors
     from zoo.finetune import merged_tensors
-    from zoo.weights import keras_layer
 
     if init is None:
         return {}
@@ -142,8 +142,9 @@ def initialise(model, family, init) -> dict[str, float]:
 
 
 def exempt_paths(model, family) -> set[str]:
-    """Paths of the Keras variables weight decay leaves alone (zoo.weights.decay_exempt_variables)."""
-    from zoo.weights import decay_exempt_variables, keras_layer
+    """Paths of the Keras variables weight decay leaves alone
+    (zoo.checkpoint.tables.decay_exempt_variables)."""
+    from zoo.checkpoint.tables import decay_exempt_variables, keras_layer
 
     table = family.weight_table(model.zoo_config)
     exempt = decay_exempt_variables(table)

@@ -20,7 +20,7 @@ class LightningBackend(Backend):
         return family.build_torch(config) if seed is None else seeded_torch_model(family, config, seed)
 
     def load(self, checkpoint) -> Any:
-        from zoo.model_io import load_torch
+        from zoo.checkpoint.tensors import load_torch
 
         return load_torch(checkpoint)
 

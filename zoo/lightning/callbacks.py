@@ -8,7 +8,7 @@ from pathlib import Path
 
 import lightning as L
 
-from zoo import state
+from zoo.checkpoint import state
 from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
 from zoo.tracking import Tracker, step_scalars
 

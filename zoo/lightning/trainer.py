@@ -15,6 +15,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 
+from zoo.checkpoint.tables import decay_exempt_tensors
 from zoo.data import Dataset, steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, ddp_timeout_s, resolve_accelerator
 from zoo.initial_weights import seeded_torch_model
@@ -34,7 +35,6 @@ from zoo.progress import EpochLines, bar_on_stderr, training_progress
 from zoo.runs import MetricsLog, RunDir, signals
 from zoo.schedule import lr_table, optimizer_steps
 from zoo.tracking import open_tracker
-from zoo.weights import decay_exempt_tensors
 
 # zoo's loaders index whole batches in the main process on purpose: workers would only
 # add inter-process copies for in-memory arrays.
@@ -82,7 +82,7 @@ def check_accelerator(trainer_cfg) -> str:
 def initialise(model: torch.nn.Module, init) -> list[dict]:
     """Load a fine-tuning start into ``model``; return the optimizer's parameter groups
     (the head may have its own rate; a frozen backbone is left out)."""
-    from zoo.checkpoint import load_tensors, model_tensors
+    from zoo.checkpoint.tensors import load_tensors, model_tensors
     from zoo.finetune import merged_tensors
 
     named = list(model.named_parameters())
@@ -136,7 +136,7 @@ def zoo_stops(restored: Restored):
 
 def without_decay(groups: list[dict], model: torch.nn.Module, table) -> list[dict]:
     """Each parameter group split in two: its decayed tensors, and its exempt ones with
-    ``weight_decay`` 0 (zoo.weights.decay_exempt_tensors decides, for both frameworks)."""
+    ``weight_decay`` 0 (zoo.checkpoint.tables.decay_exempt_tensors decides, for both frameworks)."""
     names = decay_exempt_tensors(table)
     exempt = {id(p) for n, p in model.named_parameters() if n in names}
     split = []
@@ -264,10 +264,11 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         except Exception as error:
             if resume is None or restored.done:
                 raise
-            from zoo.checkpoint import CheckpointError
+            from zoo.checkpoint.file import CheckpointError
 
             # Lightning restores the weights before any callback sees the state: what it cannot
-            # restore is the state's fault, said as such (zoo.state.check_state catches most before).
+            # restore is the state's fault, said as such (zoo.checkpoint.state.check_state catches
+            # most before).
             raise CheckpointError(
                 f"{resume}: Lightning cannot restore this training state ({type(error).__name__}: "
                 f"{error}); it is damaged or was changed since zoo wrote it: delete it to resume from the "

@@ -40,7 +40,7 @@ def attach(model: Any, family, config, lora, seed: int, tensors: dict[str, np.nd
     """Freeze ``model`` (either twin, its base already loaded) and attach the adapter ``lora`` (a
     recipe's ``init.lora``, or an :class:`Adapter`) holding ``tensors``, or PEFT's init drawn
     from ``seed``. Returns the adapter."""
-    from zoo.model_io import framework_of
+    from zoo.checkpoint.tensors import framework_of
 
     if getattr(model, "zoo_lora", None) is not None:  # adapted already (zoo compare's twins)
         return model.zoo_lora
@@ -62,7 +62,7 @@ def attach(model: Any, family, config, lora, seed: int, tensors: dict[str, np.nd
 def trained_tensors(model: Any) -> dict[str, np.ndarray]:
     """The adapter's tensors of a twin :func:`attach` adapted (A, B, trained biases)."""
     from zoo import registry
-    from zoo.model_io import framework_of
+    from zoo.checkpoint.tensors import framework_of
 
     adapter, config = model.zoo_lora, model.zoo_config
     family = registry.get_family(config.architecture)
@@ -78,7 +78,7 @@ def trained_tensors(model: Any) -> dict[str, np.ndarray]:
 
 def base_tensors(model: Any) -> dict[str, np.ndarray]:
     """The base's canonical tensors of an adapted twin, as they are now (the trained biases too)."""
-    from zoo.model_io import model_tensors
+    from zoo.checkpoint.tensors import model_tensors
 
     return {k: v for k, v in model_tensors(model).items() if not k.startswith("lora.")}
 
@@ -87,7 +87,7 @@ def save_adapter(model: Any, path: str | Path, base: dict[str, Any], **kwargs) -
     """Write an adapted twin's adapter alone; ``base`` is ``{"path": ...}`` or ``{"seed": ...}``,
     completed here with the digest of the frozen base tensors."""
     from zoo import registry
-    from zoo.model_io import framework_of
+    from zoo.checkpoint.tensors import framework_of
 
     adapter, config = model.zoo_lora, model.zoo_config
     family = registry.get_family(config.architecture)
@@ -102,7 +102,8 @@ def save_adapter(model: Any, path: str | Path, base: dict[str, Any], **kwargs) -
 def base_of(adapter_file: AdapterFile, base: str | Path | None = None) -> tuple[dict[str, np.ndarray], str]:
     """The base tensors an adapter goes on (``base``, or the one its file names), checked against
     its digest; and where they came from."""
-    from zoo.checkpoint import CheckpointError, read_checkpoint
+    from zoo.checkpoint.file import CheckpointError
+    from zoo.checkpoint.metadata import read_checkpoint
 
     named = adapter_file.base
     if base is None and named.get("path"):
@@ -149,7 +150,7 @@ def load_adapter(path: str | Path, framework: str = "lightning", base: str | Pat
 
         model = build_keras(family, config, "32-true", tensors)
     else:
-        from zoo.model_io import load_tensors
+        from zoo.checkpoint.tensors import load_tensors
 
         model = family.build_torch(config)
         load_tensors(model, tensors)
@@ -162,7 +163,7 @@ def load_adapter(path: str | Path, framework: str = "lightning", base: str | Pat
 
 
 def _free(path: Path, overwrite: bool) -> Path:
-    from zoo.checkpoint import CheckpointError
+    from zoo.checkpoint.file import CheckpointError
 
     if path.exists() and not overwrite:
         raise CheckpointError(f"{path}: already exists; choose another --out or pass --overwrite")
@@ -172,7 +173,7 @@ def _free(path: Path, overwrite: bool) -> Path:
 def merge_adapter(path: str | Path, out: str | Path, base: str | Path | None = None, overwrite=False) -> Path:
     """The adapter folded into its base (``W + scale * B @ A``, its trained biases in place): a
     full zoo checkpoint that needs no adapter. ``out`` is a file, or a folder for model.safetensors."""
-    from zoo.checkpoint import write_checkpoint
+    from zoo.checkpoint.metadata import write_checkpoint
 
     adapter_file = read_adapter(path)
     tensors, where = base_of(adapter_file, base)
@@ -212,7 +213,7 @@ def saved_base(adapter_file: AdapterFile) -> dict[str, np.ndarray] | None:
 def import_peft(src: str | Path, base: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """A PEFT LoRA folder made for ``base``'s model (a zoo checkpoint, e.g. ``zoo import`` of the
     transformers model) -> a zoo adapter file on that base."""
-    from zoo.checkpoint import read_checkpoint
+    from zoo.checkpoint.metadata import read_checkpoint
     from zoo.lora import peft
 
     out = Path(out)

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from zoo import registry
+from zoo.checkpoint.file import CheckpointError, check_finite, refuse_pickles, write_safetensors
 from zoo.family import ArchitectureConfig, Family
 from zoo.recipe.lora_targets import Point, points, select
-from zoo.safetensors_io import CheckpointError, check_finite, refuse_pickles, write_safetensors
 
 KIND = "adapter"
 A, B, BIAS = "lora_A", "lora_B", "lora_bias"
@@ -119,7 +119,7 @@ def ports(adapter: Adapter, frozen: list, trained: set[str]) -> list:
     see the adapters as tensors of the model."""
     from dataclasses import replace
 
-    from zoo.weights import Port, TensorSpec
+    from zoo.checkpoint.tables import Port, TensorSpec
 
     def transposed(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
         return tuple(a.T if a.ndim == 2 else a for a in arrays)
@@ -236,7 +236,7 @@ def write_adapter(
 ) -> Path:
     """The adapter alone: A, B, trained biases; ``base`` says which base it belongs to
     (``path`` or ``seed``, and ``sha256``)."""
-    from zoo.checkpoint import FORMAT, FORMAT_VERSION
+    from zoo.checkpoint.metadata import FORMAT, FORMAT_VERSION
 
     task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     metadata = {
@@ -366,7 +366,7 @@ def _adapter_of(path: Path, metadata: dict[str, str]) -> tuple[Family, Architect
 
 def _check_tensors(path: Path, family, config, adapter: Adapter, tensors: dict[str, np.ndarray]) -> None:
     """Every tensor the adapter needs, in its shape, and no other."""
-    from zoo.weights import tensor_specs
+    from zoo.checkpoint.tables import tensor_specs
 
     want: dict[str, tuple[int, ...]] = {}
     for point in adapter.points:

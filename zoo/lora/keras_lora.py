@@ -13,9 +13,9 @@ import keras
 import numpy as np
 from keras import layers, ops
 
+from zoo.checkpoint.tables import keras_layer
 from zoo.lora.adapter import BIAS, A, Adapter, B, EmbeddingPoint
 from zoo.recipe.lora_targets import FUSED
-from zoo.weights import keras_layer
 
 
 class LowRank(layers.Layer):

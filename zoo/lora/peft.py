@@ -29,11 +29,11 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, field_validator
 
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.tables import tensor_specs
 from zoo.family import ArchitectureConfig, Family
 from zoo.lora.adapter import BIAS, A, Adapter, AdapterFile, B, EmbeddingPoint, embedding_points
 from zoo.recipe.lora_targets import Point, points
-from zoo.safetensors_io import CheckpointError
-from zoo.weights import tensor_specs
 
 WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
 PREFIX = "base_model.model."
@@ -346,7 +346,7 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
     """``adapter_model.safetensors`` as float32 arrays; anything else refused in one line."""
     from safetensors import safe_open
 
-    from zoo.safetensors_io import read_header, refuse_pickles
+    from zoo.checkpoint.file import read_header, refuse_pickles
 
     refuse_pickles(path)
     try:

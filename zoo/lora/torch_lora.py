@@ -123,6 +123,6 @@ def adapter_tensors(model: nn.Module, adapter: Adapter, bias_names: list[str]) -
 
 def base_tensors(model: nn.Module) -> dict[str, np.ndarray]:
     """The base's canonical tensors (everything but ``model.lora``)."""
-    from zoo.model_io import model_tensors
+    from zoo.checkpoint.tensors import model_tensors
 
     return {k: v for k, v in model_tensors(model).items() if not k.startswith("lora.")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zoo.weights import Arrays, Port, TensorSpec, dense
+from zoo.checkpoint.tables import Arrays, Port, TensorSpec, dense
 
 SELF_ATTENTION_VARIABLES = ("in_proj_kernel", "in_proj_bias", "out_proj.kernel", "out_proj.bias")
 

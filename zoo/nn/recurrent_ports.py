@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from zoo.checkpoint.tables import Arrays, Port, TensorSpec, dense, embedding
 from zoo.nn.recurrent_config import RecurrentConfig
-from zoo.weights import Arrays, Port, TensorSpec, dense, embedding
 
 # (tensor name prefix, Keras cell path from the layer, input size, hidden size, "" or "_reverse")
 PortFactory = Callable[[str, str, int, int, str], Port]

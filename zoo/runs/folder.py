@@ -164,7 +164,7 @@ def prepare_resume(run: RunDir, state_file: Path, recipe: dict[str, Any], force:
     from (or ``force``), a diverged run is not replayed into its divergence, and
     ``metrics.csv`` keeps no epoch the state has not reached (it is trained again)."""
     from zoo.backend import backend_of_state
-    from zoo.state import step_of
+    from zoo.checkpoint.state import step_of
 
     run.claim()
     backend_of_state(state_file).check_state(state_file)

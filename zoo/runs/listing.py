@@ -209,7 +209,7 @@ def next_commands(info: RunInfo) -> dict[str, str]:
     checkpoint (a LoRA run's adapter: merged into its base first), plot it, open its TensorBoard;
     only those that apply to its state. Paths are absolute and quoted for a shell, so each
     command works from any directory (the run's recipe keeps absolute data paths too)."""
-    from zoo.state import latest_state
+    from zoo.checkpoint.state import latest_state
 
     run = Path(os.path.abspath(info.path))
     recipe, q = run / "recipe.yaml", _quoted

@@ -108,7 +108,7 @@ def record_stop(run: RunDir | None, error: BaseException) -> None:
     stopped by a signal (SIGTERM, Ctrl-C) is marked ``interrupted``, with the state it resumes
     from. A run whose folder is gone writes nothing.
     """
-    from zoo.state import latest_state, step_of
+    from zoo.checkpoint.state import latest_state, step_of
 
     if run is None or isinstance(error, RunFolderGone):
         return

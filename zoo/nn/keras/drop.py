@@ -11,7 +11,7 @@ class DropPath(layers.Dropout):
     """A Keras ``Dropout`` with one mask value per sample: each sample's values are zeroed with
     probability ``rate`` in training and the kept ones scaled by 1 / (1 - rate); the identity in
     evaluation. Being a ``Dropout`` (its ``seed_generator`` drawn per call), it is one of the
-    layers whose seeds gradient checkpointing replays (``zoo.keras.remat``)."""
+    layers whose seeds gradient checkpointing replays (``zoo.nn.keras.remat``)."""
 
     def call(self, inputs, training=False):
         if training and self.rate > 0:

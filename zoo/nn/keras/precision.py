@@ -73,7 +73,7 @@ def build_keras(
     tensors: dict[str, np.ndarray] | None = None,
 ) -> Any:
     """A Keras twin under ``precision``, holding ``tensors`` (canonical layout) if given."""
-    from zoo.checkpoint import load_tensors
+    from zoo.checkpoint.tensors import load_tensors
 
     with dtype_policy(precision):
         model = family.build_keras(config)

@@ -20,10 +20,10 @@ from collections.abc import Callable
 import keras
 from keras import layers, ops
 
-from zoo.keras.layers import torch_recurrent_init
-from zoo.keras.remat import checkpointed_call
 from zoo.nn.keras.embedding import Embedding
+from zoo.nn.keras.init import torch_recurrent_init
 from zoo.nn.keras.linear import Dense, add_bias
+from zoo.nn.keras.remat import checkpointed_call
 from zoo.nn.recurrent_config import LANGUAGE_MODELING_STEPS, RecurrentConfig
 
 # () -> a Keras recurrent layer returning the whole sequence

@@ -20,7 +20,7 @@ from __future__ import annotations
 import keras
 from keras import layers, ops
 
-from zoo.keras.layers import torch_recurrent_init
+from zoo.nn.keras.init import torch_recurrent_init
 from zoo.nn.keras.linear import add_bias
 
 

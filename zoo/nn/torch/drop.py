@@ -4,7 +4,7 @@ torchvision's ``StochasticDepth(p, "row")`` and timm's ``DropPath(p)`` compute t
 each sample's branch is kept with probability 1 - p and then scaled by 1 / (1 - p), so its
 expectation is unchanged; in evaluation it is the identity. The Keras twin
 (``zoo.nn.keras.DropPath``) is a Keras ``Dropout`` with one mask value per sample, so
-gradient checkpointing replays its mask as it replays any dropout's (``zoo.keras.remat``).
+gradient checkpointing replays its mask as it replays any dropout's (``zoo.nn.keras.remat``).
 """
 
 from __future__ import annotations

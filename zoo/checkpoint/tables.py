@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zoo.aligned import ALIGNMENT, aligned_view, contiguous
+from zoo.checkpoint.aligned import ALIGNMENT, aligned_view, contiguous
 
 if TYPE_CHECKING:
-    from zoo.safetensors_io import TensorStream
+    from zoo.checkpoint.file import TensorStream
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -219,7 +219,7 @@ def keras_tensor_stream(model, table: Sequence[Port]) -> TensorStream:
     variable is read, then made port by port in this thread, each a view of its variable in
     torch's layout (a transposed kernel is a strided view, which the writer copies a band
     at a time), so the writer's threads write one port while this one reads the next."""
-    from zoo.safetensors_io import TensorStream
+    from zoo.checkpoint.file import TensorStream
 
     def arrays() -> Iterator[tuple[str, np.ndarray]]:
         for port in table:
@@ -254,7 +254,7 @@ def keras_arrays(
     """Every Keras variable's value, in table order, in the Keras layout and C order (one
     cache-blocked copy where the layout differs, none where it is shared). Pure numpy, no
     model: with a thread ``pool`` the ports' copies run side by side (numpy releases the GIL
-    while it copies), which a checkpoint load uses (``zoo.model_io``)."""
+    while it copies), which a checkpoint load uses (``zoo.checkpoint.tensors``)."""
     ports = (pool.map if pool else map)(port_arrays, table, repeat(tensors))
     return [array for arrays in ports for array in arrays]
 
@@ -328,7 +328,7 @@ def tensors_to_keras(
     where the caller gives them away (``handed_over``: a checkpoint's freshly read arrays).
     The caller's arrays otherwise, and every dtype change, cost exactly one copy.
     """
-    from zoo.keras.skeleton import fill
+    from zoo.nn.keras.skeleton import fill
 
     arrays = keras_arrays(table, tensors) if arrays is None else arrays
     callers = {id(_root(a)) for a in tensors.values()}

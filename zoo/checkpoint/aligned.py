@@ -1,5 +1,5 @@
 """Arrays on 64-byte boundaries and cache-blocked copies into them: memory TensorFlow adopts
-without a copy (zoo.weights) and a safetensors writer fills in place (zoo.safetensors_io).
+without a copy (zoo.checkpoint.tables) and a safetensors writer fills in place (zoo.checkpoint.file).
 
 Below both of those modules, so neither imports the other for it.
 """

@@ -4,7 +4,8 @@ Tensor names and layouts are exactly the torch twin's ``state_dict``; the Keras 
 reaches them through its family's weight table. Metadata (all strings, as safetensors
 requires) carries what is needed to rebuild and reuse the model. This module is what a
 checkpoint *means* (its metadata, and what is checked before anything is loaded); the bytes
-are zoo.safetensors_io's (atomic writes, no pickles) and a twin's tensors zoo.model_io's.
+are :mod:`zoo.checkpoint.file`'s (atomic writes, no pickles) and a twin's tensors
+:mod:`zoo.checkpoint.tensors`'.
 Saving a twin and loading one (which need its framework's backend) are zoo.backend's.
 """
 
@@ -22,15 +23,10 @@ from typing import Any
 import numpy as np
 
 from zoo import registry
-from zoo.family import ArchitectureConfig, Family
-from zoo.limits import parse_json, require_regular_file
-from zoo.model_io import framework_of, load_keras, load_tensors, load_torch, meta_tensors, model_tensors
-from zoo.preprocessing import NewerPreprocessing, Preprocessing, PreprocessingError, parse_preprocessing
-from zoo.safetensors_io import (
+from zoo.checkpoint.file import (
     LOW_PRECISION,
     SAFETENSORS_DTYPES,
     CheckpointError,
-    NonFiniteTensors,
     TensorStream,
     as_float32,
     check_finite,
@@ -40,14 +36,10 @@ from zoo.safetensors_io import (
     some,
     write_safetensors,
 )
-from zoo.weights import tensor_specs
-
-__all__ = [  # what other modules import from here (some of it lives in safetensors_io and model_io)
-    "FORMAT", "FORMAT_VERSION", "LOW_PRECISION", "SAFETENSORS_DTYPES", "Checkpoint", "CheckpointError",
-    "NonFiniteTensors", "check_finite", "framework_of", "load_keras", "load_tensors", "load_torch",
-    "meta_tensors", "model_tensors", "read_aligned", "read_checkpoint", "write_checkpoint",
-    "write_safetensors",
-]  # fmt: skip
+from zoo.checkpoint.tables import tensor_specs
+from zoo.family import ArchitectureConfig, Family
+from zoo.limits import parse_json, require_regular_file
+from zoo.preprocessing import NewerPreprocessing, Preprocessing, PreprocessingError, parse_preprocessing
 
 FORMAT = "zoo-checkpoint"
 FORMAT_VERSION = 1

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from zoo.aligned import ALIGNMENT, aligned_empty, aligned_view, contiguous
+from zoo.checkpoint.aligned import ALIGNMENT, aligned_empty, aligned_view, contiguous
 from zoo.limits import require_regular_file
 
 SAFETENSORS_DTYPES = {

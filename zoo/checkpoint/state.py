@@ -82,7 +82,7 @@ def check_state(path: Path, state_problem: Callable[[Path], str | None]) -> None
     tampered file is named in zoo's words, never as torch's unpickling traceback (whose advice,
     ``weights_only=False``, would run whatever code the file carries). ``state_problem`` is the
     writing backend's reader (:meth:`zoo.backend.Backend.check_state` passes its own)."""
-    from zoo.checkpoint import CheckpointError
+    from zoo.checkpoint.file import CheckpointError
 
     path = Path(path)
     older = [p for p in states(path.parent.parent) if p != path]
