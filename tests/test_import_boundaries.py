@@ -1,10 +1,11 @@
-"""The layout's promise, read from the source: ``zoo/`` imports no family, and a family imports
-only ``zoo`` and itself, so shared pieces (the recurrent net, its ports) live in ``zoo.nn``
-instead of one family borrowing another's. Inside ``zoo/`` imports run one way: no module
-reaches itself again through its imports, and the foundation (the checkpoint format, the
-family contract, the registry, the recipe schema) imports nothing above it, so a change to the
-data package or a backend cannot break checkpoint loading. Parsed, not imported: no framework
-is loaded.
+"""The layout's promise (docs/layout.md), read from the source: ``zoo/`` imports no family, and a
+family imports only itself, the build half (``zoo.nn``) and the core it is written against (the
+family contract, weight tables, foreign layouts), so shared pieces (the recurrent net, its
+ports) live in ``zoo.nn`` instead of one family borrowing another's. Inside ``zoo/`` imports run
+one way: no module reaches itself again through its imports, and every module imports only from
+its own line of :data:`LAYERS` or the lines below, so the foundation (the checkpoint package,
+the family contract, the registry, the recipe schema) cannot depend on the data package or a
+backend. Parsed, not imported: no framework is loaded.
 
 Every import counts, at module level and inside functions (an import deferred to a call still
 runs, and still says which module depends on which); only those under ``if TYPE_CHECKING:`` are
@@ -26,14 +27,40 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = sorted(p.name for p in (ROOT / "architectures").iterdir() if (p / "__init__.py").is_file())
-# The bottom of zoo/, bottom first (lines 1-6 of docs/layout.md): what these import is among
-# them, even inside functions. A package named here is all of its modules (zoo.checkpoint: the
-# file format, metadata, tables, tensors, state, foreign layouts). zoo.nn.keras.skeleton is
-# zoo.checkpoint.tensors' way of building a Keras twin without drawing its initial weights; it
-# imports nothing of zoo.
-FOUNDATION = (
-    "zoo.errors", "zoo.limits", "zoo.overwrite", "zoo.progress", "zoo.memory", "zoo.preprocessing",
-    "zoo.nn.keras.skeleton", "zoo.family", "zoo.registry", "zoo.checkpoint", "zoo.precision", "zoo.recipe",
+# The lines of zoo/, bottom first, as docs/layout.md draws them: a module imports only from its own
+# line and the lines below, inside functions too. A name is a module and, unless a longer name
+# says otherwise, every module under it (the root package ``zoo`` is itself only). The first six
+# lines are the foundation. zoo.nn.keras.skeleton is zoo.checkpoint.tensors' way of building a
+# Keras twin without drawing its initial weights and imports nothing of zoo; zoo.runs.metrics,
+# the metrics file's names, is read by data/ and tracking below the rest of runs/.
+LAYERS = (
+    ("zoo.errors", "zoo.limits", "zoo.overwrite", "zoo.progress", "zoo.memory", "zoo.preprocessing",
+     "zoo.precision", "zoo.native_logs", "zoo.runs.metrics", "zoo.nn.keras.skeleton", "zoo.checkpoint",
+     "zoo.checkpoint.aligned", "zoo.checkpoint.foreign"),
+    ("zoo.checkpoint.file", "zoo.checkpoint.tables", "zoo.checkpoint.state"),
+    ("zoo.family", "zoo.registry"),
+    ("zoo.checkpoint.tensors",),
+    ("zoo.checkpoint.metadata",),
+    ("zoo.recipe",),
+    ("zoo.hardware", "zoo.schedule", "zoo.tokenizer"),
+    ("zoo.nn",),
+    ("zoo.finetune", "zoo.initial_weights", "zoo.peak_memory"),
+    ("zoo.data",),
+    ("zoo.backend",),
+    ("zoo.tracking", "zoo.runs", "zoo.lora"),
+    ("zoo.lightning", "zoo.keras"),
+    ("zoo.plan", "zoo.api", "zoo.interchange", "zoo.sample", "zoo.plot", "zoo.deploy", "zoo.loading",
+     "zoo.inference"),
+    ("zoo.compare",),
+    ("zoo.cli", "zoo"),
+)  # fmt: skip
+FOUNDATION = 6  # lines: the checkpoint package, the family contract and registry, the recipe schema
+# Imports that run upward, each with its reason: none today. An entry is (importer, imported).
+UPWARD_EXCEPTIONS: dict[tuple[str, str], str] = {}
+# What a family may import of zoo: the build half and the core it is written against.
+FAMILY_IMPORTS = (
+    "zoo.nn", "zoo.family", "zoo.registry", "zoo.checkpoint.tables", "zoo.checkpoint.foreign",
+    "zoo.preprocessing", "zoo.errors",
 )  # fmt: skip
 
 
@@ -65,6 +92,22 @@ def test_a_family_imports_only_zoo_and_itself(family):
         for path in (ROOT / "architectures" / family).rglob("*.py")
     }
     assert {path: modules for path, modules in borrowed.items() if modules} == {}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_imports_the_build_half_and_the_core_only(family):
+    """No trainer, backend, data loader or checkpoint reader: a family builds models."""
+    reached = {
+        str(path.relative_to(ROOT)): sorted(
+            m for m in imported(path) if m.split(".")[0] == "zoo" and not within(m, FAMILY_IMPORTS)
+        )
+        for path in (ROOT / "architectures" / family).rglob("*.py")
+    }
+    assert {path: modules for path, modules in reached.items() if modules} == {}
+
+
+def within(module: str, names: tuple[str, ...]) -> bool:
+    return any(module == name or module.startswith(f"{name}.") for name in names)
 
 
 # ---------------------------------------------------------------------------- the module graph
@@ -223,13 +266,58 @@ def test_zoo_modules_import_one_way():
     )
 
 
-def test_the_foundation_imports_nothing_above_it():
-    graph = import_graph(ROOT, "zoo")
-    below = {m for m in graph if any(m == f or m.startswith(f"{f}.") for f in FOUNDATION)}
-    upward = [
-        describe(graph, [module, target])
-        for module in sorted(below)
-        for target in sorted(graph[module])
-        if target not in below
+def line_of(module: str) -> int | None:
+    """The line (1 = bottom) of :data:`LAYERS` that holds ``module``: its longest name there."""
+    held = [
+        (len(name), number)
+        for number, names in enumerate(LAYERS, 1)
+        for name in names
+        if module == name or (name != "zoo" and module.startswith(f"{name}."))
     ]
-    assert not upward, "the foundation imports from above it:\n" + "\n".join(upward)
+    return max(held)[1] if held else None
+
+
+def upward_imports(graph: Graph) -> list[str]:
+    """Each import from a line to a higher one, not among :data:`UPWARD_EXCEPTIONS`, described."""
+    return [
+        f"{describe(graph, [module, target])}: line {line_of(module)} -> line {line_of(target)}"
+        + (" (out of the foundation)" if line_of(module) <= FOUNDATION else "")
+        for module in sorted(graph)
+        for target in sorted(graph[module])
+        if None not in (line_of(module), line_of(target))
+        and line_of(target) > line_of(module)
+        and (module, target) not in UPWARD_EXCEPTIONS
+    ]
+
+
+def test_every_zoo_module_has_a_line():
+    unplaced = sorted(m for m in import_graph(ROOT, "zoo") if line_of(m) is None)
+    assert not unplaced, "modules on no line of LAYERS (add them there and in docs/layout.md):\n" + "\n".join(
+        unplaced
+    )
+
+
+def test_imports_run_down_the_layers():
+    upward = upward_imports(import_graph(ROOT, "zoo"))
+    assert not upward, "imports from a lower line to a higher one (docs/layout.md):\n" + "\n".join(upward)
+
+
+def test_the_upward_exceptions_are_still_needed():
+    graph = import_graph(ROOT, "zoo")
+    stale = [pair for pair in UPWARD_EXCEPTIONS if pair[1] not in graph.get(pair[0], {})]
+    assert not stale, f"exceptions for imports that no longer exist: {stale}"
+
+
+def test_the_layers_catch_an_upward_import():
+    """The table and its reader, on a made-up graph: the foundation reaching a backend is refused,
+    a backend reaching the foundation is not; a module's longest name decides its line."""
+    graph = {
+        "zoo.checkpoint.metadata": {"zoo.backend": "zoo/checkpoint/metadata.py:9"},
+        "zoo.backend": {"zoo.checkpoint.metadata": "zoo/backend.py:3"},
+    }
+    assert upward_imports(graph) == [
+        "zoo.checkpoint.metadata -> zoo.backend (zoo/checkpoint/metadata.py:9): line 5 -> line 11"
+        " (out of the foundation)"
+    ]
+    assert line_of("zoo.nn.keras.skeleton") == 1 and line_of("zoo.nn.keras.remat") == line_of("zoo.nn")
+    assert line_of("zoo") == len(LAYERS) and line_of("zoo.unlisted") is None
