@@ -242,7 +242,7 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         import numpy as np
-        from zoo import safetensors_io
+        from zoo.checkpoint import file as safetensors_io
         from zoo.checkpoint.file import write_safetensors
         pwrite, calls = os.pwrite, []
         def dying(descriptor, data, offset):
