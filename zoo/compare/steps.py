@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from zoo.compare.twins import Setup, Twins, exact_array
+from zoo.precision import lightning_precision
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def _trainer(precision: str, **options: Any):
     settings = {
         "accelerator": "cpu",
         "devices": 1,
-        "precision": precision,
+        "precision": lightning_precision(precision),
         "logger": False,
         "enable_checkpointing": False,
         "enable_model_summary": False,
@@ -142,7 +143,7 @@ def lightning_losses(twins: Twins, table: np.ndarray, steps: int, watch: Watcher
 
     recorder = Steps()
     options = {**step_options(twins.setup.recipe.trainer), "accumulate_grad_batches": 1}
-    options["precision"] = twins.precision  # the reference pair runs in its own precision
+    options["precision"] = lightning_precision(twins.precision)  # the reference pair runs in its own
     trainer = _trainer(max_epochs=-1, max_steps=steps, limit_val_batches=0, callbacks=[recorder], **options)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ".*`validation_step` but have no `val_dataloader`.*")

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from zoo.backend import Backend, one_device
+from zoo.precision import lightning_precision
 
 
 class LightningBackend(Backend):
@@ -80,6 +81,7 @@ def evaluation_trainer(trainer_cfg):
     torch.set_num_threads(kernel_threads(trainer_cfg))  # as training chooses them (and Keras' evaluate)
     quiet()
     return L.Trainer(
-        accelerator=check_accelerator(trainer_cfg), devices=1, precision=trainer_cfg.precision,
-        logger=False, enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
+        accelerator=check_accelerator(trainer_cfg), devices=1, logger=False,
+        precision=lightning_precision(trainer_cfg.precision),
+        enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False,
     )  # fmt: skip

@@ -31,6 +31,7 @@ from zoo.lightning.callbacks import (
 )
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS
+from zoo.precision import lightning_precision
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
 from zoo.runs import MetricsLog, RunDir, signals
 from zoo.schedule import lr_table, optimizer_steps
@@ -189,7 +190,7 @@ def step_options(trainer_cfg) -> dict:
     """The Trainer arguments that decide what one training step computes (precision,
     accumulation, clipping, determinism): ``fit`` and ``zoo compare`` pass the same."""
     return {
-        "precision": trainer_cfg.precision,
+        "precision": lightning_precision(trainer_cfg.precision),
         "accumulate_grad_batches": trainer_cfg.accumulate_grad_batches,
         "gradient_clip_val": trainer_cfg.gradient_clip_norm,
         "gradient_clip_algorithm": "norm" if trainer_cfg.gradient_clip_norm else None,
