@@ -81,7 +81,7 @@ class PrecisionMeaning:
     measures this one's rounding against (None: float64, nothing above it)."""
 
     word: str  # the recipe's trainer.precision
-    keras_policy: str  # the Keras dtype policy of the twin's product layers
+    keras_policy: str  # the Keras dtype policy (a mixed one: of the product layers only)
     parameters: str  # storage dtype
     products: str  # compute dtype of the matrix products
     reference: str | None  # zoo compare: the precision above this one
