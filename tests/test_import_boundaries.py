@@ -321,3 +321,46 @@ def test_the_layers_catch_an_upward_import():
     ]
     assert line_of("zoo.nn.keras.skeleton") == 1 and line_of("zoo.nn.keras.remat") == line_of("zoo.nn")
     assert line_of("zoo") == len(LAYERS) and line_of("zoo.unlisted") is None
+
+
+# The training halves: what zoo compare may take from them (their public step kits).
+STEP_KITS = {"zoo.lightning": "zoo.lightning.steps", "zoo.keras": "zoo.keras.steps"}
+
+
+def imports_of(path: Path) -> Iterator[tuple[int, str, list[str]]]:
+    """Every import of ``path`` (inside functions and ``if TYPE_CHECKING:`` too): its line, the
+    module it names (absolute) and the names it takes from it (empty for ``import module``)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.lineno, node.module, [alias.name for alias in node.names]
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name starting with ``_`` is its module's own: another module that imports it (a
+    backend's pieces, a helper of the memory estimate) reaches past the module's door."""
+    reached = [
+        f"{path.relative_to(ROOT)}:{line}: {name} from {module}"
+        for path in sorted((ROOT / "zoo").rglob("*.py"))
+        for line, module, names in imports_of(path)
+        if module.split(".")[0] == "zoo"
+        for name in names
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert not reached, "private names imported from another module:\n" + "\n".join(reached)
+
+
+def test_compare_steps_the_trainers_through_their_step_kits():
+    """zoo compare steps what zoo train steps, through one door per framework: the step kit
+    (zoo.lightning.steps, zoo.keras.steps), never a trainer's or backend's other modules."""
+    reached = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in sorted((ROOT / "zoo" / "compare").rglob("*.py"))
+        for line, module, names in imports_of(path)
+        for package, kit in STEP_KITS.items()
+        if (module == package and set(names) - {kit.rsplit(".", 1)[1]})
+        or (module.startswith(f"{package}.") and module != kit)
+    ]
+    assert not reached, "zoo/compare imports a trainer's pieces past its step kit:\n" + "\n".join(reached)

@@ -3,17 +3,20 @@ or TensorFlow themselves. Saving a twin as the common checkpoint and loading one
 live here too: they need the framework's backend, and zoo.checkpoint (the file format, below
 this module) imports nothing above it.
 
-A backend is a thin adapter: the training loops stay in ``zoo/lightning`` and ``zoo/keras``
-(``zoo compare`` steps their pieces directly), and a backend only translates a
-:class:`~zoo.plan.RunPlan` or a built model into their calls. Backends are named here by
-module path and imported on first use: ``zoo list`` and ``zoo validate`` start no framework.
-A third framework plugs in as one more entry of :data:`BACKENDS` (see docs/backends.md).
+A backend is a thin adapter: the training loops stay in ``zoo/lightning`` and ``zoo/keras``,
+and a backend only translates a :class:`~zoo.plan.RunPlan` or a built model into their calls.
+Each framework has one public step kit (``zoo.lightning.steps``, ``zoo.keras.steps``) that
+makes its training step from a :class:`StepPlan`: ``fit`` and ``zoo compare`` both step it.
+Backends are named here by module path and imported on first use: ``zoo list`` and ``zoo
+validate`` start no framework. A third framework plugs in as one more entry of :data:`BACKENDS`
+(see docs/backends.md).
 """
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,14 +26,34 @@ if TYPE_CHECKING:
     from zoo.checkpoint.metadata import Checkpoint
     from zoo.data import Dataset
     from zoo.family import ArchitectureConfig, Family
+    from zoo.finetune import InitPlan
     from zoo.plan import RunPlan
     from zoo.preprocessing import Preprocessing
+    from zoo.recipe import Recipe
 
 # framework name (the recipe's trainer.framework) -> "module:class" of its adapter
 BACKENDS = {
     "lightning": "zoo.lightning.backend:LightningBackend",
     "keras": "zoo.keras.backend:KerasBackend",
 }
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What a framework's training step is made from, in a run (:attr:`zoo.plan.RunPlan.steps`)
+    and in ``zoo compare`` alike: each backend's step kit (``zoo.lightning.steps``,
+    ``zoo.keras.steps``) builds the task or compiled model, the step options and the loader from
+    it, so both callers step the same thing."""
+
+    recipe: Recipe
+    family: Family
+    config: ArchitectureConfig  # bound to the data
+    dataset: Dataset
+    init: InitPlan | None = None  # a fine-tuning start the twin loads first
+
+    @property
+    def batch_size(self) -> int:
+        return self.recipe.data.batch_size
 
 
 class Backend(ABC):

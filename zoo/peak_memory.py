@@ -157,7 +157,7 @@ def activation_bytes(
 
         outputs: list[int] = []
         hooks = [
-            m.register_forward_hook(lambda m, a, out: outputs.append(_nbytes(out)))
+            m.register_forward_hook(lambda m, a, out: outputs.append(tensor_bytes(out)))
             for m in model.modules()
             if not list(m.children())
         ]
@@ -174,17 +174,18 @@ def activation_bytes(
         return 0
     if training:
         # the loss keeps its own copy of the output
-        return sum(saved.values()) + max(blocks, default=0) + 2 * _nbytes(output)
+        return sum(saved.values()) + max(blocks, default=0) + 2 * tensor_bytes(output)
     return sum(sorted(outputs)[-2:])
 
 
-def _nbytes(value: Any) -> int:
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in ``value`` (a tensor, or lists and tuples of them; anything else is 0)."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
     if isinstance(value, list | tuple):
-        return sum(_nbytes(v) for v in value)
+        return sum(tensor_bytes(v) for v in value)
     return 0
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zoo import peak_memory, registry
-from zoo.backend import framework_name
+from zoo.backend import StepPlan, framework_name
 from zoo.hardware import check_trainer
 from zoo.recipe import Recipe, load_recipe
 from zoo.runs import RunDir, check_launch, is_primary_process
@@ -46,6 +46,11 @@ class RunPlan:
     run: RunDir | None  # None on the other ranks of a data-parallel job: rank 0 writes the files
     resume: Path | None = None  # a training state of ``run`` to continue from
     preprocessing: Preprocessing | None = None  # what the checkpoint records of the inputs
+
+    @property
+    def steps(self) -> StepPlan:
+        """What this run's training step is made from (the step kits' input)."""
+        return StepPlan(self.recipe, self.family, self.config, self.dataset, self.init)
 
     @property
     def folder(self) -> Path:

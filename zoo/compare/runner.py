@@ -73,55 +73,89 @@ def compare(
     the forward pass and the gradients, and neither trains nor times. The peak memory is
     estimated first: a comparison the machine cannot hold is refused before anything is built.
     """
-    from zoo.compare import parity, trajectory
     from zoo.compare.report import terminal_table, write_reports
-    from zoo.compare.resync import Checker, free_memory
     from zoo.compare.source import adapter_of
-    from zoo.compare.steps import training_batches
-    from zoo.compare.twins import build_twins, prepare, single_threaded
-    from zoo.data import steps_per_epoch
-    from zoo.hardware import SetupError
-    from zoo.progress import bar
-    from zoo.recipe.capabilities import cpu_problems
-    from zoo.schedule import lr_table
+    from zoo.compare.twins import prepare
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     adapter = adapter_of(recipe if checkpoint is None else checkpoint)
     recipe = resolve(recipe, overrides, checkpoint, data)
-    problems = cpu_problems(recipe.trainer.precision, "auto", "zoo compare runs both twins on the CPU")
-    if problems:  # float16: no fast CPU kernels, and Lightning would silently run bf16
-        raise SetupError("; ".join(problems))
+    refuse_cpu_problems(recipe)
     started = time.perf_counter()
     setup = prepare(recipe, adapter)
     if forward_only:
         speed_steps = 0
     check_memory(setup, training=not forward_only, steps=1 if forward_only else steps)
     tolerances = tolerances_for(setup.precision)
+    ran = run_sections(setup, tolerances, steps=0 if forward_only else steps, speed_steps=speed_steps)
+    report = build_report(setup, 0 if forward_only else steps, ran.threads, ran.checkpointing, tolerances,
+                          ran.sections, ran.speed)  # fmt: skip
+    report["seconds"] = round(time.perf_counter() - started, 2)
+    path = None
+    files: dict[str, Path] = {}
+    if write:
+        path = Path(out) if out is not None else default_out(recipe)
+        files = write_reports(report, path)
+    return Comparison(recipe.name, ran.sections, report, terminal_table(report, path), path, files)
+
+
+def refuse_cpu_problems(recipe: Recipe) -> None:
+    """A precision compare cannot run on the CPU, refused in zoo's words."""
+    from zoo.hardware import SetupError
+    from zoo.recipe.capabilities import cpu_problems
+
+    problems = cpu_problems(recipe.trainer.precision, "auto", "zoo compare runs both twins on the CPU")
+    if problems:  # float16: no fast CPU kernels, and Lightning would silently run bf16
+        raise SetupError("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class Sections:
+    """What the sections found, and what the report says about how they ran."""
+
+    sections: dict[str, SectionResult]
+    checkpointing: dict[str, bool]  # per framework: whether gradient checkpointing was enabled
+    speed: dict[str, Any] | None
+    threads: dict[str, Any]  # the kernel threads each framework ran with
+
+
+def run_sections(setup, tolerances, *, steps: int, speed_steps: int) -> Sections:
+    """The parity sections on the twins (weights, forward and gradients; training for ``steps``
+    steps unless 0, a forward-only check), then the speed section on a pair of its own, one
+    kernel thread per framework, behind a progress bar of the stages."""
+    from zoo.compare import parity, trajectory
+    from zoo.compare.resync import Checker, free_memory
+    from zoo.compare.steps import training_batches
+    from zoo.compare.twins import build_twins, single_threaded
+    from zoo.data import steps_per_epoch
+    from zoo.progress import bar
+    from zoo.schedule import lr_table
+
+    recipe = setup.recipe
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
-
     stages = ["building the twins", "weights", "forward and gradients"]
-    stages += [] if forward_only else [f"training, {steps} steps"]
+    stages += [f"training, {steps} steps"] if steps else []
     stages += ["speed"] if speed_steps > 0 else []
     with single_threaded() as threads, bar(len(stages), "zoo compare", unit="stage") as shown:
 
-        def stage(index: int) -> None:
-            shown.n = index
-            shown.set_postfix_str(stages[index])  # refreshes the bar
+        def stage(name: str) -> None:
+            shown.n = stages.index(name)
+            shown.set_postfix_str(name)  # refreshes the bar
 
-        stage(0)
+        stage(stages[0])
         twins = build_twins(setup, setup.parity_config)
         above = reference_precision(setup.precision)
         reference = build_twins(setup, setup.parity_config, above, twins.initial) if above else None
         checker = Checker(twins, reference, table, tolerances)
-        stage(1)
+        stage("weights")
         sections = {"weights": parity.check_weights(twins, tolerances)}
-        batches = training_batches(setup, 1 if forward_only else steps)
-        stage(2)
+        batches = training_batches(setup, steps or 1)
+        stage("forward and gradients")
         sections["forward"], sections["gradients"], _ = parity.forward_and_gradients(checker, batches[0])
-        if not forward_only:
-            stage(3)
+        if steps:
+            stage(f"training, {steps} steps")
             sections["training"] = trajectory.check_training(twins, checker, batches, table, tolerances)
         explain_forward(sections)
         checkpointing = twins.checkpointing
@@ -131,18 +165,9 @@ def compare(
             from zoo.compare.speed import Timing, measure_speed
 
             free_memory()  # the pairs' Trainers and traced steps hold them in reference cycles
-            stage(4)
+            stage("speed")
             speed = measure_speed(setup, table, Timing.for_steps(speed_steps))
-
-    report = build_report(setup, 0 if forward_only else steps, threads, checkpointing, tolerances,
-                          sections, speed)  # fmt: skip
-    report["seconds"] = round(time.perf_counter() - started, 2)
-    path = None
-    files: dict[str, Path] = {}
-    if write:
-        path = Path(out) if out is not None else default_out(recipe)
-        files = write_reports(report, path)
-    return Comparison(recipe.name, sections, report, terminal_table(report, path), path, files)
+    return Sections(sections, checkpointing, speed, threads)
 
 
 def resolve(
@@ -225,9 +250,9 @@ def _batch_bytes(setup) -> int:
     """The tensors of one training batch as the torch pipeline yields it (the first: masks,
     padding and augmentation included)."""
     from zoo.compare.steps import torch_loader
-    from zoo.peak_memory import _nbytes
+    from zoo.peak_memory import tensor_bytes
 
-    return _nbytes(tuple(next(iter(torch_loader(setup)))))
+    return tensor_bytes(tuple(next(iter(torch_loader(setup)))))
 
 
 def _fewer_steps(steps: int) -> list[int]:
@@ -254,7 +279,7 @@ def default_out(recipe: Recipe) -> Path:
 
 
 def build_report(setup, steps, threads, checkpointing, tolerances, sections, speed) -> dict[str, Any]:
-    from zoo.keras.onednn import onednn_words
+    from zoo.keras.steps import onednn_words
 
     recipe, config = setup.recipe, setup.config
     passed = all(s.passed for s in sections.values())

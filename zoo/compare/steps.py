@@ -4,13 +4,15 @@ A compare report is worth what it exercises: with loops of its own, a wrong loss
 Lightning task or the Keras trainer, optimizer wiring (parameter groups, decay exemptions,
 clipping) or a data pipeline that feeds the twins differently could never show. So both
 sides are built by the trainers' own functions, and the loss is the trainers' (defined
-once per framework, in zoo.lightning.task and zoo.keras.trainer / zoo.keras.losses):
+once per framework, in zoo.lightning.task and zoo.keras.steps / zoo.keras.losses). Each
+framework's step comes through its public step kit, made from a :class:`~zoo.backend.StepPlan`,
+the one ``zoo train`` steps too:
 
-- torch: the LightningModule ``zoo train`` fits (:func:`zoo.lightning.trainer.build_task`),
+- torch: the LightningModule ``zoo train`` fits (:class:`zoo.lightning.steps.LightningSteps`),
   with the optimizer and scheduler of its ``configure_optimizers``. The training section
   runs it in Lightning's own Trainer (its precision plugin, clipping, step order) with the
-  arguments ``fit`` passes (:func:`zoo.lightning.trainer.step_options`), on zoo's DataLoader.
-- keras: the twin compiled as ``fit`` compiles it (:func:`zoo.keras.trainer.compiled_for_training`):
+  step options ``fit`` passes, on zoo's DataLoader.
+- keras: the twin compiled as ``fit`` compiles it (:class:`zoo.keras.steps.KerasSteps`):
   the same loss object, metric and optimizer; a training step is ``train_on_batch`` on a
   batch of zoo's tf.data stream, a timed step the compiled model's ``train_step``.
 
@@ -31,8 +33,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from zoo.backend import StepPlan
 from zoo.compare.twins import Setup, Twins, exact_array
-from zoo.precision import lightning_precision
 
 
 @dataclass(frozen=True)
@@ -49,30 +51,34 @@ class Batch:
         return len(self.torch[-1])
 
 
+def step_plan(setup: Setup, config=None) -> StepPlan:
+    """What the step kits build both twins' steps from: the recipe, its data and ``config``
+    (default: the recipe's; the parity pair passes its own). No fine-tuning start: the twins
+    already hold its tensors (zoo.compare.twins.build_twins)."""
+    return StepPlan(setup.recipe, setup.family, setup.config if config is None else config, setup.dataset)
+
+
 def torch_loader(setup: Setup):
     """The training DataLoader ``zoo train`` gives Lightning (seeded order, whole batches)."""
-    from zoo.lightning.data import loader
+    from zoo.lightning.steps import train_loader
 
-    recipe = setup.recipe
-    return loader(setup.dataset.train, setup.batch_size, recipe.trainer.seed, recipe.data.shuffle)
+    return train_loader(step_plan(setup))
 
 
 def training_batches(setup: Setup, count: int) -> list[Batch]:
     """The first ``count`` training batches of the seeded order, epoch after epoch, from both
     trainers' pipelines (masked-LM masks, augmentation and padding included)."""
     from zoo.data import steps_per_epoch
-    from zoo.keras.data import train_dataset
+    from zoo.keras.steps import train_stream
 
-    recipe, split = setup.recipe, setup.dataset.train
+    split = setup.dataset.train
     epochs = math.ceil(count / steps_per_epoch(len(split), setup.batch_size))
     data = torch_loader(setup)
     torch_side: list[tuple] = []
     for epoch in range(epochs):
         data.sampler.set_epoch(epoch)  # as Lightning does at each epoch's start
         torch_side += [tuple(batch) for batch in data]
-    stream = train_dataset(
-        split, setup.batch_size, recipe.trainer.seed, recipe.data.shuffle, epochs, setup.input_kind
-    )
+    stream = train_stream(step_plan(setup), epochs)
     keras_side = [tuple(batch) for batch in stream.take(count)]
     return [Batch(t, k) for t, k in zip(torch_side[:count], keras_side, strict=True)]
 
@@ -82,42 +88,18 @@ def training_batches(setup: Setup, count: int) -> list[Batch]:
 
 def lightning_task(twins: Twins, table: np.ndarray):
     """A fresh LightningModule around the torch twin, exactly as ``zoo train`` builds it."""
-    from zoo.lightning.trainer import build_task
+    from zoo.lightning.steps import build_task
 
-    setup = twins.setup
-    return build_task(
-        setup.recipe, setup.family, twins.config, setup.task, twins.torch_model, table, compiled=False,
-        metric=setup.dataset.metrics[0],
-    )  # fmt: skip
+    return build_task(step_plan(twins.setup, twins.config), twins.torch_model, table, compiled=False)
 
 
 @functools.cache
 def precision_plugin(precision: str):
     """Lightning's own precision plugin for ``precision`` on the CPU: its forward context
     (autocast, float64 defaults) and its input conversion, for passes outside a Trainer."""
-    return _trainer(precision).precision_plugin
+    from zoo.lightning.steps import cpu_trainer
 
-
-def _trainer(precision: str, **options: Any):
-    """A single-CPU Trainer with every reporting switch off (``options`` on top)."""
-    import lightning as L
-
-    from zoo.lightning.trainer import quiet
-
-    quiet()
-    settings = {
-        "accelerator": "cpu",
-        "devices": 1,
-        "precision": lightning_precision(precision),
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_model_summary": False,
-        "enable_progress_bar": False,
-        "num_sanity_val_steps": 0,
-        "use_distributed_sampler": False,
-        **options,
-    }
-    return L.Trainer(**settings)
+    return cpu_trainer(precision).precision_plugin
 
 
 def lightning_losses(twins: Twins, table: np.ndarray, steps: int, watch: Watcher | None = None) -> np.ndarray:
@@ -126,7 +108,7 @@ def lightning_losses(twins: Twins, table: np.ndarray, steps: int, watch: Watcher
     optimizer before each step and the loss after it."""
     import lightning as L
 
-    from zoo.lightning.trainer import step_options
+    from zoo.lightning.steps import LightningSteps, cpu_trainer
 
     class Steps(L.Callback):
         def __init__(self) -> None:
@@ -142,13 +124,16 @@ def lightning_losses(twins: Twins, table: np.ndarray, steps: int, watch: Watcher
                 watch.after(len(self.losses), self.losses[-1])
 
     recorder = Steps()
-    options = {**step_options(twins.setup.recipe.trainer), "accumulate_grad_batches": 1}
-    options["precision"] = lightning_precision(twins.precision)  # the reference pair runs in its own
-    trainer = _trainer(max_epochs=-1, max_steps=steps, limit_val_batches=0, callbacks=[recorder], **options)
+    plan = step_plan(twins.setup, twins.config)
+    # In the pair's precision: the reference pair runs in its own.
+    kit = LightningSteps.for_compare(plan, twins.torch_model, table, twins.precision)
+    trainer = cpu_trainer(
+        max_epochs=-1, max_steps=steps, limit_val_batches=0, callbacks=[recorder], **kit.options
+    )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ".*`validation_step` but have no `val_dataloader`.*")
         warnings.filterwarnings("ignore", ".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
-        trainer.fit(lightning_task(twins, table), torch_loader(twins.setup))
+        trainer.fit(kit.task, kit.loader)
     return np.array(recorder.losses)
 
 
@@ -227,12 +212,11 @@ class TorchStep:
 def keras_compiled(twins: Twins, table: np.ndarray) -> tuple[Any, Any]:
     """The model that takes the batches (the twin, or the twin behind ``TextInputs``) compiled
     as ``zoo train`` compiles it, with a fresh optimizer; and that optimizer."""
-    from zoo.keras.trainer import compiled_for_training
+    from zoo.keras.steps import KerasSteps
 
-    setup = twins.setup
-    return compiled_for_training(
-        setup.recipe, setup.family, setup.dataset, twins.keras_model, table, accumulate=1, jit_compile=False
-    )
+    plan = step_plan(twins.setup, twins.config)
+    kit = KerasSteps.compiled(plan, twins.keras_model, table, accumulate=1, jit_compile=False)
+    return kit.model, kit.optimizer
 
 
 def keras_losses(twins: Twins, table: np.ndarray, batches: list[Batch]) -> np.ndarray:

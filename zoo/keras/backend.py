@@ -1,4 +1,5 @@
-"""The Keras backend: :class:`zoo.backend.Backend` over zoo.keras.trainer's compile/fit."""
+"""The Keras backend: :class:`zoo.backend.Backend` over zoo.keras.trainer's compile/fit (its step
+from the step kit, zoo.keras.steps)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,15 @@ class KerasBackend(Backend):
     def fit(self, plan) -> tuple[Any, dict[str, float]]:
         from zoo.keras.trainer import fit
 
-        return fit(plan.recipe, plan.config, plan.family, plan.dataset, plan.run, plan.init, plan.resume)
+        return fit(plan)
 
     def evaluate(self, model, dataset, trainer, batch_size: int) -> dict[str, float]:
         from zoo import registry
         from zoo.checkpoint.tensors import model_tensors
         from zoo.hardware import check_trainer
         from zoo.keras.data import eval_dataset
-        from zoo.keras.trainer import compile_for, configure, for_batches
+        from zoo.keras.steps import compile_for, for_batches
+        from zoo.keras.trainer import configure
         from zoo.nn.keras.precision import build_keras
 
         trainer = one_device(trainer)

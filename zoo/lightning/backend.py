@@ -1,4 +1,5 @@
-"""The Lightning backend: :class:`zoo.backend.Backend` over zoo.lightning.trainer's loop."""
+"""The Lightning backend: :class:`zoo.backend.Backend` over zoo.lightning.trainer's loop (its step
+from the step kit, zoo.lightning.steps)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class LightningBackend(Backend):
     def fit(self, plan) -> tuple[Any, dict[str, float]]:
         from zoo.lightning.trainer import fit
 
-        return fit(plan.recipe, plan.config, plan.family, plan.dataset, plan.run, plan.init, plan.resume)
+        return fit(plan)
 
     def evaluate(self, model, dataset, trainer, batch_size: int) -> dict[str, float]:
         from zoo.hardware import resolve_accelerator
@@ -74,7 +75,8 @@ def evaluation_trainer(trainer_cfg):
     import torch
 
     from zoo.hardware import check_trainer, kernel_threads
-    from zoo.lightning.trainer import check_accelerator, quiet
+    from zoo.lightning.steps import quiet
+    from zoo.lightning.trainer import check_accelerator
 
     trainer_cfg = one_device(trainer_cfg)
     check_trainer(trainer_cfg)  # float16 or a GPU this machine lacks: said in zoo's words

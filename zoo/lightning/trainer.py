@@ -1,22 +1,23 @@
-"""Train a torch twin with Lightning's Trainer, as a recipe says."""
+"""Train a torch twin with Lightning's Trainer, as a recipe says.
+
+The step itself (task, step options, loader) comes from the step kit, zoo.lightning.steps;
+this module adds the loop around it: devices and strategy, callbacks (metrics, tracking,
+training states, resume position), the Trainer's fit and test, and how they stop.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 import time
-import types
-import warnings
+from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 
-from zoo.checkpoint.tables import decay_exempt_tensors
-from zoo.data import Dataset, steps_per_epoch
+from zoo.data import steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, ddp_timeout_s, resolve_accelerator
 from zoo.initial_weights import seeded_torch_model
 from zoo.lightning.callbacks import (
@@ -30,28 +31,14 @@ from zoo.lightning.callbacks import (
     TensorBoardWriter,
 )
 from zoo.lightning.data import loader
-from zoo.lightning.task import TASKS
-from zoo.precision import lightning_precision
+from zoo.lightning.steps import LightningSteps, quiet
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
-from zoo.runs import MetricsLog, RunDir, signals
+from zoo.runs import MetricsLog, signals
 from zoo.schedule import lr_table, optimizer_steps
 from zoo.tracking import open_tracker
 
-# zoo's loaders index whole batches in the main process on purpose: workers would only
-# add inter-process copies for in-memory arrays.
-warnings.filterwarnings("ignore", ".*does not have many workers.*")
-warnings.filterwarnings("ignore", ".*`isinstance\\(treespec, LeafSpec\\)` is deprecated.*")
-# zoo's epoch metrics are reduced over the ranks before they are logged.
-warnings.filterwarnings("ignore", ".*recommended to use `self.log\\(.*sync_dist=True\\)`.*")
-
-
-def quiet() -> None:
-    # The signal connector's "[rank: 0] Received SIGTERM": zoo says what the signal did (zoo.runs.signals).
-    for name in (
-        "lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda",
-        "lightning.pytorch.trainer.connectors.signal_connector",
-    ):  # fmt: skip
-        logging.getLogger(name).setLevel(logging.WARNING)
+if TYPE_CHECKING:
+    from zoo.plan import RunPlan
 
 
 def strategy_for(trainer_cfg):
@@ -78,27 +65,6 @@ def check_accelerator(trainer_cfg) -> str:
         if trainer_cfg.devices > available:
             raise SetupError(f"trainer.devices is {trainer_cfg.devices} but torch sees {available} GPU(s)")
     return accelerator
-
-
-def initialise(model: torch.nn.Module, init) -> list[dict]:
-    """Load a fine-tuning start into ``model``; return the optimizer's parameter groups
-    (the head may have its own rate; a frozen backbone is left out)."""
-    from zoo.checkpoint.tensors import load_tensors, model_tensors
-    from zoo.finetune import merged_tensors
-
-    named = list(model.named_parameters())
-    if init is None:
-        return [{"params": [p for _, p in named]}]
-    load_tensors(model, merged_tensors(init, model_tensors(model)))
-    backbone = [p for n, p in named if n not in init.head]
-    head = [p for n, p in named if n in init.head]
-    if init.freeze_backbone:
-        for parameter in backbone:
-            parameter.requires_grad_(False)
-        backbone = []
-        hold_frozen_norms_in_eval(model)
-    groups = [{"params": backbone}] if backbone else []
-    return [*groups, {"params": head, **({"lr": init.head_lr} if init.head_lr else {})}]
 
 
 class Restored(L.Callback):
@@ -135,92 +101,66 @@ def zoo_stops(restored: Restored):
         raise
 
 
-def without_decay(groups: list[dict], model: torch.nn.Module, table) -> list[dict]:
-    """Each parameter group split in two: its decayed tensors, and its exempt ones with
-    ``weight_decay`` 0 (zoo.checkpoint.tables.decay_exempt_tensors decides, for both frameworks)."""
-    names = decay_exempt_tensors(table)
-    exempt = {id(p) for n, p in model.named_parameters() if n in names}
-    split = []
-    for group in groups:
-        params = list(group["params"])
-        decayed = [p for p in params if id(p) not in exempt]
-        undecayed = [p for p in params if id(p) in exempt]
-        split += [{**group, "params": decayed}] if decayed else []
-        split += [{**group, "params": undecayed, "weight_decay": 0.0}] if undecayed else []
-    return split
+@dataclass(frozen=True)
+class Loop:
+    """What ``fit`` hands Lightning around the step: the callbacks, and the ones it reads back
+    (the first batch's loss; whether a resume state was restored, what stopped the loop)."""
+
+    callbacks: list[Any]
+    losses: StopOnNonFiniteLoss
+    restored: Restored
+    progress: str  # "bar", "lines" or "none" (zoo.progress.training_progress)
 
 
-def hold_frozen_norms_in_eval(model: torch.nn.Module) -> None:
-    """A BatchNorm whose parameters are all frozen normalises with its running statistics and
-    leaves them as they are, whatever ``train()`` Lightning calls: Keras' convention for a
-    layer with ``trainable = False``, and what a frozen backbone means to a user (its
-    statistics are the source model's, not the small fine-tuning set's)."""
-    for module in model.modules():
-        parameters = list(module.parameters(recurse=False))
-        norm = isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
-        if norm and parameters and not any(p.requires_grad for p in parameters):
-            module.train = types.MethodType(_stay_in_eval, module)
-            module.eval()
-
-
-def _stay_in_eval(module: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
-    return torch.nn.Module.train(module, False)
-
-
-def build_task(
-    recipe, family, config, task: str, model: torch.nn.Module, table, init=None, compiled=None, metric=None
-):
-    """The LightningModule ``fit`` trains ``model`` with: the task's loss and metrics (``metric``:
-    the data's name for it, :attr:`zoo.data.Dataset.metrics`), and the optimizer's parameter groups
-    (a fine-tuned head's rate, a frozen backbone, the tensors exempt from weight decay).
-    ``zoo compare`` steps the same module (``compiled=False``)."""
-    groups = initialise(model, init)
-    if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
-        from zoo.lora import attach
-
-        attach(model, family, config, recipe.init.lora, recipe.trainer.seed)
-        groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
-    if not recipe.optimizer.decay_biases_and_norms:
-        groups = without_decay(groups, model, family.weight_table(config))
-    compiled = recipe.trainer.compile if compiled is None else compiled
-    return TASKS[task](model, recipe.optimizer, table, compiled=compiled, groups=groups, metric=metric)
-
-
-def step_options(trainer_cfg) -> dict:
-    """The Trainer arguments that decide what one training step computes (precision,
-    accumulation, clipping, determinism): ``fit`` and ``zoo compare`` pass the same."""
-    return {
-        "precision": lightning_precision(trainer_cfg.precision),
-        "accumulate_grad_batches": trainer_cfg.accumulate_grad_batches,
-        "gradient_clip_val": trainer_cfg.gradient_clip_norm,
-        "gradient_clip_algorithm": "norm" if trainer_cfg.gradient_clip_norm else None,
-        "deterministic": trainer_cfg.deterministic,
-    }
-
-
-def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None, resume=None):
+def fit(plan: RunPlan) -> tuple[torch.nn.Module, dict[str, float]]:
     """Train, validate every epoch, test; return the trained twin and the test metrics."""
-    check_trainer(recipe.trainer)
+    trainer_cfg = plan.recipe.trainer
+    check_trainer(trainer_cfg)
     quiet()
-    trainer_cfg, data_cfg = recipe.trainer, recipe.data
     accelerator = check_accelerator(trainer_cfg)
     processes = trainer_cfg.devices if trainer_cfg.resolved_strategy() in ("ddp", "fsdp") else 1
     threads = KernelThreads(trainer_cfg, processes)  # before any kernel runs; a resume's, when restored
-    L.seed_everything(trainer_cfg.seed, verbose=False)
-    model = seeded_torch_model(family, config, trainer_cfg.seed)
-    family.set_grad_checkpointing(model, "lightning", trainer_cfg.gradient_checkpointing)
-    batches = steps_per_epoch(len(dataset.train), data_cfg.batch_size)
-    steps = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
-    table = lr_table(recipe.schedule, recipe.optimizer.lr, steps, trainer_cfg.max_epochs)
-    task = build_task(recipe, family, config, dataset.task, model, table, init, metric=dataset.metrics[0])
+    model = seeded_model(plan)
+    batches = steps_per_epoch(len(plan.dataset.train), plan.recipe.data.batch_size)
+    updates = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
+    table = lr_table(plan.recipe.schedule, plan.recipe.optimizer.lr, updates, trainer_cfg.max_epochs)
     pin = accelerator == "gpu"  # decoded image batches go to the GPU from page-locked memory
-    train_loader = loader(dataset.train, data_cfg.batch_size, trainer_cfg.seed, data_cfg.shuffle, pin)
-    run_path = run.path if run else Path(os.environ.get("ZOO_RUN_DIR", "."))
+    steps = LightningSteps.for_run(plan.steps, model, table, pin_memory=pin)
+    loop = loop_callbacks(plan, steps, batches, threads)
+    trainer = build_trainer(plan, accelerator, steps, loop)
+    seconds = train(plan, trainer, steps, loop, pin)
+    test_loader = loader(plan.dataset.test, plan.recipe.data.eval_batch_size, pin_memory=pin)
+    with bar_on_stderr(loop.progress), zoo_stops(loop.restored):
+        results = trainer.test(steps.task, test_loader, verbose=False)[0]
+    model.eval()
+    metrics = {k: float(v) for k, v in results.items()}
+    first = loop.losses.first  # zoo.runs.growth compares the last epoch's loss with it
+    return model, {
+        **metrics, "train_seconds": seconds, "replicas": trainer.world_size, "num_threads": threads.count,
+        **({"train_loss_first_batch": first} if first is not None else {}),
+    }  # fmt: skip
+
+
+def seeded_model(plan: RunPlan) -> torch.nn.Module:
+    """The torch twin of the plan's seed (every framework starts from the same tensors), with
+    gradient checkpointing as the recipe says."""
+    trainer_cfg = plan.recipe.trainer
+    L.seed_everything(trainer_cfg.seed, verbose=False)
+    model = seeded_torch_model(plan.family, plan.config, trainer_cfg.seed)
+    plan.family.set_grad_checkpointing(model, "lightning", trainer_cfg.gradient_checkpointing)
+    return model
+
+
+def loop_callbacks(plan: RunPlan, steps: LightningSteps, batches: int, threads: KernelThreads) -> Loop:
+    """The callbacks of a run: the progress bar, epoch metrics and tracking, the non-finite loss
+    stop, the resume position, training states and the kernel threads."""
+    recipe, run, dataset = plan.recipe, plan.run, plan.dataset
+    trainer_cfg = recipe.trainer
     # Before the first step: a tracking store that refuses the run fails it now.
     tracker = open_tracker(recipe, run.path if run else None, len(dataset.train), TensorBoardWriter)
     progress = training_progress(trainer_cfg.progress_bar)
     lines = EpochLines(trainer_cfg.max_epochs) if progress == "lines" else None
-    resumed = resume is not None
+    resumed = plan.resume is not None
     metrics_log = (
         MetricsLog(run.metrics, dataset.task, append=resumed, echo=lines, tokenizer=dataset.tokenizer)
         if run
@@ -233,37 +173,52 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
         CallbackGroup(
             EpochMetrics(metrics_log, tracker),
             losses := StopOnNonFiniteLoss(),
-            *([StepScalars(tracker, data_cfg.batch_size)] if tracker and tracker.writer else []),
-            ResumePosition(train_loader.sampler, batches, trainer_cfg.seed),
-            SaveState(run_path, recipe.export.state_every_n_steps, recipe.export.keep_states),
+            *([StepScalars(tracker, recipe.data.batch_size)] if tracker and tracker.writer else []),
+            ResumePosition(steps.loader.sampler, batches, trainer_cfg.seed),
+            SaveState(plan.folder, recipe.export.state_every_n_steps, recipe.export.keep_states),
             threads,
             restored := Restored(),
         ),
     ]
-    trainer = L.Trainer(
+    return Loop(callbacks, losses, restored, progress)
+
+
+def build_trainer(plan: RunPlan, accelerator: str, steps: LightningSteps, loop: Loop) -> L.Trainer:
+    """Lightning's Trainer for the recipe's devices and strategy, with the kit's step options;
+    zoo's callbacks do the logging, checkpointing and progress lines."""
+    trainer_cfg = plan.recipe.trainer
+    return L.Trainer(
         max_epochs=trainer_cfg.max_epochs,
         accelerator=accelerator,
         devices=trainer_cfg.devices,
         num_nodes=trainer_cfg.num_nodes,
         strategy=strategy_for(trainer_cfg),
-        **step_options(trainer_cfg),
+        **steps.options,
         use_distributed_sampler=False,  # zoo's sampler shards the one seeded order itself
         logger=False,  # TensorBoard/MLflow are written by zoo's callbacks, in zoo's tags (zoo.tracking)
         enable_checkpointing=False,
         enable_model_summary=False,
-        enable_progress_bar=progress == "bar",
+        enable_progress_bar=loop.progress == "bar",
         num_sanity_val_steps=0,
-        callbacks=callbacks,
-        default_root_dir=run.path if run else None,
+        callbacks=loop.callbacks,
+        default_root_dir=plan.run.path if plan.run else None,
     )
-    val_loader = loader(dataset.val, data_cfg.eval_batch_size, pin_memory=pin) if len(dataset.val) else None
+
+
+def train(plan: RunPlan, trainer: L.Trainer, steps: LightningSteps, loop: Loop, pin: bool) -> float:
+    """Lightning's fit of the step (from ``plan.resume`` when it names a state); its seconds."""
+    dataset, resume = plan.dataset, plan.resume
+    eval_batch = plan.recipe.data.eval_batch_size
+    val_loader = loader(dataset.val, eval_batch, pin_memory=pin) if len(dataset.val) else None
     started = time.perf_counter()
     # The state is zoo's own file from this run's folder; loaded without unpickling objects.
-    with bar_on_stderr(progress), zoo_stops(restored):
+    with bar_on_stderr(loop.progress), zoo_stops(loop.restored):
         try:
-            trainer.fit(task, train_loader, val_loader, ckpt_path=resume, weights_only=bool(resume) or None)
+            trainer.fit(
+                steps.task, steps.loader, val_loader, ckpt_path=resume, weights_only=bool(resume) or None
+            )
         except Exception as error:
-            if resume is None or restored.done:
+            if resume is None or loop.restored.done:
                 raise
             from zoo.checkpoint.file import CheckpointError
 
@@ -275,14 +230,4 @@ def fit(recipe, config, family, dataset: Dataset, run: RunDir | None, init=None,
                 f"{error}); it is damaged or was changed since zoo wrote it: delete it to resume from the "
                 "state before"
             ) from None
-    seconds = time.perf_counter() - started
-    test_loader = loader(dataset.test, data_cfg.eval_batch_size, pin_memory=pin)
-    with bar_on_stderr(progress), zoo_stops(restored):
-        results = trainer.test(task, test_loader, verbose=False)[0]
-    model.eval()
-    metrics = {k: float(v) for k, v in results.items()}
-    first = losses.first  # zoo.runs.growth compares the last epoch's loss with it
-    return model, {
-        **metrics, "train_seconds": seconds, "replicas": trainer.world_size, "num_threads": threads.count,
-        **({"train_loss_first_batch": first} if first is not None else {}),
-    }  # fmt: skip
+    return time.perf_counter() - started
