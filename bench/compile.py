@@ -135,7 +135,7 @@ def measure_keras(name: str, size: int, steps: int, rounds: int) -> dict:
 
     from zoo import registry
     from zoo.keras.data import keras_layout
-    from zoo.keras.trainer import compile_for
+    from zoo.keras.steps import compile_for
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

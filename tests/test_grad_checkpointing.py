@@ -283,7 +283,7 @@ def test_keras_fit_step_is_unchanged(recompute_counter):
     compiles: the same weights and seed-generator states with and without remat."""
     import keras
 
-    from zoo.keras.trainer import compile_for
+    from zoo.keras.steps import compile_for
 
     config = _config("transformer-tiny", {"task": "language_modeling"}, DROPOUT)
     model = registry.get_family("transformer").build_keras(config)

@@ -276,7 +276,7 @@ def test_the_same_loss_on_a_padded_batch_in_both_frameworks(tmp_path):
     import torch
 
     from zoo.keras.losses import TextInputs
-    from zoo.keras.trainer import compile_for
+    from zoo.keras.steps import compile_for
     from zoo.lightning.task import TASKS
 
     def both(task, batch, inputs, y, vocab_size, **fields):

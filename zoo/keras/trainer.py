@@ -16,15 +16,13 @@ from typing import TYPE_CHECKING, Any
 from zoo.backend import StepPlan
 from zoo.data import steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, resolve_accelerator
-from zoo.keras.steps import KerasSteps, compile_for, for_batches, train_stream
+from zoo.keras.steps import KerasSteps, train_stream
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
 from zoo.runs import MetricsLog, signals
 from zoo.schedule import lr_table, optimizer_steps
 
 if TYPE_CHECKING:
     from zoo.plan import RunPlan
-
-__all__ = ["compile_for", "compiled_for_training", "configure", "distribution_strategy", "fit", "for_batches"]
 
 
 def configure(trainer_cfg, recorded_threads: int | None = None) -> int:
