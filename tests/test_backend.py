@@ -82,7 +82,7 @@ def test_evaluate_reads_the_checkpoint_once_and_reports_the_training_metrics(
 ):
     reads = []
     real = zoo.checkpoint.metadata.read_checkpoint
-    monkeypatch.setattr(zoo.checkpoint, "read_checkpoint", lambda *a: reads.append(a) or real(*a))
+    monkeypatch.setattr(zoo.checkpoint.metadata, "read_checkpoint", lambda *a: reads.append(a) or real(*a))
     metrics = zoo.evaluate(checkpoint, RECIPE, framework, tiny(tmp_path))
     assert len(reads) == 1
     trained = read_checkpoint(checkpoint).json("metrics")

@@ -336,7 +336,7 @@ BROKEN = {
     ),
     "format-type": (
         {"formats": '("torchvision",)'},
-        r"formats: .* is not a tuple of zoo\.foreign\.ForeignFormat",
+        r"formats: .* is not a tuple of zoo\.checkpoint\.foreign\.ForeignFormat",
     ),
     "adapt-target": ({"adapt_tensors": '"resample"'}, r"adapt_tensors: 'resample' is not None or a"),
 }
