@@ -270,22 +270,11 @@ def merged(adapter: Path) -> Path:
         digest.update(f"\0{read.resolve()}".encode())
         _stamp(digest, read)
     folder = cache_root("merged") / f"{adapter.parent.name}-{adapter.stem}-{digest.hexdigest()[:16]}"
-    if (folder / CHECKPOINT).is_file():
-        return folder / CHECKPOINT
-    partial = folder.with_name(f".{folder.name}.{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
-        merge(adapter, partial / CHECKPOINT)
-        log.info(
-            f"merged the adapter {adapter} into its base in {folder} (zoo.load's cache: $ZOO_CACHE/merged)"
-        )
-        partial.rename(folder)
-    except OSError:
-        if not (folder / CHECKPOINT).is_file():  # another process did not finish it first
-            raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return folder / CHECKPOINT
+    return _made_once(
+        folder,
+        lambda partial: merge(adapter, partial / CHECKPOINT),
+        f"merged the adapter {adapter} into its base in {folder} (zoo.load's cache: $ZOO_CACHE/merged)",
+    )
 
 
 def imported(src: Path) -> Path:
@@ -298,13 +287,24 @@ def imported(src: Path) -> Path:
     for read in import_inputs(src):
         _stamp(digest, read)
     folder = cache_root() / f"{src.name}-{digest.hexdigest()[:16]}"
+    return _made_once(
+        folder,
+        lambda partial: import_checkpoint(src, partial),
+        f"imported {src} into {folder} (zoo.load's cache: $ZOO_CACHE/imported)",
+    )
+
+
+def _made_once(folder: Path, make, said: str) -> Path:
+    """``folder``'s checkpoint, made by ``make(partial)`` in a folder of this process's own and
+    renamed into place when whole: two processes making the same one each finish, and one
+    folder stays."""
     if (folder / CHECKPOINT).is_file():
         return folder / CHECKPOINT
     partial = folder.with_name(f".{folder.name}.{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        import_checkpoint(src, partial)
-        log.info(f"imported {src} into {folder} (zoo.load's cache: $ZOO_CACHE/imported)")
+        make(partial)
+        log.info(said)
         partial.rename(folder)
     except OSError:
         if not (folder / CHECKPOINT).is_file():  # another process did not finish it first
