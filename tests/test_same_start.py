@@ -91,9 +91,14 @@ EPOCHS = 4
 def test_without_dropout_both_frameworks_reach_the_same_test_accuracy(recipe, tmp_path):
     """``zoo train`` in a fresh process per framework, as a user runs it. Both start from
     one initialisation and see the same batches; without dropout and with deterministic
-    kernels only kernel rounding separates them. A rounding difference can still flip a
-    max-pool tie and grow from there (chaotic training), so the exact figure depends on the
-    thread count: this holds for the CLI's defaults, the numbers the README reports."""
+    kernels only kernel rounding separates them. That rounding grows through training
+    (chaotic: the default recipe's validation losses agree to 2e-5 after one epoch and to 6 %
+    after thirty, on one thread each), and where it lands depends on the machine's kernels,
+    so the two test accuracies are held to the test set's own sampling error,
+    sqrt(p (1 - p) / n): two runs that are the same model in expectation differ by less
+    than the test set can tell apart (0.0074 on the digits' 360 test images; a twin that
+    learns otherwise is several times further off). Step-by-step equality is
+    test_compare's, in float64."""
     sets = [*QUIET, f"export.dir={tmp_path}", "trainer.deterministic=true", *_dropout_off(recipe)]
     if recipe.stem != DEFAULT_RECIPE and os.environ.get("ZOO_FULL_LENGTH") != "1":
         sets.append(f"trainer.max_epochs={min(EPOCHS, zoo.load_recipe(recipe).trainer.max_epochs)}")
@@ -106,4 +111,11 @@ def test_without_dropout_both_frameworks_reach_the_same_test_accuracy(recipe, tm
         )
         summary = next(tmp_path.glob(f"*-{framework}-*/summary.json"))
         accuracy[framework] = json.loads(summary.read_text())["metrics"]["test_accuracy"]
-    assert accuracy["lightning"] == pytest.approx(accuracy["keras"], abs=1e-6), accuracy
+    from zoo.data import load_dataset
+
+    loaded = zoo.load_recipe(recipe)
+    kind = registry.get_family(loaded.model.architecture).input_kind
+    tested = len(load_dataset(loaded.data, kind).test.y)
+    mean = (accuracy["lightning"] + accuracy["keras"]) / 2
+    error = (mean * (1 - mean) / tested) ** 0.5
+    assert abs(accuracy["lightning"] - accuracy["keras"]) <= error, (accuracy, tested, error)

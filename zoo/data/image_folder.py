@@ -17,6 +17,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -225,10 +226,10 @@ def image_paths(folder: Path) -> tuple[list[str], int]:
     return found, ignored
 
 
-def problem(path: Path, decode: bool) -> str | None:
+def problem(path: Path | BinaryIO, decode: bool) -> str | None:
     """Why ``path`` is not a usable image, or None: its header (or, ``decode``, every pixel) read.
     A FIFO, a device or a socket is not opened at all: reading one blocks or never ends."""
-    kind = special_file(path)
+    kind = special_file(path) if isinstance(path, str | os.PathLike) else None  # not bytes in memory
     if kind is not None:
         return f"is {kind}, not a regular file"
     try:
