@@ -364,3 +364,157 @@ def test_compare_steps_the_trainers_through_their_step_kits():
         or (module.startswith(f"{package}.") and module != kit)
     ]
     assert not reached, "zoo/compare imports a trainer's pieces past its step kit:\n" + "\n".join(reached)
+
+
+# ------------------------------------------------------------------ the one laziness boundary
+
+# What `import zoo`, `zoo list`, `zoo show` and `zoo validate` must not load: the frameworks, and
+# the libraries only some commands need (slow to import, or an optional extra that may be absent).
+# ``safetensors.torch`` and the like carry their framework.
+FRAMEWORKS = ("torch", "tensorflow", "keras", "lightning", "tf_keras", "torchmetrics")
+DEFERRED = (
+    "matplotlib", "PIL", "sklearn", "tokenizers", "pyarrow", "tensorboard", "tensorboardX", "mlflow",
+    "onnx", "onnxruntime", "onnxscript", "tf2onnx", "pydoc_data",
+)  # fmt: skip
+CARRIERS = {"safetensors.torch": "torch", "safetensors.tensorflow": "tensorflow"}
+
+
+def weight_of_library(module: str) -> set[str]:
+    """The heavy libraries importing ``module`` loads (empty for a light one)."""
+    for carrier, framework in CARRIERS.items():
+        if within(module, (carrier,)):
+            return {framework}
+    top = module.split(".")[0]
+    return {top} if top in FRAMEWORKS + DEFERRED else set()
+
+
+def _imports_in(tree: ast.AST, at_top: bool) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """(import, runs when the module is imported) for every runtime import under ``tree``."""
+    found = []
+
+    def walk(node: ast.AST, top: bool) -> None:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append((node, top))
+            return
+        inner = top and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(node, ast.If) and _is_type_checking(node.test) and child in node.body:
+                continue
+            walk(child, inner)
+
+    walk(tree, at_top)
+    return found
+
+
+def _absolute(node: ast.Import | ast.ImportFrom, here: str, modules: set[str]) -> list[str]:
+    """The modules an import names, absolute: ``from pkg import sub`` is ``pkg.sub`` where that is
+    a module of ``modules``, else ``pkg``."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = here.split(".")[: len(here.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    return sorted({f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names})
+
+
+def module_imports(root: Path) -> dict[str, list[tuple[str, bool, str]]]:
+    """zoo module -> (imported name, runs at import, "file:line") for each runtime import."""
+    found = {}
+    paths = modules_under(root, "zoo")
+    for name, path in paths.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(), str(path))
+        found[name] = [
+            (target, top, f"{path.relative_to(root)}:{node.lineno}")
+            for node, top in _imports_in(tree, True)
+            for target in _absolute(node, here, set(paths))
+        ]
+    return found
+
+
+def weights(imports: dict[str, list[tuple[str, bool, str]]]) -> dict[str, set[str]]:
+    """zoo module -> the heavy libraries importing it loads: through its imports that run at
+    import time, its packages' ``__init__`` and the zoo modules those reach, transitively."""
+    modules = set(imports)
+
+    def zoo_module(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    def parents(name: str) -> list[str]:
+        parts = name.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in modules]
+
+    memo: dict[str, set[str]] = {}
+
+    def weigh(module: str, seen: frozenset[str]) -> set[str]:
+        if module in memo:
+            return memo[module]
+        total: set[str] = set()
+        for target, top, _ in imports[module]:
+            if not top:
+                continue
+            total |= weight_of_library(target)
+            inner = zoo_module(target) if target.split(".")[0] == "zoo" else None
+            for reached in [inner, *parents(inner)] if inner else []:
+                if reached not in seen and reached != module:
+                    total |= weigh(reached, seen | {module})
+        memo[module] = total
+        return total
+
+    return {module: weigh(module, frozenset()) for module in sorted(modules)}
+
+
+def deferred_without_reason(root: Path) -> list[str]:
+    """Each import inside a function that loads nothing heavy its module does not load already:
+    it belongs at the top of the file (docs/layout.md, "The laziness boundary")."""
+    imports = module_imports(root)
+    weight = weights(imports)
+    modules = set(imports)
+    offenders = []
+    for module, rows in imports.items():
+        for target, top, where in rows:
+            if top:
+                continue
+            if target.split(".")[0] == "zoo":
+                inner = target
+                while inner and inner not in modules:
+                    inner = inner.rpartition(".")[0]
+                brings = weight.get(inner, set())
+            else:
+                brings = weight_of_library(target)
+            if not brings - weight[module]:
+                offenders.append(f"{where}: {target} (loads nothing {module} does not)")
+    return sorted(set(offenders))
+
+
+def test_imports_inside_functions_only_cross_the_laziness_boundary():
+    """A function defers an import only when the import loads a framework or a deferred library
+    (FRAMEWORKS, DEFERRED) that its module does not load when imported; every other import is at
+    the top of its file, where a reader sees the module's dependencies."""
+    offenders = deferred_without_reason(ROOT)
+    assert not offenders, f"{len(offenders)} imports inside functions belong at the top:\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_laziness_boundary_reads_what_a_module_loads(tmp_path):
+    files = {
+        "zoo/__init__.py": "",
+        "zoo/light.py": "import json\ndef f():\n    import torch\n    import os\n    from zoo import heavy\n",
+        "zoo/heavy.py": "import torch\ndef g():\n    from zoo import light\n    import tensorflow\n",
+        "zoo/tf.py": "from zoo.heavy import x\n"
+        "def h():\n    import matplotlib\n    from safetensors.torch import load\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert weights(module_imports(tmp_path)) == {"zoo": set(), "zoo.heavy": {"torch"}, "zoo.light": set(),
+                                                 "zoo.tf": {"torch"}}  # fmt: skip
+    assert deferred_without_reason(tmp_path) == [
+        "zoo/heavy.py:3: zoo.light (loads nothing zoo.heavy does not)",
+        "zoo/light.py:4: os (loads nothing zoo.light does not)",
+        "zoo/tf.py:4: safetensors.torch (loads nothing zoo.tf does not)",
+    ]
