@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from zoo.family import MAX_CLASSES, ArchitectureConfig
@@ -145,8 +146,6 @@ class BertConfig(ArchitectureConfig):
 
     def example_input(self, batch: int, seed: int = 0):
         """Token ids below ``vocab_size``, whatever the task (the input is ids for every BERT task)."""
-        import numpy as np
-
         rng = np.random.default_rng(seed)
         return rng.integers(0, self.vocab_size, size=(batch, *self.sample_shape()), dtype=np.int64)
 

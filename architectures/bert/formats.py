@@ -51,7 +51,9 @@ from typing import Any
 import numpy as np
 
 from architectures.bert.config import HF_CLASSES, BertConfig
+from architectures.bert.weights import table
 from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, head_count, renamed, with_source
+from zoo.checkpoint.tables import tensor_specs
 from zoo.preprocessing import Preprocessing, label_names
 
 log = logging.getLogger("zoo")
@@ -330,9 +332,6 @@ def _config_fields(
 
 
 def _check_shapes(cfg: BertConfig, found: Mapping[str, np.ndarray]) -> None:
-    from architectures.bert.weights import table
-    from zoo.checkpoint.tables import tensor_specs
-
     specs = tensor_specs(table(cfg))
     wrong = [
         f"{name} {list(np.shape(value))} (this config needs {list(specs[name].shape)})"

@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from zoo.family import ArchitectureConfig
+from zoo.nn import rotary
 
 EXAMPLE_LENGTH = 8  # token ids in an example batch: short, so the large-vocabulary presets stay cheap
 MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -200,10 +201,8 @@ class LlamaConfig(ArchitectureConfig):
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
     def inverse_frequencies(self) -> np.ndarray:
-        from zoo.nn.rotary import inverse_frequencies
-
         scaling = self.rope_scaling.model_dump() if self.rope_scaling is not None else None
-        return inverse_frequencies(self.attention_head_dim, self.rope_theta, scaling)
+        return rotary.inverse_frequencies(self.attention_head_dim, self.rope_theta, scaling)
 
     def sample_shape(self) -> tuple[int, ...]:
         return (min(EXAMPLE_LENGTH, self.max_position_embeddings),)
