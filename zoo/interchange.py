@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from zoo import registry
-from zoo.checkpoint.file import CheckpointError, read_header, write_safetensors
+from zoo.checkpoint.file import CheckpointError, read_header
 from zoo.checkpoint.foreign import ForeignFormat, ForeignLayoutError, Tensors
 from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
 from zoo.checkpoint.tables import tensor_specs
+from zoo.checkpoint.writer import write_safetensors
 from zoo.family import Family
 from zoo.limits import json_kind, read_json
 from zoo.overwrite import refuse_inputs_as_outputs
@@ -273,7 +274,8 @@ def import_inputs(src: Path) -> list[Path]:
 def _save_tokenizer(tokenizer, src: Path, folder: Path) -> Path:
     """The tokenizer beside its checkpoint, with the source's ``tokenizer_config.json`` (the
     special tokens' roles, which tokenizer.json does not say), or one made from the tokenizer."""
-    from zoo.tokenizer import tokenizer_config, write_atomically
+    from zoo.checkpoint_tokenizer import tokenizer_config
+    from zoo.tokenizer import write_atomically
 
     saved = tokenizer.save(folder)
     settings = src / TOKENIZER_CONFIG if src.is_dir() else None
@@ -446,7 +448,7 @@ def export_checkpoint(
         write_safetensors(path, tensors, {"format": "pt"})  # the marker transformers checks for
     if meta is not None and not is_file:
         _write_json(out / "config.json", meta)
-        from zoo.tokenizer import saved_tokenizer
+        from zoo.checkpoint_tokenizer import saved_tokenizer
 
         tokenizer = saved_tokenizer(ckpt)  # transformers' fast tokenizers read tokenizer.json
         if tokenizer is not None:
@@ -502,7 +504,7 @@ BESIDE = (TOKENIZER_FILE, TOKENIZER_CONFIG)  # the tokenizer files that travel b
 
 def is_adapter_file(path: Path) -> bool:
     """Whether a safetensors file is a zoo LoRA adapter (kind ``adapter``)."""
-    from zoo.lora.adapter import is_adapter
+    from zoo.lora.adapter_file import is_adapter
 
     return is_adapter(path)
 
@@ -569,7 +571,8 @@ def merge(
     carried = _carried(sources, target.parent)
     refuse_inputs_as_outputs([target, *carried], _adapter_inputs(adapter, base), InterchangeError)
     _refuse_existing(carried, overwrite)
-    from zoo.tokenizer import tokenizer_files, write_atomically
+    from zoo.checkpoint_tokenizer import tokenizer_files
+    from zoo.tokenizer import write_atomically
 
     files = tokenizer_files(sources, target.parent)  # read and checked before anything is written
     path = merge_adapter(adapter, target, base, overwrite=overwrite)
@@ -600,11 +603,12 @@ def export_adapter(
     written as an hf export (``--base-out``), else the transformers folder the base was imported
     from, where it still is; else none (``PeftModel.from_pretrained`` on a model loaded by hand
     still works; ``AutoPeftModel`` needs a name)."""
-    from zoo.lora import base_of, peft, read_adapter, saved_base
-    from zoo.tokenizer import carry_tokenizer
+    from zoo.checkpoint_tokenizer import carry_tokenizer
+    from zoo.lora import base_of, peft_export, read_adapter, saved_base
+    from zoo.lora.peft_layout import CONFIG, WEIGHTS
 
     adapter, out = adapter_of(Path(adapter)), Path(out)
-    writes = [out / peft.WEIGHTS, out / peft.CONFIG, *_carried(_tokenizer_sources(adapter), out)]
+    writes = [out / WEIGHTS, out / CONFIG, *_carried(_tokenizer_sources(adapter), out)]
     if base_out is not None:
         base_out = Path(base_out)
         writes += [
@@ -628,7 +632,7 @@ def export_adapter(
                 "adapter_config.json names no base_model_name_or_path (AutoPeftModel needs one): pass "
                 "--base-out DIR to write the base there as an hf export and name it"
             )
-    path = peft.export(adapter_file, out, name, saved_base(adapter_file))
+    path = peft_export.export(adapter_file, out, name, saved_base(adapter_file))
     carry_tokenizer(_tokenizer_sources(adapter), out)
     return path
 
@@ -656,7 +660,7 @@ def _tokenizer_sources(adapter: Path, base: str | Path | None = None) -> list[Pa
 
 
 def _carried(sources: list[Path], folder: Path) -> list[Path]:
-    """The tokenizer files :func:`zoo.tokenizer.carry_tokenizer` would write into ``folder``
+    """The tokenizer files :func:`zoo.checkpoint_tokenizer.carry_tokenizer` would write into ``folder``
     (none where they are already the sources' own)."""
     return [
         folder / name

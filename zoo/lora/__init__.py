@@ -1,9 +1,12 @@
 """LoRA: low-rank adapters trained on a frozen base in either twin, saved alone, PEFT-compatible.
 
 - :mod:`zoo.recipe.lora_targets`: the adaptable projections of a model, from its weight table (pure).
-- :mod:`zoo.lora.adapter`: the adapter as numpy (PEFT's init, merge, base digest) and its file.
+- :mod:`zoo.lora.adapter`: the adapter as numpy (PEFT's init, merge, base digest).
+- :mod:`zoo.lora.adapter_file`: its file, written and read back checked.
 - :mod:`zoo.lora.torch_lora`, :mod:`zoo.lora.keras_lora`: the adapters in each twin.
-- :mod:`zoo.lora.peft`: PEFT's ``adapter_model.safetensors`` + ``adapter_config.json``, both ways.
+- PEFT's ``adapter_model.safetensors`` + ``adapter_config.json``: where its tensors sit
+  (:mod:`zoo.lora.peft_layout`), its config (:mod:`zoo.lora.peft_config`), written
+  (:mod:`zoo.lora.peft_export`) and read (:mod:`zoo.lora.peft_import`).
 
 This module is what the trainers, ``zoo train`` and ``zoo merge``/``export``/``import`` call.
 """
@@ -16,17 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from zoo.lora.adapter import (
-    Adapter,
-    AdapterFile,
-    base_digest,
-    check_base,
-    initial_tensors,
-    is_adapter,
-    merged,
-    read_adapter,
-    write_adapter,
-)
+from zoo import initial_weights, registry
+from zoo.backend import framework_name
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
+from zoo.checkpoint.tensors import framework_of, load_tensors, model_tensors
+from zoo.lora import peft_export, peft_import
+from zoo.lora.adapter import Adapter, base_digest, initial_tensors, merged
+from zoo.lora.adapter_file import AdapterFile, check_base, is_adapter, read_adapter, write_adapter
+from zoo.lora.peft_layout import WEIGHTS
 
 __all__ = [
     "Adapter", "AdapterFile", "attach", "base_digest", "base_of", "base_tensors", "check_base",
@@ -40,8 +41,6 @@ def attach(model: Any, family, config, lora, seed: int, tensors: dict[str, np.nd
     """Freeze ``model`` (either twin, its base already loaded) and attach the adapter ``lora`` (a
     recipe's ``init.lora``, or an :class:`Adapter`) holding ``tensors``, or PEFT's init drawn
     from ``seed``. Returns the adapter."""
-    from zoo.checkpoint.tensors import framework_of
-
     if getattr(model, "zoo_lora", None) is not None:  # adapted already (zoo compare's twins)
         return model.zoo_lora
     adapter = lora if isinstance(lora, Adapter) else Adapter.from_recipe(family, config, lora)
@@ -61,9 +60,6 @@ def attach(model: Any, family, config, lora, seed: int, tensors: dict[str, np.nd
 
 def trained_tensors(model: Any) -> dict[str, np.ndarray]:
     """The adapter's tensors of a twin :func:`attach` adapted (A, B, trained biases)."""
-    from zoo import registry
-    from zoo.checkpoint.tensors import framework_of
-
     adapter, config = model.zoo_lora, model.zoo_config
     family = registry.get_family(config.architecture)
     biases = adapter.bias_names(family, config)
@@ -78,17 +74,12 @@ def trained_tensors(model: Any) -> dict[str, np.ndarray]:
 
 def base_tensors(model: Any) -> dict[str, np.ndarray]:
     """The base's canonical tensors of an adapted twin, as they are now (the trained biases too)."""
-    from zoo.checkpoint.tensors import model_tensors
-
     return {k: v for k, v in model_tensors(model).items() if not k.startswith("lora.")}
 
 
 def save_adapter(model: Any, path: str | Path, base: dict[str, Any], **kwargs) -> Path:
     """Write an adapted twin's adapter alone; ``base`` is ``{"path": ...}`` or ``{"seed": ...}``,
     completed here with the digest of the frozen base tensors."""
-    from zoo import registry
-    from zoo.checkpoint.tensors import framework_of
-
     adapter, config = model.zoo_lora, model.zoo_config
     family = registry.get_family(config.architecture)
     trained = set(adapter.replaced_names(family, config))
@@ -102,9 +93,6 @@ def save_adapter(model: Any, path: str | Path, base: dict[str, Any], **kwargs) -
 def base_of(adapter_file: AdapterFile, base: str | Path | None = None) -> tuple[dict[str, np.ndarray], str]:
     """The base tensors an adapter goes on (``base``, or the one its file names), checked against
     its digest; and where they came from."""
-    from zoo.checkpoint.file import CheckpointError
-    from zoo.checkpoint.metadata import read_checkpoint
-
     named = adapter_file.base
     if base is None and named.get("path"):
         base = named["path"]
@@ -112,10 +100,8 @@ def base_of(adapter_file: AdapterFile, base: str | Path | None = None) -> tuple[
         checkpoint = read_checkpoint(base, adapter_file.family.name)
         tensors, where = checkpoint.float32_tensors(), str(base)
     elif "seed" in named:
-        from zoo.initial_weights import initial_tensors as seeded
-
         tensors, where = (
-            seeded(adapter_file.family, adapter_file.config, int(named["seed"])),
+            initial_weights.initial_tensors(adapter_file.family, adapter_file.config, int(named["seed"])),
             (f"the seed-{named['seed']} init"),
         )
     else:
@@ -139,8 +125,6 @@ def with_trained_biases(adapter_file: AdapterFile, tensors: dict[str, np.ndarray
 
 def load_adapter(path: str | Path, framework: str = "lightning", base: str | Path | None = None) -> Any:
     """The twin of ``framework`` holding the adapter's base (checked by digest) and the adapter."""
-    from zoo.backend import framework_name
-
     adapter_file = read_adapter(path)
     tensors, _ = base_of(adapter_file, base)
     family, config = adapter_file.family, adapter_file.config
@@ -150,8 +134,6 @@ def load_adapter(path: str | Path, framework: str = "lightning", base: str | Pat
 
         model = build_keras(family, config, "32-true", tensors)
     else:
-        from zoo.checkpoint.tensors import load_tensors
-
         model = family.build_torch(config)
         load_tensors(model, tensors)
         model.eval()
@@ -163,8 +145,6 @@ def load_adapter(path: str | Path, framework: str = "lightning", base: str | Pat
 
 
 def _free(path: Path, overwrite: bool) -> Path:
-    from zoo.checkpoint.file import CheckpointError
-
     if path.exists() and not overwrite:
         raise CheckpointError(f"{path}: already exists; choose another --out or pass --overwrite")
     return path
@@ -173,8 +153,6 @@ def _free(path: Path, overwrite: bool) -> Path:
 def merge_adapter(path: str | Path, out: str | Path, base: str | Path | None = None, overwrite=False) -> Path:
     """The adapter folded into its base (``W + scale * B @ A``, its trained biases in place): a
     full zoo checkpoint that needs no adapter. ``out`` is a file, or a folder for model.safetensors."""
-    from zoo.checkpoint.metadata import write_checkpoint
-
     adapter_file = read_adapter(path)
     tensors, where = base_of(adapter_file, base)
     out = Path(out)
@@ -196,12 +174,10 @@ def merge_adapter(path: str | Path, out: str | Path, base: str | Path | None = N
 
 def export_peft(path: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """The adapter as PEFT's ``adapter_model.safetensors`` + ``adapter_config.json`` in ``out``."""
-    from zoo.lora import peft
-
     out = Path(out)
-    _free(out / peft.WEIGHTS, overwrite)
+    _free(out / WEIGHTS, overwrite)
     adapter_file = read_adapter(path)
-    return peft.export(adapter_file, out, adapter_file.base.get("path"), saved_base(adapter_file))
+    return peft_export.export(adapter_file, out, adapter_file.base.get("path"), saved_base(adapter_file))
 
 
 def saved_base(adapter_file: AdapterFile) -> dict[str, np.ndarray] | None:
@@ -213,14 +189,11 @@ def saved_base(adapter_file: AdapterFile) -> dict[str, np.ndarray] | None:
 def import_peft(src: str | Path, base: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """A PEFT LoRA folder made for ``base``'s model (a zoo checkpoint, e.g. ``zoo import`` of the
     transformers model) -> a zoo adapter file on that base."""
-    from zoo.checkpoint.metadata import read_checkpoint
-    from zoo.lora import peft
-
     out = Path(out)
     target = _free(out / "adapter.safetensors" if out.is_dir() or not out.suffix else out, overwrite)
     checkpoint = read_checkpoint(base)
     base_tensors = checkpoint.float32_tensors()
-    adapter, tensors = peft.read(src, checkpoint.family, checkpoint.config, base_tensors)
+    adapter, tensors = peft_import.read(src, checkpoint.family, checkpoint.config, base_tensors)
     target.parent.mkdir(parents=True, exist_ok=True)
     replaced = set(adapter.replaced_names(checkpoint.family, checkpoint.config))
     digest = base_digest(base_tensors, exclude=replaced)

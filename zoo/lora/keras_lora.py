@@ -15,6 +15,7 @@ from keras import layers, ops
 
 from zoo.checkpoint.tables import keras_layer
 from zoo.lora.adapter import BIAS, A, Adapter, B, EmbeddingPoint
+from zoo.nn.keras.linear import Dense
 from zoo.recipe.lora_targets import FUSED
 
 
@@ -78,8 +79,6 @@ def _set(layer, attribute: str, value) -> None:
 def attach(model, family, adapter: Adapter, tensors: dict[str, np.ndarray], bias_names: list[str]) -> None:
     """Freeze ``model``'s variables, attach the adapters holding ``tensors`` (canonical layout),
     and let ``bias_names`` (canonical names) train with them."""
-    from zoo.nn.keras.linear import Dense
-
     for variable in model.variables:
         variable.trainable = False
     fused: dict[str, dict[str, LowRank]] = {}

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.checkpoint.tensors import model_tensors
 from zoo.lora.adapter import BIAS, A, Adapter, B, EmbeddingPoint, key
 from zoo.recipe.lora_targets import FUSED
 
@@ -123,6 +124,4 @@ def adapter_tensors(model: nn.Module, adapter: Adapter, bias_names: list[str]) -
 
 def base_tensors(model: nn.Module) -> dict[str, np.ndarray]:
     """The base's canonical tensors (everything but ``model.lora``)."""
-    from zoo.checkpoint.tensors import model_tensors
-
     return {k: v for k, v in model_tensors(model).items() if not k.startswith("lora.")}
