@@ -3,10 +3,11 @@ that ``model_type``'s config class, from one table per family checked against th
 
 Published and hand-written config.json files often leave fields at their class default
 (a Llama ``config.json`` without ``rms_norm_eps`` is 1e-6 to transformers). zoo's own config
-defaults are its presets', so each family's ``formats.py`` keeps ``HF_DEFAULTS``: this file
-checks every value against ``AutoConfig.for_model(model_type)`` in the reference environment,
-that every config.json field the import reads (and no tensor shape shows) has its entry, and
-that leaving each one out imports exactly as writing transformers' default would.
+defaults are its presets', so each family keeps ``HF_DEFAULTS`` (in ``formats.py``; in
+``config_json.py`` for BERT and Llama): this file checks every value against
+``AutoConfig.for_model(model_type)`` in the reference environment, that every config.json field
+the import reads (and no tensor shape shows) has its entry, and that leaving each one out
+imports exactly as writing transformers' default would.
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ import pytest
 import reference_env
 import safetensors.numpy
 
+from architectures.bert import config_json as bert_config_json
 from architectures.bert import formats as bert
 from architectures.gpt2 import formats as gpt2
+from architectures.llama import config_json as llama_config_json
 from architectures.llama import formats as llama
 from zoo.checkpoint.foreign import ForeignLayoutError
 
 TABLES = {
     "gpt2": gpt2.HF_DEFAULTS,
-    "bert": bert.HF_DEFAULTS,
-    **{model_type: llama.HF_DEFAULTS[model_type] for model_type in llama.CLASSES},
+    "bert": bert_config_json.HF_DEFAULTS,
+    **{model_type: llama_config_json.HF_DEFAULTS[model_type] for model_type in llama_config_json.CLASSES},
 }
 # (family's formats module, reference script, case folder) for each model_type's import.
 CASES = {
@@ -64,12 +67,12 @@ def test_each_default_is_the_config_class_default(transformers_defaults, model_t
 def test_every_field_the_import_reads_has_a_default():
     """What the shapes decide needs none (a default there would disagree with the tensors)."""
     shaped = {"hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size"}
-    for model_type in llama.CLASSES:
-        assert set(llama._FIELDS) - shaped <= set(TABLES[model_type]), model_type
+    for model_type in llama_config_json.CLASSES:
+        assert set(llama_config_json._FIELDS) - shaped <= set(TABLES[model_type]), model_type
     assert set(gpt2._FIELDS) - {"n_embd", "n_layer", "n_positions", "vocab_size"} <= set(TABLES["gpt2"])
     # transformers 5's BertConfig has no position_embedding_type (absolute is all it computes)
-    required = set(bert._REQUIRED) - {"model_type", "position_embedding_type"}
-    assert set(bert._META_FIELDS) | required <= set(TABLES["bert"])
+    required = set(bert_config_json._REQUIRED) - {"model_type", "position_embedding_type"}
+    assert set(bert_config_json._META_FIELDS) | required <= set(TABLES["bert"])
 
 
 def _outcome(module, tensors: dict, meta: dict):
@@ -101,4 +104,4 @@ def test_a_llama_config_without_rms_norm_eps_exports_what_transformers_used(tmp_
     cfg = registry.resolve_config(
         "llama", **{k: v for k, v in fields.items() if k != "task"}, task=fields["task"]
     )
-    assert llama.hf_config(cfg)["rms_norm_eps"] == 1e-6
+    assert llama_config_json.hf_config(cfg)["rms_norm_eps"] == 1e-6

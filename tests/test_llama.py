@@ -38,13 +38,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import zoo
-from architectures.llama.formats import config_fields, from_hf, hf_config
+from architectures.llama.config_json import config_fields, hf_config
+from architectures.llama.formats import from_hf
 from zoo import registry
 from zoo.checkpoint.foreign import ForeignLayoutError
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.cli import main
-from zoo.interchange import export_checkpoint, import_checkpoint
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.importing import import_checkpoint
 from zoo.nn.errors import InputError
 from zoo.sample import Sampling, generate
 

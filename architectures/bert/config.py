@@ -1,7 +1,7 @@
 """Hyperparameters of the BERT family: transformers' ``BertConfig``, in zoo's words.
 
 Field names follow zoo's other families where one exists (``num_layers``, ``num_heads``,
-``max_len``: the shared messages name ``model.max_len``); ``architectures.bert.formats``
+``max_len``: the shared messages name ``model.max_len``); ``architectures.bert.config_json``
 maps them to and from transformers' ``config.json`` (``num_hidden_layers``,
 ``num_attention_heads``, ``max_position_embeddings``...).
 """

@@ -20,7 +20,7 @@ and refuses whatever does not fit by name: the GRN of ConvNeXt-V2, timm's 1x1-co
 MLPs (``conv_mlp``), a first stage that downsamples (timm's patch_size 2), an MLP head. A timm
 ``config.json`` beside the weights must describe the same plain ConvNeXt: its ``model_args``
 that change the network without changing a tensor's shape (another kernel or norm, another
-pooling) are refused by name.
+pooling) are refused by name (``architectures.convnext.timm_config`` reads and writes it).
 
 How the images were prepared travels too (zoo.preprocessing): a timm ``config.json``'s
 ``pretrained_cfg`` (input size, crop, interpolation, mean, std) and ``label_names`` are read
@@ -48,8 +48,9 @@ import numpy as np
 from pydantic import ValidationError
 
 from architectures.convnext.config import STAGES, ConvNeXtConfig
+from architectures.convnext.timm_config import timm_config, timm_config_fields
 from architectures.convnext.weights import table
-from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, check_shapes, renamed, timm_variant
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, check_shapes, renamed
 from zoo.checkpoint.tables import tensor_specs
 from zoo.preprocessing import (
     IMAGENET_MEAN,
@@ -57,44 +58,7 @@ from zoo.preprocessing import (
     ImagePreprocessing,
     Preprocessing,
     read_timm_config,
-    timm_fields,
 )
-
-# timm's factories with torchvision's architecture (no conv MLP, no GRN, head after the pool).
-TIMM_VARIANTS = {
-    "convnext_tiny": ([3, 3, 9, 3], [96, 192, 384, 768]),
-    "convnext_small": ([3, 3, 27, 3], [96, 192, 384, 768]),
-    "convnext_base": ([3, 3, 27, 3], [128, 256, 512, 1024]),
-    "convnext_large": ([3, 3, 27, 3], [192, 384, 768, 1536]),
-    "convnext_xlarge": ([3, 3, 27, 3], [256, 512, 1024, 2048]),
-}
-TIMM_FIELDS = {  # timm's model_args -> zoo's config fields
-    "num_classes": "num_classes",
-    "in_chans": "in_channels",
-    "depths": "depths",
-    "dims": "dims",
-    "patch_size": "patch_size",
-    "ls_init_value": "layer_scale",
-    "drop_rate": "head_dropout",
-    "drop_path_rate": "path_dropout",
-}
-# model_args that are harmless at these values (timm's defaults for this architecture) ...
-TIMM_DEFAULTS: dict[str, tuple[Any, ...]] = {
-    "global_pool": ("avg",),
-    "output_stride": (32,),
-    "kernel_sizes": (7, [7, 7, 7, 7]),
-    "stem_type": ("patch",),
-    "head_norm_first": (False,),
-    "head_hidden_size": (None,),
-    "conv_mlp": (False,),
-    "conv_bias": (True,),
-    "use_grn": (False,),
-    "act_layer": ("gelu",),
-    "norm_layer": (None, "layernorm", "layernorm2d"),
-    "norm_eps": (None, 1e-6),
-}
-TIMM_IGNORED = ("head_init_scale",)  # ... and those that change only the initialisation
-ONLY_IN_CONFIG = ("ls_init_value", "drop_rate", "drop_path_rate")  # what no tensor shows
 
 
 def _torchvision_eval(resize: int) -> ImagePreprocessing:
@@ -191,7 +155,7 @@ def timm_to_zoo(tensors: Tensors, meta: Mapping[str, Any]) -> tuple[dict[str, An
     """A timm ``ConvNeXt`` state dict (and its ``config.json``, if any) -> (config fields, tensors)."""
     fields = infer_fields(tensors, TIMM, "timm")
     if meta:
-        fields.update(_check_timm_config(meta, fields))
+        fields.update(timm_config_fields(meta, fields))
     return _placed(tensors, fields, TIMM, "timm")
 
 
@@ -278,51 +242,6 @@ def infer_fields(tensors: Mapping[str, np.ndarray], layout: Mapping[str, Any], s
     return fields
 
 
-def _check_timm_config(meta: Mapping[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    """Check a timm ``config.json`` against the inferred fields; return the fields only it gives
-    (the dropout rates, the layer-scale start and the image size)."""
-    reads = "zoo's convnext reads timm's plain ConvNeXts (torchvision's structure)"
-    name = timm_variant(meta, TIMM_VARIANTS, reads)
-    architecture = meta["architecture"]
-    args = dict(meta.get("model_args") or {})
-    refused = {
-        key: value
-        for key, value in args.items()
-        if key not in TIMM_FIELDS and key not in TIMM_IGNORED and value not in TIMM_DEFAULTS.get(key, ())
-    }
-    if refused:
-        raise ForeignLayoutError(
-            f"config.json's model_args {refused} change timm's {name} in ways zoo's convnext does not model "
-            "(a plain ConvNeXt: patch stem, 7x7 depthwise kernels, LayerNorm 1e-6, exact GELU, linear MLP, "
-            "average pooling then the head's norm)"
-        )
-    depths, dims = TIMM_VARIANTS[name]
-    said = {
-        "depths": depths,
-        "dims": dims,
-        "patch_size": 4,
-        "in_channels": 3,
-        "num_classes": meta.get("num_classes"),
-    }
-    said.update({TIMM_FIELDS[key]: value for key, value in args.items() if key in TIMM_FIELDS})
-    shown = {**fields, "num_classes": fields.get("num_classes", 0)}  # no classifier: timm's num_classes=0
-    differ = [
-        f"{field} {said[field]!r} (the tensors: {shown[field]!r})"
-        for field in ("in_channels", "depths", "dims", "patch_size", "num_classes")
-        if said[field] is not None
-        and (list(said[field]) if isinstance(said[field], tuple) else said[field]) != shown[field]
-    ]
-    if differ:
-        raise ForeignLayoutError(f"config.json describes timm's {architecture} with " + "; ".join(differ))
-    extra: dict[str, Any] = {
-        TIMM_FIELDS[k]: float(args[k]) for k in ONLY_IN_CONFIG if args.get(k) is not None
-    }
-    input_size = (meta.get("pretrained_cfg") or {}).get("input_size")
-    if input_size and len(input_size) == 3 and input_size[1] == input_size[2]:
-        extra["image_size"] = int(input_size[1])  # the size it was trained at (the data may say another)
-    return extra
-
-
 def _placed(
     tensors: Tensors, fields: dict[str, Any], layout: Mapping[str, Any], source: str
 ) -> tuple[dict[str, Any], Tensors]:
@@ -400,42 +319,4 @@ def zoo_to_timm(
             "timm's ConvNeXt gives a 2x2-patch stem a first stage that downsamples again (its rule for "
             "stride-2 stems), another network than this one; patch sizes other than 2 export"
         )
-    named = [
-        n for n, (depths, dims) in TIMM_VARIANTS.items() if (depths, dims) == (config.depths, config.dims)
-    ]
-    architecture = named[0] if named else "convnext_tiny"
-    classes = config.num_classes if config.task == "classification" else 0
-    model_args: dict[str, Any] = {}
-    if not named:
-        model_args.update(depths=list(config.depths), dims=list(config.dims))
-    model_args.update(num_classes=classes, in_chans=config.in_channels)
-    for key, field, default in (
-        ("patch_size", "patch_size", 4),
-        ("ls_init_value", "layer_scale", 1e-6),
-        ("drop_rate", "head_dropout", 0.0),
-        ("drop_path_rate", "path_dropout", 0.0),
-    ):
-        if getattr(config, field) != default:
-            model_args[key] = getattr(config, field)
-    model_args["global_pool"] = "avg"
-    side = config.feature_size()
-    pretrained, top = timm_fields(preprocessing)
-    meta = {
-        **top,
-        "architecture": architecture,
-        "num_classes": classes,
-        "num_features": config.num_features,
-        "global_pool": "avg",
-        "model_args": model_args,
-        "pretrained_cfg": {
-            "custom_load": False,
-            "input_size": [config.in_channels, config.image_size, config.image_size],
-            "fixed_input_size": False,
-            "num_classes": classes,
-            "pool_size": [side, side],
-            "first_conv": "stem.0",
-            "classifier": "head.fc",
-            **pretrained,
-        },
-    }
-    return {name: tensors[name] for name in _timm_names(config)}, meta
+    return {name: tensors[name] for name in _timm_names(config)}, timm_config(config, preprocessing)

@@ -1,7 +1,7 @@
 """Hyperparameters of the llama family: transformers' ``LlamaConfig`` (and Mistral's and Qwen2's,
 which describe the same decoder), under transformers' field names.
 
-The fields read across from a ``config.json`` one to one (``architectures.llama.formats``),
+The fields read across from a ``config.json`` one to one (``architectures.llama.config_json``),
 except the attention biases: Llama's ``attention_bias`` puts a bias on all four projections and
 Qwen2's attention always has one on the query, key and value projections and none on the
 output, so zoo says which with two fields, ``qkv_bias`` and ``output_bias``. ``model_type``
