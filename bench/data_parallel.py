@@ -175,7 +175,7 @@ def train(preset: str, mode: str, epochs: int, folder: Path, name: str) -> Path:
 
 def read_run(run: Path) -> dict:
     """What a run recorded: every epoch's seconds and training loss, the test metrics."""
-    from zoo.runs import read_metrics
+    from zoo.metrics_file import read_metrics
 
     rows = read_metrics(run / "metrics.csv")
     summary = json.loads((run / "summary.json").read_text())["metrics"]

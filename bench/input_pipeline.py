@@ -85,7 +85,7 @@ def image_data(root: Path, size: int, batch_size: int, **fields) -> dict:
 def write_cache(folder: Path, size: int, batch_size: int) -> Path:
     """The JPEG folder's training and test splits decoded once (eval transform) into an .npz."""
     from zoo.data import load_dataset
-    from zoo.recipe.schema import ImageFolderData
+    from zoo.recipe.image_data import ImageFolderData
 
     path = WORK / f"cached-{folder.name}-{size}.npz"
     if path.is_file():

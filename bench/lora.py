@@ -44,7 +44,7 @@ def case(preset: str, framework: str, lora: bool, steps: int, batch: int, seq: i
     import numpy as np
 
     from zoo import registry
-    from zoo.recipe.schema import LoraConfig
+    from zoo.recipe.fine_tuning import LoraConfig
 
     family = registry.get_family(preset)
     config = family.config.model_validate(registry.expand(preset, {}))

@@ -57,7 +57,7 @@ TRAIN_EXAMPLES = 8  # a --train row's training set: four steps at the shapes' ba
 
 
 def estimate(recipe: Path, overrides: list[str], training: bool) -> int:
-    from zoo import peak_memory
+    from zoo import model_memory, peak_memory
     from zoo.compare.runner import resolve
     from zoo.compare.twins import prepare
 
@@ -72,7 +72,7 @@ def estimate(recipe: Path, overrides: list[str], training: bool) -> int:
 
 def train_estimate(recipe: Path, overrides: list[str]) -> int:
     """``zoo train``'s estimate, as zoo.plan makes it: the config bound to the data, one batch."""
-    from zoo import peak_memory, registry
+    from zoo import model_memory, peak_memory, registry
     from zoo.data import load_dataset
     from zoo.recipe import load_recipe
 
@@ -81,7 +81,7 @@ def train_estimate(recipe: Path, overrides: list[str]) -> int:
     dataset = load_dataset(loaded.data, family.input_kind)
     config = loaded.model.bind(dataset.info)
     print(f"  data: {len(dataset.train)} training, {len(dataset.val)} validation, {len(dataset.test)} test "
-          f"examples; {config.architecture} with {peak_memory.parameter_bytes(family, config) // 4:,} "
+          f"examples; {config.architecture} with {model_memory.parameter_bytes(family, config) // 4:,} "
           "parameters", flush=True)  # fmt: skip
     estimate = peak_memory.training_estimator(loaded, family, config, dataset, fine_tune=False)
     found = estimate(loaded.data.batch_size, loaded.data.eval_batch_size)

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from compare_cases import RECIPE, quick
 
-from zoo import peak_memory
+from zoo import model_memory, peak_memory
 from zoo.cli import main
 from zoo.hardware import SetupError
 
@@ -193,11 +193,11 @@ def test_the_estimate_counts_what_torch_really_holds():
     family = registry.get_family(TINY)
     config = registry.resolve_config(TINY, num_classes=10, in_channels=1, image_size=8)
     model = seeded_torch_model(family, config, 0)
-    assert peak_memory.parameter_bytes(family, config) == sum(p.numel() * 4 for p in model.parameters())
+    assert model_memory.parameter_bytes(family, config) == sum(p.numel() * 4 for p in model.parameters())
     x = np.random.default_rng(0).random((16, 1, 8, 8), dtype=np.float32)
     with saved_for_backward(exclude=model.parameters()) as saved:
         output = model.train()(torch.from_numpy(x))
-    traced = peak_memory.activation_bytes(family, config, x)
+    traced = model_memory.activation_bytes(family, config, x)
     assert traced == sum(saved.values()) + 2 * output.numel() * 4
 
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import max_diff
 from safetensors.numpy import load_file
 
-from zoo.runs import read_metrics
+from zoo.metrics_file import read_metrics
 from zoo.runs.launch import free_ports
 
 pytestmark = pytest.mark.slow

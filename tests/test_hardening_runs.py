@@ -17,7 +17,7 @@ from safetensors.numpy import load_file, save_file
 
 from zoo.checkpoint.state import latest_state
 from zoo.cli import main
-from zoo.runs import read_metrics
+from zoo.metrics_file import read_metrics
 
 
 def zoo(*args: str) -> tuple[int, str]:

@@ -16,7 +16,7 @@ from zoo import registry
 from zoo.data import DataError, load_dataset
 from zoo.data import pixels as px
 from zoo.data.digits import write_digits_folder
-from zoo.recipe.schema import ImageFolderData
+from zoo.recipe.image_data import ImageFolderData
 
 CLASSES = ("cat", "dog", "emu")  # folder names; "emu" gets the JPEGs and a nested folder
 

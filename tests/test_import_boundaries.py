@@ -31,20 +31,20 @@ FAMILIES = sorted(p.name for p in (ROOT / "architectures").iterdir() if (p / "__
 # line and the lines below, inside functions too. A name is a module and, unless a longer name
 # says otherwise, every module under it (the root package ``zoo`` is itself only). The first six
 # lines are the foundation. zoo.nn.keras.skeleton is zoo.checkpoint.tensors' way of building a
-# Keras twin without drawing its initial weights and imports nothing of zoo; zoo.runs.metrics,
-# the metrics file's names, is read by data/ and tracking below the rest of runs/.
+# Keras twin without drawing its initial weights and imports nothing of zoo; zoo.metrics_file,
+# the metrics file's names, is read by data/ and tracking below runs/.
 LAYERS = (
     ("zoo.errors", "zoo.limits", "zoo.overwrite", "zoo.progress", "zoo.memory", "zoo.preprocessing",
-     "zoo.precision", "zoo.native_logs", "zoo.runs.metrics", "zoo.nn.keras.skeleton", "zoo.checkpoint",
+     "zoo.precision", "zoo.native_logs", "zoo.metrics_file", "zoo.nn.keras.skeleton", "zoo.checkpoint",
      "zoo.checkpoint.aligned", "zoo.checkpoint.foreign"),
     ("zoo.checkpoint.file", "zoo.checkpoint.tables", "zoo.checkpoint.state"),
     ("zoo.family", "zoo.registry"),
     ("zoo.checkpoint.tensors",),
     ("zoo.checkpoint.metadata",),
     ("zoo.recipe",),
-    ("zoo.hardware", "zoo.schedule", "zoo.tokenizer"),
+    ("zoo.hardware", "zoo.schedule", "zoo.tokenizer", "zoo.checkpoint_tokenizer"),
     ("zoo.nn",),
-    ("zoo.finetune", "zoo.initial_weights", "zoo.peak_memory"),
+    ("zoo.finetune", "zoo.initial_weights", "zoo.model_memory", "zoo.peak_memory"),
     ("zoo.data",),
     ("zoo.backend",),
     ("zoo.tracking", "zoo.runs", "zoo.lora"),

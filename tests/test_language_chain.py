@@ -20,8 +20,9 @@ import torch
 from conftest import relative_error
 
 import zoo
+from zoo.checkpoint_tokenizer import tokenizer_of
 from zoo.interchange import InterchangeError, export_checkpoint, import_checkpoint
-from zoo.tokenizer import CharTokenizer, tokenizer_of
+from zoo.tokenizer import CharTokenizer
 
 TEXT = "def train(recipe, framework):\n    return zoo.train(recipe, framework)\n" * 80
 

@@ -16,9 +16,10 @@ import zoo
 from zoo import registry
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint_tokenizer import tokenizer_of
 from zoo.loading import cache_root, locate
 from zoo.preprocessing import ImagePreprocessing, Preprocessing, TextPreprocessing
-from zoo.tokenizer import CharTokenizer, tokenizer_of
+from zoo.tokenizer import CharTokenizer
 
 LABELS = ("cat", "dog", "fox")
 

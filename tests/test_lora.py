@@ -37,7 +37,7 @@ from zoo.lora import (
     write_adapter,
 )
 from zoo.recipe import load_recipe
-from zoo.recipe.schema import LoraConfig
+from zoo.recipe.fine_tuning import LoraConfig
 
 FRAMEWORKS = ("lightning", "keras")
 PEFT = 2e-5  # float32 logits of zoo's twins against PEFT on transformers, both O(1)

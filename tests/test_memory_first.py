@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from compare_cases import RECIPE, quick
 
-from zoo import peak_memory
+from zoo import model_memory, peak_memory
 from zoo.cli import main
 
 TINY = "convnet-tiny"
@@ -143,7 +143,7 @@ def test_a_saved_state_is_counted(tmp_path):
     _, family, config, dataset = planned(tmp_path)
     estimate = estimator(tmp_path, "data.eval_batch_size=1")(1)
     weights = estimate.parts["weights and gradients"] // 2
-    step = peak_memory.activation_bytes(family, config, dataset.train.x[:1])
+    step = model_memory.activation_bytes(family, config, dataset.train.x[:1])
     assert 0 < step < weights
     assert estimate.parts["saved state"] == 3 * weights + step  # the weights and Adam's two moments
     assert estimate.parts["activations"] == estimate.parts["evaluation batch"] == 0

@@ -16,7 +16,7 @@ from zoo.checkpoint.metadata import write_checkpoint
 from zoo.cli import main
 from zoo.initial_weights import initial_tensors as seeded
 from zoo.lora import Adapter, base_digest, initial_tensors, write_adapter
-from zoo.recipe.schema import LoraConfig
+from zoo.recipe.fine_tuning import LoraConfig
 
 
 def tiny_adapter(folder: Path) -> tuple[Path, Path]:

@@ -19,7 +19,7 @@ from zoo.data import load_dataset
 from zoo.data.preprocessing import DIGITS, fine_tune_data
 from zoo.inference import PredictError
 from zoo.preprocessing import ImagePreprocessing, Preprocessing, parse_preprocessing
-from zoo.recipe.data import ImageFolderData
+from zoo.recipe.image_data import ImageFolderData
 from zoo.recipe.schema import Recipe
 
 

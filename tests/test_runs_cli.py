@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from zoo.checkpoint.state import state_path
 from zoo.cli import main
-from zoo.runs import MetricsLog
+from zoo.metrics_file import MetricsLog
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -14,7 +14,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import zoo
-from zoo.tokenizer import tokenizer_of
+from zoo.checkpoint_tokenizer import tokenizer_of
 
 SENTENCES = [
     ("the loop repeats the block while the condition holds", 0),

@@ -310,7 +310,7 @@ def test_the_same_loss_on_a_padded_batch_in_both_frameworks(tmp_path):
 @pytest.mark.parametrize("framework", ["lightning", "keras"])
 def test_a_tiny_bert_trains_on_a_csv_and_evaluates_in_the_other_framework(tmp_path, framework):
     import zoo
-    from zoo.tokenizer import tokenizer_of
+    from zoo.checkpoint_tokenizer import tokenizer_of
 
     path = write_csv(tmp_path / "labelled.csv", SENTENCES * 6)
     recipe = {

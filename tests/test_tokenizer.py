@@ -10,14 +10,8 @@ from click.testing import CliRunner
 
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import write_checkpoint
-from zoo.tokenizer import (
-    CharTokenizer,
-    Tokenizer,
-    TokenizerError,
-    load_tokenizer,
-    tokenizer_of,
-    train_bpe,
-)
+from zoo.checkpoint_tokenizer import tokenizer_of
+from zoo.tokenizer import CharTokenizer, Tokenizer, TokenizerError, load_tokenizer, train_bpe
 
 TEXT = (
     "The if statement is used for conditional execution.\n"

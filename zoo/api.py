@@ -21,11 +21,11 @@ from zoo import peak_memory, registry
 from zoo.backend import backend_for, framework_name
 from zoo.checkpoint.file import NonFiniteTensors
 from zoo.checkpoint.state import latest_state
+from zoo.checkpoint_tokenizer import saved_tokenizer
 from zoo.limits import parse_json
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
 from zoo.runs import RunDir, record_stop, signals
-from zoo.tokenizer import saved_tokenizer
 
 log = logging.getLogger("zoo")
 
@@ -97,7 +97,8 @@ def execute(plan: RunPlan) -> TrainResult:
 
 def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
     from zoo.backend import save_checkpoint
-    from zoo.runs import check_run_folder, read_metrics
+    from zoo.metrics_file import read_metrics
+    from zoo.runs import check_run_folder
     from zoo.runs.growth import loss_explosion
 
     model, metrics = backend_for(plan.framework).fit(plan)
@@ -171,7 +172,8 @@ def _finished(run: RunDir, recipe: Recipe) -> TrainResult | None:
     """The result of a run that already finished with the recipe it has now, read from its
     folder (zoo.runs.read_run: a summary with metrics, its checkpoint, no process holding it);
     None for a run there is something to resume in."""
-    from zoo.runs import read_metrics, read_run
+    from zoo.metrics_file import read_metrics
+    from zoo.runs import read_run
 
     info = read_run(run.path)
     if info.status != "finished" or run.recipe_changes(recipe.to_dict()):

@@ -11,10 +11,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self, get_args
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from zoo.checkpoint.foreign import ForeignFormat, resolve
 from zoo.checkpoint.tables import Port
+from zoo.errors import DataError
 
 InputKind = Literal["image", "sequence", "tokens"]
 # "features": a backbone without a head; it returns the last hidden state and is not trained alone.
@@ -62,8 +64,6 @@ class ArchitectureConfig(BaseModel):
         try:
             return self.model_validate({**self.model_dump(), **updates})
         except ValidationError as error:
-            from zoo.errors import DataError
-
             given = ", ".join(f"{k}={v!r}" for k, v in updates.items())
             problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
             raise DataError(
@@ -101,8 +101,6 @@ class ArchitectureConfig(BaseModel):
     def example_input(self, batch: int, seed: int = 0):
         """A random batch in the canonical layout, for tests and benchmarks: token ids for a
         language model, normal floats otherwise."""
-        import numpy as np
-
         rng = np.random.default_rng(seed)
         shape = (batch, *self.sample_shape())
         if self.language_model:

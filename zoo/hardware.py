@@ -11,6 +11,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from zoo.recipe.capabilities import cpu_problems
+
 
 class SetupError(RuntimeError):
     """The machine cannot do what the recipe asks (a GPU that is not there, ...)."""
@@ -120,8 +122,6 @@ def check_trainer(trainer) -> str:
     section (float16 or fsdp where ``auto`` finds no GPU), naming the field, the value and
     what would work; and a collective timeout or a thread count (the environment's) the run
     cannot use. Returns the accelerator the run uses."""
-    from zoo.recipe.capabilities import cpu_problems
-
     if trainer.framework == "lightning" and trainer.resolved_strategy() in ("ddp", "fsdp"):
         ddp_timeout_s()
     if not trainer.num_threads:

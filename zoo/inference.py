@@ -393,7 +393,7 @@ def _labels(checkpoint: Checkpoint, preprocessing) -> tuple[str, ...]:
 
 def _tokenizer(checkpoint: Checkpoint, preprocessing):
     """The tokenizer beside the checkpoint; a warning where it is not the one recorded."""
-    from zoo.tokenizer import saved_tokenizer
+    from zoo.checkpoint_tokenizer import saved_tokenizer
 
     tokenizer = saved_tokenizer(checkpoint)
     if tokenizer is None:

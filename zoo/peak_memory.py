@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+try:  # optional: the kernel's estimate is read from /proc/meminfo without it
+    import psutil
+except ImportError:
+    psutil = None
+
 from zoo.hardware import SetupError
+from zoo.model_memory import activation_bytes, parameter_bytes
 from zoo.precision import DTYPES, PRECISIONS
 
 if TYPE_CHECKING:
@@ -96,97 +102,6 @@ class Estimate:
 
 def gib(size: float) -> str:
     return f"{size / 2**30:.1f} GB"
-
-
-def parameter_bytes(family: Family, config: ArchitectureConfig) -> int:
-    """The model's tensors in the checkpoint's float32, from the weight table: nothing is built."""
-    from zoo.checkpoint.tables import tensor_specs
-
-    return sum(math.prod(spec.shape) * 4 for spec in tensor_specs(family.weight_table(config)).values())
-
-
-def activation_bytes(
-    family: Family,
-    config: ArchitectureConfig,
-    inputs: Any,
-    training: bool = True,
-    checkpointing: bool = False,
-) -> int:
-    """What one float32 forward pass of the torch twin keeps for the backward (``training``),
-    or the largest two module outputs alive at once (inference), traced on torch's ``meta``
-    device: shapes only, no memory. ``inputs`` is a numpy batch in the canonical layout. With
-    ``checkpointing`` (trainer.gradient_checkpointing), each recomputed block keeps only its
-    inputs, and the backward holds one block's own activations at a time, the largest counted.
-    0 when the family's twin cannot be built there (the estimate then counts weights only)."""
-    import torch
-
-    from zoo.nn.torch import remat
-
-    try:
-        with torch.device("meta"):
-            model = family.build_torch(config)
-        if checkpointing and family.supports_grad_checkpointing("lightning"):
-            family.set_grad_checkpointing(model, "lightning", True)
-        x = torch.empty(inputs.shape, dtype=torch.from_numpy(inputs[:0]).dtype, device="meta")
-        parameters = {p.untyped_storage()._cdata for p in model.parameters()}
-        saved: dict[int, int] = {}
-        kept: list[Any] = []  # alive until counted, so no storage address is reused
-
-        def packing(into: dict[int, int], known: dict[int, int] | None = None):
-            def pack(tensor):
-                storage = tensor.untyped_storage()
-                if storage._cdata not in parameters and storage._cdata not in (known or ()):
-                    into.setdefault(storage._cdata, storage.nbytes())
-                    kept.append(tensor)
-                return tensor
-
-            return pack
-
-        pack = packing(saved)
-        blocks: list[int] = []  # what each checkpointed block's recompute holds beside what is kept
-
-        def run_block(block, *args):
-            for arg in args:  # torch's checkpoint keeps the block's inputs
-                if isinstance(arg, torch.Tensor):
-                    pack(arg)
-            inner: dict[int, int] = {}
-            with torch.autograd.graph.saved_tensors_hooks(packing(inner, saved), lambda t: t):
-                out = block(*args)
-            blocks.append(sum(inner.values()))
-            return out
-
-        outputs: list[int] = []
-        hooks = [
-            m.register_forward_hook(lambda m, a, out: outputs.append(tensor_bytes(out)))
-            for m in model.modules()
-            if not list(m.children())
-        ]
-        model.train(training)
-        with (
-            torch.set_grad_enabled(training),
-            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
-            remat.traced(run_block),
-        ):
-            output = model(x)
-        for hook in hooks:
-            hook.remove()
-    except Exception:  # a twin that does not build or run on meta tensors: weights only
-        return 0
-    if training:
-        # the loss keeps its own copy of the output
-        return sum(saved.values()) + max(blocks, default=0) + 2 * tensor_bytes(output)
-    return sum(sorted(outputs)[-2:])
-
-
-def tensor_bytes(value: Any) -> int:
-    """Bytes of the tensors in ``value`` (a tensor, or lists and tuples of them; anything else is 0)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, list | tuple):
-        return sum(tensor_bytes(v) for v in value)
-    return 0
 
 
 def parameter_scale(precision: str) -> float:
@@ -420,12 +335,8 @@ def available_bytes() -> int | None:
     text = os.environ.get(AVAILABLE_VARIABLE, "").strip()
     if text:
         return parse_size(text)
-    try:
-        import psutil
-
+    if psutil is not None:
         return int(psutil.virtual_memory().available)
-    except ImportError:
-        pass
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):

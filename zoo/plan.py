@@ -107,9 +107,9 @@ def fine_tune_start(
     config bound to that data, and the checkpoint's label names where its head carries over as
     it is (``zoo compare`` of a fine-tune starts here too)."""
     from zoo import finetune
+    from zoo.checkpoint_tokenizer import saved_tokenizer
     from zoo.data import load_dataset
     from zoo.data.preprocessing import fine_tune_data, of_checkpoint
-    from zoo.tokenizer import saved_tokenizer
 
     checkpoint, base = finetune.base_config(recipe, family)
     recorded = of_checkpoint(checkpoint)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zoo.hardware import SetupError
-from zoo.runs import read_metrics
+from zoo.metrics_file import read_metrics
 
 PANEL_ORDER = ("loss", "accuracy", "bpc", "bpt")
 LOSS_PANELS = ("loss", "bpc", "bpt")  # the panels --log-loss draws on a log scale (bits: loss / ln 2)

@@ -17,6 +17,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
+from tqdm import tqdm
+
 T = TypeVar("T")
 
 _silenced = False
@@ -35,8 +37,6 @@ def silenced(on: bool = True) -> Iterator[None]:
 
 def bar(total: int | None, desc: str, unit: str = "step"):
     """A tqdm bar on stderr that the caller ``update()``s; use it as a context manager."""
-    from tqdm import tqdm
-
     return tqdm(
         total=total, desc=desc, unit=unit, leave=False, file=sys.stderr, dynamic_ncols=True,
         disable=True if _silenced else None,

@@ -7,7 +7,7 @@ method, as GPT-2's twins have) reads its prompt once and then one token per step
 language model re-reads the last ``context_length()`` tokens every step (the character
 transformers, and the recurrent nets over a window of ``UNBOUNDED_WINDOW``).
 
-Text goes through the checkpoint's tokenizer (``zoo.tokenizer.tokenizer_of``: its
+Text goes through the checkpoint's tokenizer (``zoo.checkpoint_tokenizer.tokenizer_of``: its
 ``tokenizer.json``, or the character vocabulary of zoo's first language models). Generation
 stops at the end-of-sequence token (:func:`eos_ids`: the config's ``eos_token_id``, else the
 tokenizer's end of text), as transformers' ``generate`` does, unless asked to go on.
@@ -27,7 +27,7 @@ from zoo.backend import load_checkpoint
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.limits import MAX_SAMPLE_LENGTH
-from zoo.recipe.schema import SEED_LIMIT
+from zoo.recipe.trainer import SEED_LIMIT
 
 UNBOUNDED_WINDOW = 256  # tokens re-read per step by a model of unbounded context (a recurrent net)
 
@@ -136,8 +136,9 @@ def sample_tokens(
     ignore_eos: bool = False,
 ) -> Sampled:
     """:func:`sample`, with the token ids read and generated and why it stopped."""
+    from zoo.checkpoint_tokenizer import saved_tokenizer
     from zoo.loading import checkpoint_file
-    from zoo.tokenizer import TOKENIZER_FILE, TokenizerError, saved_tokenizer
+    from zoo.tokenizer import TOKENIZER_FILE, TokenizerError
 
     check_length(length)  # before the model is read
     given, path = path, checkpoint_file(path)  # a run folder's, an adapter merged onto its base, an import

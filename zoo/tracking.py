@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Protocol
 
 from zoo.hardware import SetupError, require_extra
 from zoo.limits import read_json
+from zoo.metrics_file import read_metrics
 
 log = logging.getLogger("zoo")
 
@@ -223,8 +225,6 @@ def _recorded_run_id(record: Path) -> str:
 
 
 def _milliseconds() -> int:
-    import time
-
     return int(time.time() * 1000)
 
 
@@ -268,8 +268,6 @@ MLFLOW_STATUS = {"finished": "FINISHED", "interrupted": "KILLED", "diverged": "F
 
 
 def _last_step(run_dir: Path) -> int:
-    from zoo.runs.metrics import read_metrics
-
     try:
         rows = read_metrics(run_dir / "metrics.csv")
         return int(rows[-1]["step"]) if rows else 0

@@ -12,7 +12,7 @@ from zoo.cli.errors import user_errors
 from zoo.cli.numbers import FiniteFloatRange
 from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output, table
 from zoo.limits import MAX_BATCH_SIZE, MAX_SAMPLE_LENGTH, MAX_TOP_K
-from zoo.recipe.schema import SEED_LIMIT
+from zoo.recipe.trainer import SEED_LIMIT
 
 
 @click.command()

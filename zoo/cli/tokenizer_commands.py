@@ -115,7 +115,8 @@ def tokenizer_target(out: str) -> Path:
 def encode(tokenizer_path: Path, text: str, as_json: bool, quiet: bool) -> None:
     """Print the ids and tokens TOKENIZER (a file, a folder or a checkpoint) gives TEXT.
     --quiet prints the ids only."""
-    from zoo.tokenizer import load_tokenizer, tokenizer_of
+    from zoo.checkpoint_tokenizer import tokenizer_of
+    from zoo.tokenizer import load_tokenizer
 
     if tokenizer_path.suffix == ".safetensors":
         found = tokenizer_of(tokenizer_path)

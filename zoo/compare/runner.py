@@ -250,7 +250,7 @@ def _batch_bytes(setup) -> int:
     """The tensors of one training batch as the torch pipeline yields it (the first: masks,
     padding and augmentation included)."""
     from zoo.compare.steps import torch_loader
-    from zoo.peak_memory import tensor_bytes
+    from zoo.model_memory import tensor_bytes
 
     return tensor_bytes(tuple(next(iter(torch_loader(setup)))))
 

@@ -24,7 +24,7 @@ from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.lora import AdapterFile, base_of, is_adapter, read_adapter
 from zoo.recipe import Recipe, RecipeError, load_recipe
-from zoo.recipe.schema import LoraConfig
+from zoo.recipe.fine_tuning import LoraConfig
 
 log = logging.getLogger("zoo")
 CHECKPOINT_SUFFIX = ".safetensors"

@@ -12,14 +12,16 @@ labels that must not count (padding, unmasked positions of masked language model
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from zoo.data.batches import epoch_batches, epoch_order, steps_per_epoch
 from zoo.data.dataset import IGNORE_INDEX, Dataset, Split
+from zoo.data.digits import load_digits
+from zoo.data.npz import load_npz
+from zoo.data.stream_loading import load_stream
+from zoo.data.text import load_text
+from zoo.data.text_classification import load_text_classification
 from zoo.errors import DataError
-
-if TYPE_CHECKING:
-    from zoo.tokenizer import Tokenizer
+from zoo.registry import families_reading
+from zoo.tokenizer import CharTokenizer, Tokenizer
 
 __all__ = [
     "IGNORE_INDEX", "DataError", "Dataset", "Split", "epoch_batches", "epoch_order", "load_dataset",
@@ -38,38 +40,24 @@ def load_dataset(
     text, in place of the recipe's ``data.tokenizer``; ``extend_vocab`` appends the characters a
     character vocabulary lacks instead of refusing them."""
     if vocab is not None and tokenizer is None:
-        from zoo.tokenizer import CharTokenizer
-
         tokenizer = CharTokenizer(vocab)
     if cfg.name == "digits":
-        from zoo.data.digits import load_digits
-
         return load_digits(cfg, input_kind)
     if cfg.name == "text":
-        from zoo.data.text import load_text
-
         return load_text(cfg, tokenizer, extend_vocab)
     if cfg.name == "text_classification":
-        from zoo.data.text_classification import load_text_classification
-
         if input_kind == "image":  # a "sequence" family embeds token ids too
-            from zoo.registry import families_reading
-
             raise DataError(
                 "data text_classification gives token ids, but the model reads images; use a family "
                 f"that reads tokens ({families_reading('tokens', 'sequence')})"
             )
         return load_text_classification(cfg, tokenizer)
     if cfg.name == "npz":
-        from zoo.data.npz import load_npz
-
         return load_npz(cfg, input_kind)
     if cfg.name == "image_folder":
         from zoo.data.image_folder import load_image_folder
 
         return load_image_folder(cfg, input_kind)
     if cfg.name == "stream":
-        from zoo.data.stream import load_stream
-
         return load_stream(cfg, input_kind, tokenizer)
     raise DataError(f"data.name {cfg.name!r} has no loader")

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from zoo.metrics_file import task_metrics
+
 if TYPE_CHECKING:
     from zoo.data.image_files import ImageFiles
     from zoo.data.masking import Masking
@@ -61,10 +63,8 @@ class Dataset:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        """The task's metrics as a run on this data names them (zoo.runs.metrics.task_metrics:
+        """The task's metrics as a run on this data names them (zoo.metrics_file.task_metrics:
         bits per character for character tokens, per token for a tokenizer's)."""
-        from zoo.runs.metrics import task_metrics
-
         return task_metrics(self.task, self.tokenizer)
 
 

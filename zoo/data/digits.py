@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from zoo.data.dataset import Dataset, Split, image_info, sequence_info
@@ -48,8 +50,6 @@ def write_digits_folder(
     the ``image_folder`` source (tests, transfer-learning examples). Each 8x8 image is scaled to
     ``size`` px (bicubic) in 8-bit grayscale, stored as RGB unless ``rgb`` is false;
     ``per_class`` keeps the first n of each digit. Returns ``out``."""
-    from pathlib import Path
-
     from PIL import Image
     from sklearn.datasets import load_digits as sklearn_digits
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
@@ -23,6 +24,7 @@ import numpy as np
 from PIL import Image
 
 from zoo.data.dataset import Dataset, Split
+from zoo.data.digits import write_digits_folder
 from zoo.data.image_files import ImageFiles
 from zoo.data.pixels import Augmentation, Pixels
 from zoo.errors import DataError
@@ -143,8 +145,6 @@ def class_names(train: Path) -> list[str]:
 def embedded_digits(size: int) -> Path:
     """scikit-learn's digits as a folder of ``size`` px RGB PNGs, written once under
     ``$ZOO_CACHE`` (default ``~/.cache/zoo``): the offline default of ``image_folder``."""
-    from zoo.data.digits import write_digits_folder
-
     cache = Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo")
     folder = cache / f"digits-{size}px"
     if not (folder / ".complete").is_file():
@@ -154,8 +154,6 @@ def embedded_digits(size: int) -> Path:
         try:
             partial.rename(folder)  # another process may have finished first: keep its folder
         except OSError:
-            import shutil
-
             shutil.rmtree(partial, ignore_errors=True)
     return folder
 

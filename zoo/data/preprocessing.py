@@ -12,12 +12,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from zoo.checkpoint_tokenizer import tokenizer_file
 from zoo.data.pixels import Pixels
 from zoo.preprocessing import ImagePreprocessing, Preprocessing, TextPreprocessing
+from zoo.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
     from zoo.checkpoint.metadata import Checkpoint
-    from zoo.tokenizer import Tokenizer
 
 log = logging.getLogger("zoo")
 
@@ -95,8 +96,6 @@ def named_classes(data: Mapping[str, Any]) -> tuple[str, ...]:
 def of_checkpoint(checkpoint: Checkpoint) -> Preprocessing | None:
     """What a checkpoint records, or for one written before the record, what the recipe in its
     metadata says (None for an import or a model saved by hand without either)."""
-    from zoo.tokenizer import tokenizer_file
-
     recorded = checkpoint.preprocessing
     if recorded is not None:
         return recorded

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from zoo.data.dataset import Dataset, Split
+from zoo.data.masking import Masking
 from zoo.errors import DataError
-
-if TYPE_CHECKING:
-    from zoo.tokenizer import Tokenizer
+from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS, CharTokenizer, Tokenizer, cached_bpe, load_tokenizer
 
 DOCUMENT_SEPARATOR = "\n\n"  # between the files of a folder, and between the embedded topics
 
@@ -61,8 +59,6 @@ def data_tokenizer(cfg, training_texts: list[str], given: Tokenizer | None, exte
     """``given`` (a checkpoint's, extended with new characters where asked), else the recipe's:
     'char' learns the characters of ``training_texts``, 'bpe' trains (or reuses) a byte-level
     BPE on them, anything else is a tokenizer path."""
-    from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS, CharTokenizer, cached_bpe, load_tokenizer
-
     if given is not None:
         if extend and isinstance(given, CharTokenizer):
             return given.extended("".join(training_texts))
@@ -75,8 +71,6 @@ def data_tokenizer(cfg, training_texts: list[str], given: Tokenizer | None, exte
 
 
 def token_ids(tokenizer: Tokenizer, text: str) -> np.ndarray:
-    from zoo.tokenizer import CharTokenizer
-
     if isinstance(tokenizer, CharTokenizer):
         return tokenizer.encode_array(text)
     return np.asarray(tokenizer.encode(text), dtype=np.int64)
@@ -106,8 +100,6 @@ def load_text(cfg, tokenizer: Tokenizer | None = None, extend: bool = False) -> 
     """``tokenizer`` (from a checkpoint) fixes the id of every token; by default it is the
     recipe's. ``extend`` appends characters a character vocabulary lacks (fine-tuning on new
     text); other tokenizers encode any text."""
-    from zoo.tokenizer import CharTokenizer
-
     text = read_text(cfg)
     n_chars_train = len(text) - int(len(text) * cfg.val_fraction) - int(len(text) * cfg.test_fraction)
     # Characters of the whole text (zoo's character LMs always had them all); a BPE is learnt
@@ -140,8 +132,6 @@ def load_text(cfg, tokenizer: Tokenizer | None = None, extend: bool = False) -> 
 
 
 def mlm_masking(tokenizer: Tokenizer, probability: float):
-    from zoo.data.masking import Masking
-
     if tokenizer.mask_id is None:
         raise DataError(
             "masked language modeling needs a tokenizer with a [MASK] token; "

@@ -11,7 +11,8 @@ from pathlib import Path
 import keras
 
 from zoo.checkpoint import state
-from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
+from zoo.metrics_file import MetricsLog
+from zoo.runs import NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
 from zoo.tracking import Tracker, open_tracker, step_scalars
 
 

@@ -69,7 +69,7 @@ class BatchMean(keras.metrics.Mean):
 
 class TokenBits(BatchMean):
     """A language model's bits per token: the token loss / ln 2 (named ``bpc`` where the tokens
-    are characters, ``bpt`` otherwise: zoo.runs.metrics.task_metrics)."""
+    are characters, ``bpt`` otherwise: zoo.metrics_file.task_metrics)."""
 
     def value_of(self, y_true, y_pred):
         return token_cross_entropy(y_true, y_pred) / math.log(2)

@@ -17,8 +17,9 @@ from zoo.backend import StepPlan
 from zoo.data import steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, resolve_accelerator
 from zoo.keras.steps import KerasSteps, train_stream
+from zoo.metrics_file import MetricsLog
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
-from zoo.runs import MetricsLog, signals
+from zoo.runs import signals
 from zoo.schedule import lr_table, optimizer_steps
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ from pathlib import Path
 import lightning as L
 
 from zoo.checkpoint import state
-from zoo.runs import MetricsLog, NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
+from zoo.metrics_file import MetricsLog
+from zoo.runs import NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
 from zoo.tracking import Tracker, step_scalars
 
 # Every hook a Lightning callback can implement (the checkpoint-state methods are not hooks).

@@ -32,8 +32,9 @@ from zoo.lightning.callbacks import (
 )
 from zoo.lightning.data import loader
 from zoo.lightning.steps import LightningSteps, quiet
+from zoo.metrics_file import MetricsLog
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
-from zoo.runs import MetricsLog, signals
+from zoo.runs import signals
 from zoo.schedule import lr_table, optimizer_steps
 from zoo.tracking import open_tracker
 

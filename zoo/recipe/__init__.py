@@ -1,8 +1,9 @@
 """The recipe: one pydantic schema that says what to train and how, for both frameworks.
 
-- ``schema``: the sections, their bounds and the checks across fields (pure: never looks
-  at the machine; ``zoo.hardware`` checks that when a run starts);
-- ``data`` and ``optimization``: the data, optimizer and schedule sections it holds;
+- ``schema``: the whole recipe, its export section and the checks across sections (pure: never
+  looks at the machine; ``zoo.hardware`` checks that when a run starts);
+- the sections it holds: ``data`` (with ``image_data`` and ``stream_data``), ``optimization``
+  (optimizer and schedule), ``trainer``, ``fine_tuning`` (``init``) and ``tracking``;
 - ``capabilities``: what each precision and strategy means in each framework;
 - ``overrides``: ``--set a.b=value``;
 - ``errors``: problems rendered one per line, with field paths and allowed keys;
@@ -20,34 +21,16 @@ from zoo.recipe.capabilities import (
     Strategy,
     normalize_framework,
 )
+from zoo.recipe.data import DigitsData, NpzData, TextClassificationData, TextData
 from zoo.recipe.errors import RecipeError, describe
+from zoo.recipe.fine_tuning import InitConfig
+from zoo.recipe.image_data import Augmentation, ImageFolderData
 from zoo.recipe.loader import load_recipe
+from zoo.recipe.optimization import SGD, Adam, AdamW, Constant, Cosine, OptimizerConfig, ScheduleConfig, Step
 from zoo.recipe.overrides import apply_override
-from zoo.recipe.schema import (
-    SGD,
-    Adam,
-    AdamW,
-    Augmentation,
-    Constant,
-    Cosine,
-    DataConfig,
-    DigitsData,
-    ExportConfig,
-    Framework,
-    ImageFolderData,
-    InitConfig,
-    ModelConfig,
-    NpzData,
-    OptimizerConfig,
-    Recipe,
-    ScheduleConfig,
-    Step,
-    StreamData,
-    TextClassificationData,
-    TextData,
-    TrainerConfig,
-    data_task,
-)
+from zoo.recipe.schema import DataConfig, ExportConfig, ModelConfig, Recipe, data_task
+from zoo.recipe.stream_data import StreamData
+from zoo.recipe.trainer import Framework, TrainerConfig
 
 __all__ = [
     "CAPABILITIES",

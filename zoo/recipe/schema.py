@@ -2,7 +2,9 @@
 recipe reads the recipe (and checks that the files it names exist), never the machine.
 
 Sections: ``model`` (a family config, chosen by ``architecture``, which may also name a
-preset), ``data``, ``optimizer``, ``schedule``, ``trainer``, ``init``, ``export``, ``tracking``.
+preset), ``data``, ``optimizer``, ``schedule``, ``trainer``, ``init``, ``export``, ``tracking``;
+each has its module in this package (``export`` and the model union are here), and this one
+checks what spans sections.
 Unknown keys are errors everywhere, and a combination that cannot work is refused with
 the field, the value and what would, so a recipe never asks for something that is
 silently ignored. What needs the machine (a GPU for float16) is checked when a run
@@ -16,206 +18,29 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BeforeValidator,
-    Field,
-    PositiveInt,
-    model_validator,
-)
+from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, model_validator
 
 from zoo import registry
 from zoo.family import Family
-from zoo.recipe.capabilities import (
-    CAPABILITIES,
-    Accelerator,
-    Precision,
-    Strategy,
-    cpu_problems,
-    normalize_framework,
-)
-from zoo.recipe.data import (  # noqa: F401 (the data section's classes are part of the schema)
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    Augmentation,
+from zoo.recipe.data import (
     DataBase,
-    DataConfig,
     DigitsData,
-    ImageFolderData,
     NpzData,
     Section,
-    StreamData,
     TextClassificationData,
     TextData,
     default_tag,
 )
-from zoo.recipe.optimization import (  # noqa: F401 (part of the schema)
-    SGD,
-    Adam,
-    AdamW,
-    Constant,
-    Cosine,
-    OptimizerConfig,
-    PositiveFloat,
-    ScheduleConfig,
-    Step,
-)
+from zoo.recipe.fine_tuning import InitConfig
+from zoo.recipe.image_data import ImageFolderData
+from zoo.recipe.lora_targets import select
+from zoo.recipe.optimization import Adam, Constant, OptimizerConfig, ScheduleConfig
+from zoo.recipe.stream_data import StreamData
+from zoo.recipe.tracking import TrackingConfig
+from zoo.recipe.trainer import TrainerConfig
 
-Framework = Annotated[Literal["lightning", "keras"], BeforeValidator(normalize_framework)]
 # The longest file or folder name (bytes) the file system takes; 255 on every common one.
 NAME_MAX = 255
-
-SEED_LIMIT = 2**32  # numpy's and torch's seeds are unsigned 32-bit (torch also takes 64, numpy not)
-# Both frameworks tabulate the whole run up front: one learning rate per optimizer step,
-# and (Keras) every epoch's sample order, 8 bytes x samples x epochs. 10,000 epochs of
-# 60,000 samples is 4.8 GB already; 1e9 would ask for terabytes before the first step.
-MAX_EPOCHS = 10_000
-
-
-# --------------------------------------------------------------------------- trainer
-
-
-class TrainerConfig(Section):
-    framework: Framework = Field(
-        "lightning",
-        description="lightning (PyTorch) or keras (TensorFlow); 'torch' means lightning.",
-    )
-    max_epochs: int = Field(
-        10,
-        gt=0,
-        le=MAX_EPOCHS,
-        description=f"Epochs to train (at most {MAX_EPOCHS:,}: both frameworks tabulate the learning "
-        "rate of every step, and Keras every epoch's sample order, before the first step).",
-    )
-    precision: Precision = Field(
-        "32-true",
-        description="Lightning's precision words; on Keras the matching dtype policy "
-        "(float32, float64, mixed_bfloat16, mixed_float16, bfloat16, float16).",
-    )
-    accelerator: Accelerator = Field(
-        "auto", description="auto takes the GPU where there is one; gpu fails at start where there is none."
-    )
-    devices: PositiveInt = Field(1, description="Devices per node; more than one trains data-parallel.")
-    num_nodes: PositiveInt = Field(
-        1, description="Machines (Lightning under torchrun/SLURM; Keras via TF_CONFIG)."
-    )
-    strategy: Strategy = Field(
-        "auto",
-        description="ddp / fsdp (Lightning), mirrored / multi_worker_mirrored (Keras); a data-parallel "
-        "strategy written for one framework runs data-parallel in the other.",
-    )
-    gradient_checkpointing: bool = Field(
-        False,
-        description="Recompute activations block by block in the backward pass (less memory, more time).",
-    )
-    accumulate_grad_batches: PositiveInt = Field(
-        1, description="Average the gradients of this many batches per optimizer step."
-    )
-    gradient_clip_norm: PositiveFloat | None = Field(
-        None,
-        description="Scale the (accumulated) gradients so their global L2 norm is at most this, "
-        "as torch's clip_grad_norm_ (Lightning's gradient_clip_val) does; the same rule in Keras.",
-    )
-    compile: bool = Field(False, description="torch.compile (inductor) / Keras jit_compile (XLA).")
-    seed: int = Field(
-        0,
-        ge=0,
-        lt=SEED_LIMIT,
-        description="Seeds weights init, batch order and dropout; 0 <= seed < 2**32 (numpy's range).",
-    )
-    deterministic: bool = Field(False, description="Ask both frameworks for deterministic kernels.")
-    num_threads: PositiveInt | None = Field(
-        None,
-        description="CPU threads for the framework's kernels; None: the CPUs free when the run starts "
-        "(this process's CPUs less the 1-minute load average, at least 1; $ZOO_NUM_THREADS instead when "
-        "set), recorded in the run's states so that a resume keeps it.",
-    )
-    progress_bar: bool = Field(True, description="Show the framework's progress bar.")
-
-    @property
-    def world_size(self) -> int:
-        return self.devices * self.num_nodes
-
-    @model_validator(mode="after")
-    def _combinations(self):
-        """What the recipe alone decides. Where it leaves the device to ``auto``, the same
-        rules are checked against the machine when a run starts (``zoo.hardware``)."""
-        refused = CAPABILITIES[self.framework].refused
-        if self.strategy in refused:
-            raise ValueError(refused[self.strategy])
-        if self.accelerator == "cpu":
-            problems = cpu_problems(self.precision, self.strategy, "trainer.accelerator is 'cpu'")
-            if problems:
-                raise ValueError(problems[0])
-        return self
-
-    def resolved_strategy(self) -> str:
-        """The strategy in this framework's own words: data-parallel strategies carry over."""
-        return CAPABILITIES[self.framework].resolve_strategy(self.strategy, self.devices, self.num_nodes)
-
-
-class LoraConfig(Section):
-    """Low-rank adapters (LoRA, as PEFT builds them) on the named projections; the base stays frozen.
-
-    Each targeted matrix W (out x in) gets A (rank x in, Kaiming-uniform as PEFT draws it) and B
-    (out x rank, zero): the layer computes W x + scale * B A dropout(x), scale alpha / rank (or
-    alpha / sqrt(rank) with use_rslora). Only A, B (and the biases ``train_bias`` names) train.
-    """
-
-    rank: PositiveInt = Field(8, le=4096, description="The adapters' rank r.")
-    alpha: PositiveFloat = Field(16.0, description="Scaling numerator: scale = alpha / rank.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapters' input (PEFT's).")
-    target: list[str] | None = Field(
-        None,
-        min_length=1,
-        description="Projections to adapt, by weight-table name or its ending (q_proj, attn.q, "
-        "mlp.fc1); default the family's (its attention projections). A fused q/k/v projection "
-        "takes q, k, v separately.",
-    )
-    train_bias: Literal["none", "lora_only", "all"] = Field(
-        "none",
-        description="Biases that train with the adapters: none, those of the adapted projections "
-        "(lora_only), or every bias (all), as PEFT's bias option.",
-    )
-    use_rslora: bool = Field(False, description="Scale by alpha / sqrt(rank) (rank-stabilised LoRA).")
-
-    def scale(self, rank: int | None = None) -> float:
-        rank = rank or self.rank
-        return self.alpha / (rank**0.5 if self.use_rslora else rank)
-
-
-class InitConfig(Section):
-    from_: Path | None = Field(
-        None, alias="from", description="A common checkpoint (from either framework) to start from."
-    )
-    freeze_backbone: bool = Field(
-        False, description="Train only the head (the tensors whose shape follows the data)."
-    )
-    head_lr: PositiveFloat | None = Field(None, description="The head's own learning rate.")
-    reset_head: bool = Field(
-        False, description="Re-initialise the head even where its shape fits (a new task, as many classes)."
-    )
-    lora: LoraConfig | None = Field(
-        None,
-        description="Train low-rank adapters on a frozen base (init.from, or the seed's init) instead "
-        "of every weight; the run saves the adapter alone.",
-    )
-
-    @model_validator(mode="after")
-    def _source(self):
-        if self.from_ is None and (self.freeze_backbone or self.head_lr is not None or self.reset_head):
-            raise ValueError(
-                "init.freeze_backbone, init.head_lr and init.reset_head need init.from "
-                "(a checkpoint to start from)"
-            )
-        if self.lora is not None and (self.freeze_backbone or self.head_lr is not None or self.reset_head):
-            raise ValueError(
-                "init.lora trains adapters on a frozen base; it does not combine with "
-                "init.freeze_backbone, init.head_lr or init.reset_head"
-            )
-        if self.from_ is not None and not self.from_.is_file():
-            raise ValueError(f"init.from {str(self.from_)!r} is not a file; give a .safetensors checkpoint")
-        return self
 
 
 def run_name_problem(name: str) -> str | None:
@@ -302,42 +127,6 @@ class ExportConfig(Section):
     )
 
 
-# -------------------------------------------------------------------------- tracking
-
-
-def _mlflow_switch(value: Any) -> Any:
-    """``mlflow: true`` is short for ``mlflow: {enabled: true}``."""
-    return {"enabled": value} if isinstance(value, bool) else value
-
-
-class MlflowConfig(Section):
-    """An MLflow run per training run: the resolved recipe as params, the per-epoch metrics, the
-    test metrics and the exported checkpoint as an artifact. Needs ``pip install 'zoo[mlflow]'``."""
-
-    enabled: bool = Field(False, description="Log the run to MLflow too (off by default).")
-    tracking_uri: str | None = Field(
-        None,
-        description="Any MLflow tracking URI (sqlite:///..., http://..., databricks); default "
-        "sqlite:///<export.dir>/mlflow.db, with artifacts under <export.dir>/mlartifacts.",
-    )
-    experiment: str | None = Field(None, description="MLflow experiment name; default the recipe's name.")
-
-
-class TrackingConfig(Section):
-    """Where a run's curves go besides ``metrics.csv`` (which is always written)."""
-
-    tensorboard: bool = Field(
-        True,
-        description="TensorBoard event files under <run folder>/tb, one tag vocabulary in both frameworks.",
-    )
-    log_every_n_steps: PositiveInt = Field(
-        50,
-        description="Per-step scalars (loss, learning rate, gradient norm, samples/s) every N optimizer "
-        "steps; each costs a device sync, so a small model's step notices a low N.",
-    )
-    mlflow: Annotated[MlflowConfig, BeforeValidator(_mlflow_switch)] = Field(default_factory=MlflowConfig)
-
-
 # ---------------------------------------------------------------------------- recipe
 
 
@@ -364,6 +153,12 @@ def _model_union():
 
 
 ModelConfig = _model_union()
+# The data section: one of the sources, chosen by ``name`` (digits where it is left out).
+DataConfig = Annotated[
+    Union[DigitsData, NpzData, TextData, TextClassificationData, ImageFolderData, StreamData],  # noqa: UP007
+    Field(discriminator="name"),
+    default_tag("digits"),
+]
 
 
 # How families name the rows of their position table (the longest sequence they read).
@@ -430,8 +225,6 @@ class Recipe(Section):
     def _lora_targets(self):
         """Every ``init.lora.target`` must name a projection of this model (zoo.recipe.lora_targets)."""
         if self.init.lora is not None:
-            from zoo.recipe.lora_targets import select
-
             family = registry.get_family(self.model.architecture)
             select(family, self.model, self.init.lora.target)
         return self

@@ -2,9 +2,10 @@
 
 The pieces live by what they are for: :mod:`zoo.runs.launch` (which process writes, launcher
 variables), :mod:`zoo.runs.folder` (creating, locking, resuming a folder),
-:mod:`zoo.runs.metrics` (``metrics.csv``), :mod:`zoo.runs.stops` (a run that stops early),
+:mod:`zoo.runs.stops` (a run that stops early),
 :mod:`zoo.runs.signals` (SIGTERM, Ctrl-C), :mod:`zoo.runs.growth` (a loss that grew instead of falling)
-and :mod:`zoo.runs.listing` (finding runs again for ``zoo runs``). Their public names are all here.
+and :mod:`zoo.runs.listing` (finding runs again for ``zoo runs``). Their public names are all here;
+``metrics.csv`` itself is :mod:`zoo.metrics_file`'s, below the data package that names its metrics.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from zoo.runs.listing import (
     read_run,
     resolve_run,
 )
-from zoo.runs.metrics import TASK_METRICS, MetricsLog, metric_columns, read_metrics
 from zoo.runs.stops import (
     Interrupted,
     NonFiniteLoss,
@@ -37,8 +37,8 @@ from zoo.runs.stops import (
 
 __all__ = [
     "BEST", "LAUNCH_VARIABLES", "RANK_VARIABLES", "RECORDED_RECIPE", "RUN_FILES", "STATUSES",
-    "TASK_METRICS", "Interrupted", "MetricsLog", "NonFiniteLoss", "NonFiniteWeights", "RunDir",
-    "RunFolderGone", "RunInfo", "Terminated", "TrainingStopped", "best_metric", "check_launch",
-    "check_run_folder", "find_runs", "is_primary_process", "is_run_folder", "metric_columns", "next_commands",
-    "prepare_resume", "read_metrics", "read_run", "record_stop", "resolve_run",
+    "Interrupted", "NonFiniteLoss", "NonFiniteWeights", "RunDir", "RunFolderGone", "RunInfo",
+    "Terminated", "TrainingStopped", "best_metric", "check_launch", "check_run_folder", "find_runs",
+    "is_primary_process", "is_run_folder", "next_commands", "prepare_resume", "read_run",
+    "record_stop", "resolve_run",
 ]  # fmt: skip

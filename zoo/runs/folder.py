@@ -3,18 +3,24 @@ recipe recorded at the start, its summary at the end, and checked before a resum
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import re
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zoo.backend import backend_of_state
+from zoo.checkpoint.state import step_of
 from zoo.hardware import SetupError
 from zoo.limits import read_json
-from zoo.runs.metrics import MetricsLog
+from zoo.metrics_file import MetricsLog
+from zoo.recipe.schema import anchored_paths, run_name_problem
+from zoo.tracking import finish_mlflow
 
 log = logging.getLogger("zoo")
 
@@ -29,8 +35,6 @@ class RunDir:
         component (the recipe schema's rule, zoo.recipe.schema.run_name_problem): a run never
         lands outside ``export.dir``. Two runs started in the same second each get their own
         folder: ``mkdir`` is the claim, not an ``exists`` check."""
-        from zoo.recipe.schema import run_name_problem
-
         problem = run_name_problem(name)
         if problem:
             raise SetupError(problem)
@@ -55,9 +59,6 @@ class RunDir:
         ``.lock``, so a second ``zoo resume`` (or a resume while the run still trains) is refused
         instead of appending a second copy of every epoch. The kernel drops the lock when the
         holder dies, however it dies; re-claiming in the same process is a no-op."""
-        import fcntl
-        import socket
-
         key = str(self.path.resolve())
         if key in HELD_LOCKS:
             return
@@ -86,8 +87,6 @@ class RunDir:
         recorded = self.path / RECORDED_RECIPE
         if not recorded.is_file():
             return None
-        from zoo.recipe.schema import anchored_paths
-
         fix = "it is the run's record of its starting recipe, damaged: delete it to resume without the check"
         found = read_json(recorded, error=SetupError, fix=fix)
         # A run recorded before recipes kept absolute paths: its relative ones, as zoo reads them now.
@@ -135,8 +134,6 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any]) -> None:
         """The run's end record: ``status`` (``finished`` unless said otherwise) and what it
         reached. A run that logs to MLflow closes its MLflow run here, checkpoint included."""
-        from zoo.tracking import finish_mlflow
-
         summary = {"status": "finished", **summary}
         self.summary.write_text(json.dumps(summary, indent=2) + "\n")
         finish_mlflow(self.path, summary)
@@ -163,9 +160,6 @@ def prepare_resume(run: RunDir, state_file: Path, recipe: dict[str, Any], force:
     the run is this process's alone, the state reads, the recipe is the one the states came
     from (or ``force``), a diverged run is not replayed into its divergence, and
     ``metrics.csv`` keeps no epoch the state has not reached (it is trained again)."""
-    from zoo.backend import backend_of_state
-    from zoo.checkpoint.state import step_of
-
     run.claim()
     backend_of_state(state_file).check_state(state_file)
     changes = run.recipe_changes(recipe)

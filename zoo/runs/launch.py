@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 from zoo.hardware import SetupError
 from zoo.limits import json_kind, parse_json
@@ -133,8 +134,6 @@ def free_ports(count: int) -> list[int]:
     """``count`` distinct TCP ports free on this machine now: a one-machine cluster's
     ``MASTER_PORT`` or TF_CONFIG addresses (the tests' and benchmarks' launches). All are
     held open together, so no two are the same; another program may still take one after."""
-    import socket
-
     sockets = [socket.socket() for _ in range(count)]
     try:
         for s in sockets:

@@ -5,16 +5,21 @@ further."""
 from __future__ import annotations
 
 import csv
+import fcntl
 import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from zoo.checkpoint.state import latest_state
 from zoo.hardware import SetupError
 from zoo.limits import read_json, require_regular_file
+from zoo.metrics_file import read_metrics
+from zoo.recipe.overrides import read_yaml
 from zoo.runs.folder import HELD_LOCKS, RECORDED_RECIPE
-from zoo.runs.metrics import read_metrics
 
 RUN_FILES = ("recipe.yaml", RECORDED_RECIPE, "summary.json", "metrics.csv", "state")
 BEST = {"loss": min, "bpc": min, "bpt": min, "accuracy": max}  # which way each validation metric improves
@@ -73,10 +78,6 @@ def find_runs(root: Path) -> list[RunInfo]:
 def read_run(path: Path) -> RunInfo:
     """One run folder as it is on disk. Nothing in a damaged folder raises: what cannot be
     read is named in ``problems`` and the run is listed as damaged."""
-    import yaml
-
-    from zoo.recipe.overrides import read_yaml
-
     problems: list[str] = []
     recipe: dict[str, Any] = {}
     try:
@@ -151,8 +152,6 @@ def _status(path: Path, summary: dict[str, Any], checkpoint: Path, problems: lis
 
 def _held(path: Path) -> bool:
     """Whether a live process holds the run folder's lock (a run training right now)."""
-    import fcntl
-
     lock = path / ".lock"
     if not lock.is_file() or str(path.resolve()) in HELD_LOCKS:
         return False
@@ -209,8 +208,6 @@ def next_commands(info: RunInfo) -> dict[str, str]:
     checkpoint (a LoRA run's adapter: merged into its base first), plot it, open its TensorBoard;
     only those that apply to its state. Paths are absolute and quoted for a shell, so each
     command works from any directory (the run's recipe keeps absolute data paths too)."""
-    from zoo.checkpoint.state import latest_state
-
     run = Path(os.path.abspath(info.path))
     recipe, q = run / "recipe.yaml", _quoted
     framework = f" --framework {info.framework}" if info.framework else ""

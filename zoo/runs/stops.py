@@ -8,7 +8,10 @@ import os
 import signal
 from pathlib import Path
 
+from zoo.checkpoint.state import latest_state, step_of
+from zoo.data.stream import unreadable_batch
 from zoo.runs.folder import HELD_LOCKS, RunDir
+from zoo.tracking import finish_mlflow
 
 log = logging.getLogger("zoo")
 
@@ -108,8 +111,6 @@ def record_stop(run: RunDir | None, error: BaseException) -> None:
     stopped by a signal (SIGTERM, Ctrl-C) is marked ``interrupted``, with the state it resumes
     from. A run whose folder is gone writes nothing.
     """
-    from zoo.checkpoint.state import latest_state, step_of
-
     if run is None or isinstance(error, RunFolderGone):
         return
     last = latest_state(run.path)
@@ -140,11 +141,8 @@ def record_stop(run: RunDir | None, error: BaseException) -> None:
             log.warning(f"{run.summary} could not be written ({failure.strerror})")
         log.error(f"the run stopped on {said}; {kept}")
         return
-    from zoo.tracking import finish_mlflow
-
     finish_mlflow(run.path, {"status": "interrupted"})  # an MLflow run says KILLED; resume reopens it
     if last is not None:
-        from zoo.data.stream import unreadable_batch  # a shard changed under the run, say
-
+        # a shard that changed under the run is named as such
         cause = "a batch its data could not give" if unreadable_batch(error) else type(error).__name__
         log.error(f"the run stopped ({cause}); {kept}")

@@ -1,5 +1,7 @@
 """``metrics.csv``: one row per epoch, the same columns in both frameworks, so a Lightning and
-a Keras run of one recipe read (and plot) alike."""
+a Keras run of one recipe read (and plot) alike. It imports nothing of zoo and sits outside
+``zoo.runs``, so the data package (which names a task's metrics) and the trackers (which read the
+file) import it without running the run-folder package above them."""
 
 from __future__ import annotations
 
