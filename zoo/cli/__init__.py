@@ -26,6 +26,7 @@ from zoo.cli.output import script_output
 from zoo.cli.run_commands import plot, runs
 from zoo.cli.tokenizer_commands import tokenizer
 from zoo.cli.training import finetune, resume, train
+from zoo.native_logs import quiet_native_logs
 
 __all__ = ["EXIT_FAILED", "EXIT_USAGE", "main", "script_output", "user_errors"]
 
@@ -39,8 +40,6 @@ COMMANDS = (
 @click.version_option(package_name="zoo")
 def main() -> None:
     """Train, fine-tune and compare architectures in PyTorch/Lightning and Keras 3."""
-    from zoo.native_logs import quiet_native_logs
-
     quiet_native_logs()  # before any command imports TensorFlow: its C++ logging stays off stderr
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("zoo: %(message)s"))

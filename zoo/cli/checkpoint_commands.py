@@ -8,11 +8,14 @@ from pathlib import Path
 
 import click
 
+from zoo.api import evaluate as run_evaluation
+from zoo.api import inspect_checkpoint
 from zoo.cli.errors import user_errors
 from zoo.cli.numbers import FiniteFloatRange
 from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output, table
 from zoo.limits import MAX_BATCH_SIZE, MAX_SAMPLE_LENGTH, MAX_TOP_K
 from zoo.recipe.trainer import SEED_LIMIT
+from zoo.sample import sample_tokens
 
 
 @click.command()
@@ -21,8 +24,6 @@ from zoo.recipe.trainer import SEED_LIMIT
 @user_errors
 def inspect(checkpoint: Path, as_json: bool, quiet: bool) -> None:
     """A checkpoint's (or a LoRA adapter's, or a run folder's) metadata and tensor table."""
-    from zoo.api import inspect_checkpoint
-
     info = inspect_checkpoint(checkpoint)
     if as_json:
         emit_json(info)
@@ -61,8 +62,6 @@ def evaluate(
     as_json: bool,
 ) -> None:  # fmt: skip
     """Metrics of a checkpoint on a recipe's test split, in either framework."""
-    from zoo.api import evaluate as run_evaluation
-
     with script_output(quiet, as_json):
         metrics = run_evaluation(checkpoint, recipe, framework or "lightning", overrides)
     if as_json:
@@ -97,8 +96,6 @@ def sample(
 
     The text is the output in every mode but --json, which adds the token ids and why generation
     stopped ("stop": "eos" or "length")."""
-    from zoo.sample import sample_tokens
-
     framework = framework or "lightning"
     with script_output(quiet, as_json):
         done = sample_tokens(

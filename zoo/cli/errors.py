@@ -20,6 +20,16 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from zoo import registry
+from zoo.checkpoint.file import CheckpointError, NonFiniteTensors
+from zoo.data import DataError
+from zoo.hardware import SetupError
+from zoo.limits import special_file_problem
+from zoo.nn.errors import input_error
+from zoo.recipe import RecipeError
+from zoo.runs import TrainingStopped
+from zoo.sample import PromptError
+
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 
@@ -31,14 +41,6 @@ def user_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from zoo import registry
-        from zoo.checkpoint.file import CheckpointError, NonFiniteTensors
-        from zoo.data import DataError
-        from zoo.hardware import SetupError
-        from zoo.recipe import RecipeError
-        from zoo.runs import TrainingStopped
-        from zoo.sample import PromptError
-
         fixable = (
             SetupError, RecipeError, DataError, CheckpointError, registry.UnknownArchitectureError,
             PromptError,
@@ -55,8 +57,6 @@ def user_errors(fn: F) -> F:
         except OSError as error:  # a path that cannot be written or read, a full disk
             fail(*os_error(error))
         except Exception as error:
-            from zoo.nn.errors import input_error
-
             found = input_error(error)  # a graph assertion carrying a zoo input check's message
             if found is None:
                 raise
@@ -71,8 +71,6 @@ def refuse_special_files(values: list[Any]) -> None:
     here, once for all commands, rather than in each reader. Inputs named in other ways (a
     predict glob, a recipe's data files, a folder's contents) meet the same check,
     :func:`zoo.limits.require_regular_file`, where they are opened."""
-    from zoo.limits import special_file_problem
-
     for value in values:
         for path in value if isinstance(value, tuple | list) else (value,):
             problem = special_file_problem(path) if isinstance(path, Path) else None

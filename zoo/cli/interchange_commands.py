@@ -10,7 +10,16 @@ import click
 
 from zoo.cli.errors import user_errors
 from zoo.cli.output import FRAMEWORKS, emit_json, for_scripts, script_output
+from zoo.deploy import FORMATS, export_model
+from zoo.interchange import InterchangeError
+from zoo.interchange.adapters import export_adapter, import_adapter
+from zoo.interchange.adapters import merge as merge_adapter
+from zoo.interchange.exporting import export_checkpoint, export_writes
+from zoo.interchange.importing import import_checkpoint
+from zoo.interchange.inputs import adapter_of, inputs_of
 from zoo.limits import MAX_HEADS
+from zoo.loading import checkpoint_file
+from zoo.overwrite import refuse_inputs_as_outputs
 
 
 @click.command("import")
@@ -41,13 +50,9 @@ def import_(
     LoRA folder (with --base) -> a zoo adapter.
 
     --quiet prints the checkpoint's path."""
-    from zoo.interchange import import_checkpoint
-
     if (src / "adapter_config.json").is_file() or base is not None:
         if base is None:
             raise click.UsageError(f"{src} is a PEFT adapter: give its base with --base CHECKPOINT")
-        from zoo.interchange import import_adapter
-
         with script_output(quiet, as_json):
             path = import_adapter(src, base, out, overwrite=overwrite)
         if as_json:
@@ -106,13 +111,9 @@ def export(
     bit for bit); a LoRA adapter -> PEFT's files (--format peft).
 
     --quiet prints the path written."""
-    from zoo.deploy import FORMATS, export_model
-
     if base_out is not None and format_ != "peft":
         raise click.UsageError(f"--base-out goes with --format peft, not {format_!r}")
     if format_ == "peft":
-        from zoo.interchange import export_adapter
-
         with script_output(quiet, as_json):
             path = export_adapter(checkpoint, out, base_out=base_out, overwrite=overwrite)
         if as_json:
@@ -120,10 +121,6 @@ def export(
         else:
             click.echo(str(path) if quiet else f"{path}: PEFT LoRA adapter (adapter_model.safetensors)")
         return
-
-    from zoo.interchange import InterchangeError, export_checkpoint, export_writes, inputs_of
-    from zoo.loading import checkpoint_file
-    from zoo.overwrite import refuse_inputs_as_outputs
 
     # An adapter (or its run folder) is exported merged onto its base: neither may be replaced. A
     # deployment replaces --out whole (a SavedModel folder), a weight layout its files.
@@ -178,9 +175,6 @@ def merge(adapter: Path, out: Path, base: Path | None, overwrite: bool, as_json:
     """A LoRA adapter folded into its base (W + scale * B A): a full checkpoint, no adapter needed.
 
     --quiet prints the path written."""
-    from zoo.interchange import adapter_of
-    from zoo.interchange import merge as merge_adapter
-
     with script_output(quiet, as_json):
         path = merge_adapter(adapter_of(adapter), out, base, overwrite=overwrite)
     if as_json:

@@ -10,6 +10,10 @@ import click
 
 from zoo.cli.errors import user_errors
 from zoo.cli.output import FRAMEWORKS, dir_option, duration, emit_json, for_scripts, table
+from zoo.overwrite import refuse_inputs_as_outputs
+from zoo.plot import PlotError, plot_runs
+from zoo.recipe import normalize_framework
+from zoo.runs import RunDir, find_runs, next_commands, read_run, resolve_run
 from zoo.runs.listing import STATUSES
 
 
@@ -33,9 +37,6 @@ def runs(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from zoo.recipe import normalize_framework
-    from zoo.runs import find_runs
-
     found = find_runs(root)
     if framework:
         found = [r for r in found if r.framework == normalize_framework(framework)]
@@ -72,8 +73,6 @@ def runs(
 def runs_show(run: str, root: Path, as_json: bool, quiet: bool) -> None:
     """One run: its resolved recipe, its metrics and the commands that resume, evaluate, sample
     or fine-tune it. --quiet prints its status (finished, interrupted, diverged, running, damaged)."""
-    from zoo.runs import RunDir, next_commands, read_run, resolve_run
-
     info = read_run(resolve_run(run, root))
     if quiet:
         click.echo(info.status)
@@ -131,10 +130,6 @@ def plot(
     recipe overlay epoch for epoch). RUN is a run folder, or a run's name under --dir.
 
     --quiet prints the PNG's path."""
-    from zoo.overwrite import refuse_inputs_as_outputs
-    from zoo.plot import PlotError, plot_runs
-    from zoo.runs import resolve_run
-
     folders = [resolve_run(run, root) for run in run_dirs]
     files = [f for folder in folders for f in Path(folder).rglob("*") if f.is_file()]  # metrics.csv, ...
     refuse_inputs_as_outputs([out], files, PlotError, option="-o")

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import click
 
+from zoo.checkpoint_tokenizer import tokenizer_of
 from zoo.cli.errors import user_errors
 from zoo.cli.output import emit_json, for_scripts, script_output
+from zoo.data import DataError
+from zoo.data.text import embedded_corpus, read_file
 from zoo.limits import MAX_MIN_FREQUENCY, MAX_VOCAB_SIZE
-from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS
+from zoo.overwrite import refuse_inputs_as_outputs
+from zoo.tokenizer import DEFAULT_SPECIAL_TOKENS, TOKENIZER_FILE, load_tokenizer, train_bpe, write_atomically
 
 log = logging.getLogger("zoo")
 
@@ -50,10 +54,6 @@ def train(
     files; none: Python's own documentation (pydoc_data.topics, offline). A vocabulary smaller
     than --vocab-size (the text has no more pairs to merge) is said. --quiet prints the
     tokenizer.json path."""
-    from zoo.data import DataError
-    from zoo.overwrite import refuse_inputs_as_outputs
-    from zoo.tokenizer import train_bpe, write_atomically
-
     with script_output(quiet, as_json):
         target = tokenizer_target(out)
         refuse_inputs_as_outputs([target], text_files(files), DataError, option="-o")
@@ -93,9 +93,6 @@ def tokenizer_target(out: str) -> Path:
     """The file ``-o`` names: ``tokenizer.json`` inside a folder (one that exists, or a path
     ending in '/', created), else the path itself, which ends in .json: zoo (and Hugging Face's
     ``tokenizers``) read a tokenizer file by that suffix, so anything else would not read back."""
-    from zoo.data import DataError
-    from zoo.tokenizer import TOKENIZER_FILE
-
     path = Path(out)
     if out.endswith(("/", os.sep)) or path.is_dir():
         return path / TOKENIZER_FILE
@@ -115,9 +112,6 @@ def tokenizer_target(out: str) -> Path:
 def encode(tokenizer_path: Path, text: str, as_json: bool, quiet: bool) -> None:
     """Print the ids and tokens TOKENIZER (a file, a folder or a checkpoint) gives TEXT.
     --quiet prints the ids only."""
-    from zoo.checkpoint_tokenizer import tokenizer_of
-    from zoo.tokenizer import load_tokenizer
-
     if tokenizer_path.suffix == ".safetensors":
         found = tokenizer_of(tokenizer_path)
     else:
@@ -134,8 +128,6 @@ def encode(tokenizer_path: Path, text: str, as_json: bool, quiet: bool) -> None:
 
 def read_texts(files: tuple[Path, ...]) -> Iterator[str]:
     """The text of each file, of each .txt file under each folder; the embedded docs if none."""
-    from zoo.data.text import embedded_corpus, read_file
-
     if not files:
         yield embedded_corpus()
         return
@@ -145,8 +137,6 @@ def read_texts(files: tuple[Path, ...]) -> Iterator[str]:
 
 def text_files(files: tuple[Path, ...]) -> list[Path]:
     """Each file, and each .txt file under each folder."""
-    from zoo.data import DataError
-
     found = []
     for path in files:
         inside = sorted(p for p in path.rglob("*.txt") if p.is_file()) if path.is_dir() else [path]

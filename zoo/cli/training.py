@@ -13,10 +13,13 @@ from pathlib import Path
 
 import click
 
+from zoo.api import resume as resume_run
+from zoo.api import train as run_training
 from zoo.cli.errors import fail, user_errors
 from zoo.cli.numbers import FiniteFloatRange
 from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_option, script_output
 from zoo.recipe import load_recipe
+from zoo.runs import Interrupted, is_primary_process
 
 NO_BAR = ["trainer.progress_bar=false"]
 
@@ -66,16 +69,12 @@ def finetune(
 def resume(run_dir: Path, force: bool, quiet: bool, as_json: bool) -> None:
     """Continue an interrupted run from its newest saved state. A finished run is said to be
     finished and left as it is (--json: already_finished true)."""
-    from zoo.api import resume as resume_run
-
     with stopped_by_ctrl_c(), script_output(quiet, as_json):
         result = resume_run(run_dir, force=force)
     report(result, quiet, as_json, {"already_finished": result.already_finished})
 
 
 def _train(resolved, framework: str | None, quiet: bool, as_json: bool) -> None:
-    from zoo.api import train as run_training
-
     with stopped_by_ctrl_c(), script_output(quiet, as_json):
         result = run_training(resolved, framework)
     report(result, quiet, as_json)
@@ -89,16 +88,12 @@ def stopped_by_ctrl_c() -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        from zoo.runs import Interrupted
-
         fail(f"training stopped: {Interrupted()}", Interrupted.exit_status)
 
 
 def report(result, quiet: bool = False, as_json: bool = False, extra: dict | None = None) -> None:
     """A finished run: ``--json`` {run_dir, checkpoint, framework, metrics, ``extra``...};
     ``--quiet`` the checkpoint's path; else the test metrics, the time and where everything is."""
-    from zoo.runs import is_primary_process
-
     if not is_primary_process():
         return  # the other ranks of a data-parallel run: rank 0 reports
     metrics = result.metrics
