@@ -32,7 +32,8 @@ from architectures.bert.formats import from_hf, to_hf
 from zoo import registry
 from zoo.checkpoint.foreign import ForeignLayoutError
 from zoo.checkpoint.metadata import read_checkpoint
-from zoo.checkpoint.tables import count_parameters, keras_layer, tensor_specs, tensors_to_keras
+from zoo.checkpoint.keras_variables import tensors_to_keras
+from zoo.checkpoint.tables import count_parameters, keras_layer, tensor_specs
 from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
 from zoo.nn.errors import InputError

@@ -10,8 +10,9 @@ import pytest
 from safetensors.numpy import save_file
 
 import zoo
-from zoo.checkpoint.file import CheckpointError, write_safetensors
+from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import FORMAT, read_checkpoint
+from zoo.checkpoint.writer import write_safetensors
 
 
 @pytest.fixture(scope="module")

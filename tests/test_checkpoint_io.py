@@ -22,7 +22,8 @@ from zoo import registry
 from zoo.backend import load_checkpoint
 from zoo.checkpoint.aligned import contiguous
 from zoo.checkpoint.file import read_aligned
-from zoo.checkpoint.tables import keras_layer, tensors_to_keras
+from zoo.checkpoint.keras_variables import tensors_to_keras
+from zoo.checkpoint.tables import keras_layer
 from zoo.checkpoint.tensors import model_tensors
 from zoo.nn.keras import skeleton as keras_skeleton
 
@@ -156,7 +157,7 @@ def test_contiguous_is_an_exact_aligned_copy(shape):
 
 
 def test_read_aligned_reads_what_safetensors_reads(tmp_path):
-    from zoo.checkpoint.file import write_safetensors
+    from zoo.checkpoint.writer import write_safetensors
 
     tensors = {
         "a": np.arange(7, dtype=np.float32),
@@ -172,7 +173,7 @@ def test_read_aligned_reads_what_safetensors_reads(tmp_path):
 
 @pytest.mark.parametrize("preadv", [True, False], ids=["preadv", "readinto"])
 def test_read_aligned_reads_more_tensors_than_one_call_takes(tmp_path, monkeypatch, preadv):
-    from zoo.checkpoint.file import write_safetensors
+    from zoo.checkpoint.writer import write_safetensors
 
     if not preadv:
         monkeypatch.delattr("os.preadv", raising=False)
@@ -183,7 +184,8 @@ def test_read_aligned_reads_more_tensors_than_one_call_takes(tmp_path, monkeypat
 
 
 def test_read_aligned_refuses_a_file_cut_short_after_its_check(tmp_path):
-    from zoo.checkpoint.file import CheckpointError, write_safetensors
+    from zoo.checkpoint.file import CheckpointError
+    from zoo.checkpoint.writer import write_safetensors
 
     path = write_safetensors(tmp_path / "t.safetensors", {"a": np.ones((100, 100), np.float32)}, {})
     data = path.read_bytes()
@@ -212,7 +214,8 @@ def test_spares_recycle_only_tensors_no_variable_keeps():
     without: transposes land in the memory of tensors already used up, never in one that a
     later port still reads ("a.weight", read again by the last port) or a variable adopts
     ("b", of the same size), and no two values share memory."""
-    from zoo.checkpoint.tables import Port, Spares, TensorSpec, _root, dense, keras_arrays, port_arrays
+    from zoo.checkpoint.keras_variables import Spares, _root, keras_arrays, port_arrays
+    from zoo.checkpoint.tables import Port, TensorSpec, dense
 
     def port(name: str, shape: tuple[int, ...], to_keras) -> Port:
         return Port((TensorSpec(name, shape, "float32", True),), name, ("v",), to_keras, to_keras)

@@ -348,7 +348,7 @@ def test_merge_of_an_adapter_with_damaged_metadata_is_refused(change, words, zoo
 def test_the_adapted_twins_weight_table_holds_embedding_and_bias_adapters(case, zoo_side):
     """zoo compare reads the twins through the table ports() builds: each adapter tensor of the
     torch twin (A, B, B's bias; an embedding's) is one the Keras twin holds, equal."""
-    from zoo.checkpoint.tables import keras_to_tensors
+    from zoo.checkpoint.keras_variables import keras_to_tensors
     from zoo.checkpoint.tensors import model_tensors
     from zoo.lora import load_adapter, read_adapter
     from zoo.lora.adapter import TORCH_PREFIX, ports

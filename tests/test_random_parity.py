@@ -61,7 +61,8 @@ from random_configs import (
 )
 
 from zoo import registry
-from zoo.checkpoint.tables import keras_layer, keras_to_tensors, tensor_specs
+from zoo.checkpoint.keras_variables import keras_to_tensors
+from zoo.checkpoint.tables import keras_layer, tensor_specs
 from zoo.checkpoint.tensors import load_tensors
 from zoo.family import ArchitectureConfig, Family
 from zoo.keras.data import keras_layout

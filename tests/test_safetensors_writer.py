@@ -26,9 +26,10 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 import zoo
-from zoo.checkpoint import file as safetensors_io
-from zoo.checkpoint.file import SAFETENSORS_DTYPES, NonFiniteTensors, TensorStream, write_safetensors
+from zoo.checkpoint import writer as safetensors_io
+from zoo.checkpoint.file import SAFETENSORS_DTYPES, NonFiniteTensors
 from zoo.checkpoint.tensors import model_tensors
+from zoo.checkpoint.writer import TensorStream, write_safetensors
 
 ONE_KEY = {"format": "pt"}
 METADATA = {"zeta": "1", "alpha": 'quote " backslash \\ tab \t newline \n', "bell": "\x07", "é": "ünï 💾"}
@@ -242,8 +243,8 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         import numpy as np
-        from zoo.checkpoint import file as safetensors_io
-        from zoo.checkpoint.file import write_safetensors
+        from zoo.checkpoint import writer as safetensors_io
+        from zoo.checkpoint.writer import write_safetensors
         pwrite, calls = os.pwrite, []
         def dying(descriptor, data, offset):
             calls.append(offset)

@@ -380,7 +380,7 @@ def test_grad_checkpointing_gives_the_same_gradients(framework):
 
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
 def test_shared_mlp_twins_agree(activation):
-    from zoo.checkpoint.tables import tensors_to_keras
+    from zoo.checkpoint.keras_variables import tensors_to_keras
     from zoo.nn.keras import Mlp as KerasMlp
     from zoo.nn.ports import mlp
     from zoo.nn.torch import Mlp as TorchMlp

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.metadata
 import json
 import re
 import time
@@ -20,23 +21,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
+from pydantic import ValidationError
+from safetensors import safe_open
+from safetensors.numpy import load_file
 
 from zoo import registry
 from zoo.checkpoint.file import (
     LOW_PRECISION,
     SAFETENSORS_DTYPES,
     CheckpointError,
-    TensorStream,
     as_float32,
     check_finite,
     read_aligned,
     read_header,
     refuse_pickles,
     some,
-    write_safetensors,
 )
 from zoo.checkpoint.tables import tensor_specs
+from zoo.checkpoint.writer import TensorStream, write_safetensors
 from zoo.family import ArchitectureConfig, Family
 from zoo.limits import parse_json, require_regular_file
 from zoo.preprocessing import NewerPreprocessing, Preprocessing, PreprocessingError, parse_preprocessing
@@ -83,8 +87,6 @@ class Checkpoint:
 
     def tensors(self) -> dict[str, np.ndarray]:
         """Every tensor, as stored (float32 or the export dtype), checked finite."""
-        from safetensors.numpy import load_file
-
         tensors = load_file(self.path)
         check_finite(self.path, tensors)
         return tensors
@@ -154,8 +156,6 @@ def _export_dtype(dtype: str) -> Any:
     if dtype == "float32":
         return None
     if dtype == "bfloat16":
-        import ml_dtypes
-
         return ml_dtypes.bfloat16
     return np.dtype(dtype)
 
@@ -164,12 +164,10 @@ def _export_dtype(dtype: str) -> Any:
 def _versions(packages: tuple[str, ...]) -> str:
     """The libraries that made the file (zoo's own, and the writing backend's; none for an
     import), as JSON. Read once per process: the package metadata lookups take 10 ms a save."""
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {}
     for name in ["zoo", "safetensors", "numpy", *packages]:
-        with contextlib.suppress(PackageNotFoundError):
-            found[name] = version(name)
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[name] = importlib.metadata.version(name)
     return json.dumps(found)
 
 
@@ -179,48 +177,9 @@ def _versions(packages: tuple[str, ...]) -> str:
 def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkpoint:
     """Open and check a checkpoint: marker, architecture, config, every name, shape, dtype."""
     path = Path(path)
-    require_regular_file(path, CheckpointError)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such file")
-    refuse_pickles(path)
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="np") as handle:
-            metadata = handle.metadata() or {}
-            found = {n: _describe_slice(handle.get_slice(n)) for n in handle.keys()}  # noqa: SIM118
-    except Exception as error:  # safetensors raises its own error type or OSError
-        raise CheckpointError(
-            f"{path}: not a readable safetensors file ({error}); it may be truncated or of "
-            "another format. zoo checkpoints are the model.safetensors files that `zoo train` exports."
-        ) from None
-    read_header(path)  # a tensor named twice, which safetensors reads as one of the two
-    if metadata.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{path}: a safetensors file, but not a zoo checkpoint (its metadata has no "
-            f"format={FORMAT!r}); zoo needs the architecture and config that zoo writes there"
-        )
-    version = metadata.get("format_version", "0")
-    if not re.fullmatch("[0-9]{1,9}", version):  # str.isdigit() is true of "²", int() fails on it
-        raise CheckpointError(
-            f"{path}: format_version {version!r:.24} is not a number zoo writes (1 to 9 digits 0-9); "
-            "the file is damaged"
-        )
-    if int(version) > FORMAT_VERSION:
-        raise CheckpointError(
-            f"{path}: checkpoint format version {metadata['format_version']} is newer than this "
-            f"zoo reads ({FORMAT_VERSION}); upgrade zoo"
-        )
-    name = metadata.get("architecture", "")
-    try:
-        family = registry.get_family(name)
-    except registry.UnknownArchitectureError as error:
-        raise CheckpointError(f"{path}: {error}") from None
-    if architecture is not None and registry.get_family(architecture).name != family.name:
-        raise CheckpointError(
-            f"{path}: is a {family.name!r} checkpoint, but a {registry.get_family(architecture).name!r} "
-            "model was asked for"
-        )
+    metadata, found = _opened(path)
+    _check_format(path, metadata)
+    family = _family(path, metadata, architecture)
     config = _config(path, family, metadata)
     for key in (
         "task_info",
@@ -245,12 +204,65 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
     return Checkpoint(path, metadata, family, config)
 
 
+def _opened(path: Path) -> tuple[dict[str, str], dict[str, tuple[tuple[int, ...], str]]]:
+    """A safetensors file's metadata and its tensors' shapes and dtypes, read without the
+    tensors: a FIFO, a missing file, a pickle, a file safetensors cannot open and a header
+    naming a tensor twice are each refused in one line."""
+    require_regular_file(path, CheckpointError)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such file")
+    refuse_pickles(path)
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            metadata = handle.metadata() or {}
+            found = {n: _describe_slice(handle.get_slice(n)) for n in handle.keys()}  # noqa: SIM118
+    except Exception as error:  # safetensors raises its own error type or OSError
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({error}); it may be truncated or of "
+            "another format. zoo checkpoints are the model.safetensors files that `zoo train` exports."
+        ) from None
+    read_header(path)  # a tensor named twice, which safetensors reads as one of the two
+    return metadata, found
+
+
+def _check_format(path: Path, metadata: dict[str, str]) -> None:
+    """zoo's marker, and a format version this zoo reads."""
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path}: a safetensors file, but not a zoo checkpoint (its metadata has no "
+            f"format={FORMAT!r}); zoo needs the architecture and config that zoo writes there"
+        )
+    version = metadata.get("format_version", "0")
+    if not re.fullmatch("[0-9]{1,9}", version):  # str.isdigit() is true of "²", int() fails on it
+        raise CheckpointError(
+            f"{path}: format_version {version!r:.24} is not a number zoo writes (1 to 9 digits 0-9); "
+            "the file is damaged"
+        )
+    if int(version) > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {metadata['format_version']} is newer than this "
+            f"zoo reads ({FORMAT_VERSION}); upgrade zoo"
+        )
+
+
+def _family(path: Path, metadata: dict[str, str], architecture: str | None) -> Family:
+    """The family the ``architecture`` metadata names, which must be the one asked for, if any."""
+    try:
+        family = registry.get_family(metadata.get("architecture", ""))
+    except registry.UnknownArchitectureError as error:
+        raise CheckpointError(f"{path}: {error}") from None
+    if architecture is not None and registry.get_family(architecture).name != family.name:
+        raise CheckpointError(
+            f"{path}: is a {family.name!r} checkpoint, but a {registry.get_family(architecture).name!r} "
+            "model was asked for"
+        )
+    return family
+
+
 def _config(path: Path, family: Family, metadata: dict[str, str]) -> ArchitectureConfig:
     """The ``config`` metadata as the config of the family the ``architecture`` metadata names,
     refused in one line naming the metadata field: a config of another family (the two fields
     disagree), or a field that does not validate (the first few, with pydantic's words)."""
-    from pydantic import ValidationError
-
     source = f"{path}: its config metadata"
     raw = parse_json(metadata.get("config", "{}"), source, error=CheckpointError, fix="the file is damaged")
     stated = raw.get("architecture")

@@ -16,6 +16,10 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
+from zoo.checkpoint.file import CheckpointError
+
 STATE_DIR = "state"
 PATTERN = re.compile(r"step-(\d{9})\.(ckpt|safetensors)$")
 
@@ -82,8 +86,6 @@ def check_state(path: Path, state_problem: Callable[[Path], str | None]) -> None
     tampered file is named in zoo's words, never as torch's unpickling traceback (whose advice,
     ``weights_only=False``, would run whatever code the file carries). ``state_problem`` is the
     writing backend's reader (:meth:`zoo.backend.Backend.check_state` passes its own)."""
-    from zoo.checkpoint.file import CheckpointError
-
     path = Path(path)
     older = [p for p in states(path.parent.parent) if p != path]
     fix = (
@@ -115,6 +117,4 @@ def _checksum_problem(path: Path) -> str | None:
 
 def batch_seed(seed: int, epoch: int, batch: int) -> int:
     """The RNG seed of one training batch: dropout depends on where it is, not on history."""
-    import numpy as np
-
     return int(np.random.SeedSequence([seed, epoch, batch]).generate_state(1)[0])

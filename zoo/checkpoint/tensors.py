@@ -16,22 +16,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from zoo import registry
-from zoo.checkpoint.file import (
-    IO_THREADS,
-    TensorStream,
-    as_float32,
-    check_finite,
-    finite,
-    read_aligned,
-    refuse_nonfinite,
-)
-from zoo.checkpoint.tables import (
+from zoo.checkpoint.file import as_float32, check_finite, finite, read_aligned, refuse_nonfinite
+from zoo.checkpoint.keras_variables import (
+    Spares,
     keras_arrays,
     keras_tensor_stream,
     keras_to_tensors,
-    tensor_specs,
+    port_arrays,
     tensors_to_keras,
 )
+from zoo.checkpoint.tables import keras_layer, tensor_specs
+from zoo.checkpoint.writer import IO_THREADS, TensorStream
 
 if TYPE_CHECKING:
     from zoo.checkpoint.metadata import Checkpoint
@@ -59,7 +54,7 @@ def tensors_to_save(model: Any) -> dict[str, np.ndarray] | TensorStream:
     """A zoo twin's weights as canonical tensors for a save to write at once, copied nowhere
     that the writer need not copy: views of the weights' memory where the layout and dtype
     are already canonical. A Keras twin's come as a stream, read port by port while the
-    writer writes (``zoo.checkpoint.tables.keras_tensor_stream``)."""
+    writer writes (``zoo.checkpoint.keras_variables.keras_tensor_stream``)."""
     if framework_of(model) == "keras":
         return keras_tensor_stream(model, _weight_table(model))
     return _torch_arrays(model, snapshot=False)
@@ -109,14 +104,13 @@ def load_keras(checkpoint: Checkpoint):
 
     Each tensor is read into aligned memory of its own, which its variable adopts with no
     copy where the layout is shared, and one cache-blocked transpose where it is not (into
-    the memory of a tensor already transposed: ``zoo.checkpoint.tables.Spares``). The file is read,
+    the memory of a tensor already transposed: ``zoo.checkpoint.keras_variables.Spares``). The file is read,
     checked finite and transposed on the other threads while this one builds the twin (the
     read is one system call: the build is Python and holds the GIL, which a read call per
     tensor would wait for each time). Where the build leaves a variable or a random draw that
     the checkpoint does not overwrite, the twin is built the ordinary way.
     """
-    from zoo.checkpoint.tables import Spares, keras_layer
-    from zoo.nn.keras import skeleton as keras_skeleton
+    from zoo.nn.keras import skeleton as keras_skeleton  # zoo.nn.keras's __init__ imports Keras
 
     family, config = checkpoint.family, checkpoint.config
     table = family.weight_table(config)
@@ -152,8 +146,6 @@ def load_keras(checkpoint: Checkpoint):
 def _keras_port(port, tensors: dict[str, np.ndarray], spares) -> tuple[list[np.ndarray], list[str]]:
     """A load's work on one port: its tensors' finite check, then its Keras values (checked
     first: the values may go into memory that held those tensors)."""
-    from zoo.checkpoint.tables import port_arrays
-
     bad = [s.name for s in port.tensors if not finite(tensors[s.name])]
     return port_arrays(port, tensors, spares), bad
 

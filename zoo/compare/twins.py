@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from zoo import registry
-from zoo.checkpoint.tables import Port, keras_layer, tensors_to_keras
+from zoo.checkpoint.keras_variables import tensors_to_keras
+from zoo.checkpoint.tables import Port, keras_layer
 from zoo.data import Dataset, load_dataset
 from zoo.family import ArchitectureConfig, Family
 from zoo.precision import PRECISIONS
@@ -172,7 +173,7 @@ class Twins:
     def keras_state(self) -> dict[str, np.ndarray]:
         """The Keras twin's variables in the canonical layout, floating ones in float64.
 
-        Unlike ``zoo.checkpoint.tables.keras_to_tensors`` nothing is rounded to the checkpoint's
+        Unlike ``zoo.checkpoint.keras_variables.keras_to_tensors`` nothing is rounded to the checkpoint's
         float32, so a float64 run is compared at float64 resolution.
         """
         return dict(self.keras_tensors())
