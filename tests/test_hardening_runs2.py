@@ -28,7 +28,8 @@ from test_plugin_family import write_plugin
 
 from zoo import registry
 from zoo.checkpoint.state import latest_state, step_of
-from zoo.runs import next_commands, read_metrics, read_run
+from zoo.metrics_file import read_metrics
+from zoo.runs import next_commands, read_run
 from zoo.runs.growth import GROWTH_LIMIT, LOSS_FLOOR, loss_explosion
 
 # 1,257 training digits in batches of 128: 10 batches an epoch, 20 in the run.

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 import zoo
+from zoo.metrics_file import read_metrics
 from zoo.recipe import load_recipe
-from zoo.runs import RunDir, read_metrics
+from zoo.runs import RunDir
 from zoo.tracking import STEP_TAGS, column_tag, open_tracker, read_tensorboard
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
