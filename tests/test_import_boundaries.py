@@ -51,7 +51,7 @@ LAYERS = (
     ("zoo.tracking", "zoo.runs", "zoo.lora"),
     ("zoo.lightning", "zoo.keras"),
     ("zoo.plan", "zoo.api", "zoo.interchange", "zoo.sample", "zoo.plot", "zoo.deploy", "zoo.loading",
-     "zoo.inference"),
+     "zoo.inference", "zoo.predict_inputs", "zoo.predict_outputs"),
     ("zoo.compare",),
     ("zoo.cli", "zoo"),
 )  # fmt: skip

@@ -17,7 +17,7 @@ from zoo.checkpoint.metadata import read_checkpoint
 from zoo.cli import main
 from zoo.data import load_dataset
 from zoo.data.preprocessing import DIGITS, fine_tune_data
-from zoo.inference import PredictError
+from zoo.predict_inputs import PredictError
 from zoo.preprocessing import ImagePreprocessing, Preprocessing, parse_preprocessing
 from zoo.recipe.image_data import ImageFolderData
 from zoo.recipe.schema import Recipe

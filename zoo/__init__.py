@@ -24,7 +24,7 @@ _API = {
     "train": "zoo.api",
     "load": "zoo.loading",
     "predict": "zoo.inference",
-    "Prediction": "zoo.inference",
+    "Prediction": "zoo.predict_outputs",
     "Predicted": "zoo.inference",
     "import_checkpoint": "zoo.interchange",
     "export_checkpoint": "zoo.interchange",
