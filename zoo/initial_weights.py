@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from zoo.checkpoint.tensors import model_tensors
 from zoo.family import ArchitectureConfig, Family
 
 
@@ -28,13 +29,11 @@ def seeded_torch_model(family: Family, config: ArchitectureConfig, seed: int) ->
 
 def initial_tensors(family: Family, config: ArchitectureConfig, seed: int) -> dict[str, np.ndarray]:
     """The canonical tensors a run of ``config`` starts from, in either framework."""
-    from zoo.checkpoint.tensors import model_tensors
-
     return model_tensors(seeded_torch_model(family, config, seed))
 
 
 def seeded_keras_model(family: Family, config: ArchitectureConfig, seed: int) -> Any:
     """The Keras twin holding exactly the tensors :func:`seeded_torch_model` draws."""
-    from zoo.nn.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras  # zoo.nn.keras's __init__ imports Keras
 
     return build_keras(family, config, "32-true", initial_tensors(family, config, seed))

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zoo import peak_memory, registry
+import zoo.data  # load_dataset looked up at each call, where tests count a plan's loads
+from zoo import finetune, peak_memory, registry
 from zoo.backend import StepPlan, framework_name
+from zoo.checkpoint_tokenizer import saved_tokenizer
+from zoo.data import DataError
 from zoo.hardware import check_trainer
 from zoo.recipe import Recipe, load_recipe
 from zoo.runs import RunDir, check_launch, is_primary_process
@@ -93,9 +96,7 @@ def plan_run(
 
 
 def _fresh_start(recipe: Recipe, family: Family) -> tuple[Dataset, ArchitectureConfig, None]:
-    from zoo.data import load_dataset
-
-    dataset = load_dataset(recipe.data, family.input_kind)
+    dataset = zoo.data.load_dataset(recipe.data, family.input_kind)
     return dataset, recipe.model.bind(dataset.info), None
 
 
@@ -106,9 +107,6 @@ def fine_tune_start(
     the checkpoint's model reads it (its tokenizer's ids, not the recipe's), the checkpoint's
     config bound to that data, and the checkpoint's label names where its head carries over as
     it is (``zoo compare`` of a fine-tune starts here too)."""
-    from zoo import finetune
-    from zoo.checkpoint_tokenizer import saved_tokenizer
-    from zoo.data import load_dataset
     from zoo.data.preprocessing import fine_tune_data, of_checkpoint
 
     checkpoint, base = finetune.base_config(recipe, family)
@@ -119,7 +117,7 @@ def fine_tune_start(
     tokenizer = saved_tokenizer(checkpoint)
     if tokenizer is not None and getattr(recipe.data, "tokenizer", None) not in (None, "char"):
         log.info(f"tokenizing with the tokenizer of {recipe.init.from_}, not data.tokenizer")
-    dataset = load_dataset(recipe.data, family.input_kind, tokenizer=tokenizer, extend_vocab=True)
+    dataset = zoo.data.load_dataset(recipe.data, family.input_kind, tokenizer=tokenizer, extend_vocab=True)
     model_vocab = getattr(checkpoint.config, "vocab_size", None)
     if tokenizer is not None and model_vocab and dataset.info.get("vocab_size", 0) <= model_vocab:
         # The checkpoint's ids, in a table that may be larger than its tokenizer (rows past its
@@ -148,8 +146,6 @@ def _preprocessing(
 
 def check_context(config: ArchitectureConfig, dataset: Dataset) -> None:
     """Padded text wider than the model's positions would fail at the first batch; say so now."""
-    from zoo.data import DataError
-
     context = config.context_length()
     if context is None or not dataset.train.has_text_inputs:
         return

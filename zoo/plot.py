@@ -13,6 +13,7 @@ from pathlib import Path
 
 from zoo.hardware import SetupError
 from zoo.metrics_file import read_metrics
+from zoo.runs import read_run
 
 PANEL_ORDER = ("loss", "accuracy", "bpc", "bpt")
 LOSS_PANELS = ("loss", "bpc", "bpt")  # the panels --log-loss draws on a log scale (bits: loss / ln 2)
@@ -76,8 +77,6 @@ def _changes(values: list[float | None] | None) -> bool:
 
 def label(run: Path) -> str:
     """A run's legend entry: its folder name, and its framework where the name lacks it."""
-    from zoo.runs import read_run
-
     framework = read_run(run).framework
     return run.name if not framework or framework in run.name else f"{run.name} ({framework})"
 

@@ -26,8 +26,12 @@ import numpy as np
 from zoo.backend import load_checkpoint
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import read_checkpoint
+from zoo.checkpoint.tensors import framework_of
+from zoo.checkpoint_tokenizer import saved_tokenizer
 from zoo.limits import MAX_SAMPLE_LENGTH
+from zoo.loading import checkpoint_file
 from zoo.recipe.trainer import SEED_LIMIT
+from zoo.tokenizer import TOKENIZER_FILE, TokenizerError
 
 UNBOUNDED_WINDOW = 256  # tokens re-read per step by a model of unbounded context (a recurrent net)
 
@@ -136,10 +140,6 @@ def sample_tokens(
     ignore_eos: bool = False,
 ) -> Sampled:
     """:func:`sample`, with the token ids read and generated and why it stopped."""
-    from zoo.checkpoint_tokenizer import saved_tokenizer
-    from zoo.loading import checkpoint_file
-    from zoo.tokenizer import TOKENIZER_FILE, TokenizerError
-
     check_length(length)  # before the model is read
     given, path = path, checkpoint_file(path)  # a run folder's, an adapter merged onto its base, an import
     checkpoint = read_checkpoint(path)
@@ -270,8 +270,6 @@ class _Runner:
     """One twin's logits as numpy, through its cache where it has one."""
 
     def __init__(self, model: Any):
-        from zoo.checkpoint.tensors import framework_of
-
         self.model = model
         self.keras = framework_of(model) == "keras"
         self.cached = callable(getattr(model, "decode", None))
