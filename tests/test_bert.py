@@ -31,11 +31,13 @@ import zoo
 from architectures.bert.formats import from_hf, to_hf
 from zoo import registry
 from zoo.checkpoint.foreign import ForeignLayoutError
-from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.keras_variables import tensors_to_keras
+from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tables import count_parameters, keras_layer, tensor_specs
 from zoo.checkpoint.tensors import load_tensors, model_tensors
-from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.foreign_files import read_foreign
+from zoo.interchange.importing import import_checkpoint
 from zoo.nn.errors import InputError
 from zoo.preprocessing import Preprocessing
 

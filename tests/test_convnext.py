@@ -7,7 +7,7 @@ torchvision's ConvNeXt at micro shape (depths [1, 1, 2, 1], widths [16, 32, 64, 
 (``num_classes=0``) micro one, seeded, with every tensor randomised (the layer scale at 0.5..1.5:
 at its initial 1e-6 every block would hide behind its shortcut), written the library's way
 (``torch.save``; timm's ``save_for_hf``), with their outputs on a batch of 2. Those files go
-through ``zoo import`` (:func:`zoo.interchange.import_checkpoint`) into zoo checkpoints that each
+through ``zoo import`` (:func:`zoo.interchange.importing.import_checkpoint`) into zoo checkpoints that each
 twin loads.
 
 Tolerance: relative error in the max norm, ``max |zoo - reference| / max |reference|`` over the
@@ -32,7 +32,9 @@ import zoo
 from architectures.convnext.formats import torchvision_names
 from zoo import registry
 from zoo.checkpoint.tensors import load_tensors, model_tensors
-from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.foreign_files import read_foreign
+from zoo.interchange.importing import import_checkpoint
 from zoo.keras.data import keras_layout
 from zoo.nn.errors import InputError
 

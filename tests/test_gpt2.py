@@ -35,7 +35,8 @@ from zoo import registry
 from zoo.checkpoint.foreign import ForeignLayoutError
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tensors import load_tensors, model_tensors
-from zoo.interchange import export_checkpoint, import_checkpoint
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.importing import import_checkpoint
 from zoo.nn.errors import InputError
 from zoo.sample import Sampling, generate
 

@@ -37,7 +37,9 @@ from zoo.checkpoint.file import CheckpointError, parse_header
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.cli import main
-from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.foreign_files import read_foreign
+from zoo.interchange.importing import import_checkpoint
 
 
 def zoo_cli(*args: str) -> tuple[int, str]:

@@ -21,7 +21,8 @@ from zoo.checkpoint.metadata import read_checkpoint
 from zoo.cli import main
 from zoo.data import DataError, load_dataset
 from zoo.hardware import DDP_TIMEOUT_MAX_S, SetupError, check_trainer, ddp_timeout_s
-from zoo.interchange import InterchangeError, import_checkpoint
+from zoo.interchange import InterchangeError
+from zoo.interchange.importing import import_checkpoint
 from zoo.limits import (
     MAX_DEPTH,
     MAX_JSON_BYTES,

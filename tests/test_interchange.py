@@ -21,7 +21,9 @@ from zoo.checkpoint.foreign import ForeignFormat, renamed
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tables import tensor_specs
 from zoo.cli import main
-from zoo.interchange import InterchangeError, export_checkpoint, import_checkpoint
+from zoo.interchange import InterchangeError
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.importing import import_checkpoint
 
 PREFIX = "net."
 

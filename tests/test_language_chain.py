@@ -21,7 +21,9 @@ from conftest import relative_error
 
 import zoo
 from zoo.checkpoint_tokenizer import tokenizer_of
-from zoo.interchange import InterchangeError, export_checkpoint, import_checkpoint
+from zoo.interchange import InterchangeError
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.importing import import_checkpoint
 from zoo.tokenizer import CharTokenizer
 
 TEXT = "def train(recipe, framework):\n    return zoo.train(recipe, framework)\n" * 80

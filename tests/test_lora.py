@@ -27,7 +27,7 @@ from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
 from zoo.checkpoint.state import states
 from zoo.cli import main
 from zoo.initial_weights import initial_tensors as seeded
-from zoo.interchange import export_checkpoint
+from zoo.interchange.exporting import export_checkpoint
 from zoo.lora import (
     Adapter,
     base_digest,

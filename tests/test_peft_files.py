@@ -26,7 +26,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from zoo.cli import main
-from zoo.interchange import import_checkpoint
+from zoo.interchange.importing import import_checkpoint
 
 PEFT = 1e-5  # relative to the largest |logit| of PEFT's: float32 against float32
 CASES = (

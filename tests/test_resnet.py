@@ -4,7 +4,7 @@ The oracle is ``tests/reference/torchvision_resnet.py``, run once in the referen
 torchvision's resnet18 and resnet50 (10 classes) with every BatchNorm tensor randomised, written
 as ``.pth``, ``.safetensors`` and timm's own directory (``model.safetensors`` + ``config.json``), with
 both libraries' logits on a 2 x 3 x 64 x 64 batch. Those files go through ``zoo import``
-(:func:`zoo.interchange.import_checkpoint`) into zoo checkpoints that each twin loads.
+(:func:`zoo.interchange.importing.import_checkpoint`) into zoo checkpoints that each twin loads.
 
 Tolerance: relative error in the max norm, ``max |zoo - reference| / max |reference|`` over the
 whole logits array, at most 1e-4, in eval mode and in train mode (batch statistics). Measured:
@@ -30,7 +30,9 @@ from conftest import forward_keras, forward_torch, relative_error, twins
 import zoo
 from zoo import registry
 from zoo.checkpoint.tensors import load_tensors, model_tensors
-from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.foreign_files import read_foreign
+from zoo.interchange.importing import import_checkpoint
 from zoo.keras.data import keras_layout
 
 REFERENCE = 1e-4  # relative, max norm: zoo's twins against torchvision / timm

@@ -21,7 +21,10 @@ from zoo import registry
 from zoo.checkpoint.foreign import ForeignLayoutError
 from zoo.checkpoint.tables import tensor_specs
 from zoo.checkpoint.tensors import model_tensors
-from zoo.interchange import InterchangeError, export_checkpoint, import_checkpoint, read_foreign
+from zoo.interchange import InterchangeError
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.foreign_files import read_foreign
+from zoo.interchange.importing import import_checkpoint
 
 FAMILY = registry.get_family("resnet")
 

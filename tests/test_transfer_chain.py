@@ -16,7 +16,9 @@ import reference_env
 from conftest import FRAMEWORKS
 
 import zoo
-from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.foreign_files import read_foreign
+from zoo.interchange.importing import import_checkpoint
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "resnet18-digits32-5to9-few.yaml"
 

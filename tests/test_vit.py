@@ -5,7 +5,7 @@ The oracle is ``tests/reference/timm_vit.py``, run once in the reference environ
 2 blocks at 3 x 48 x 48 (10 classes), seeded, with every tensor its initialisation leaves trivial
 randomised, written by timm's own ``save_for_hf`` (``model.safetensors`` + ``config.json``), with its
 logits and final-norm tokens. Those files go through the ``timm`` format directly and through
-``zoo import`` (:func:`zoo.interchange.import_checkpoint`, from the weights file alone and from the
+``zoo import`` (:func:`zoo.interchange.importing.import_checkpoint`, from the weights file alone and from the
 directory) into zoo checkpoints that each twin loads.
 
 Tolerance: relative error in the max norm, ``max |zoo - timm| / max |timm|`` over the whole
@@ -37,7 +37,9 @@ from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tables import tensor_specs
 from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.finetune import adapted_tensors
-from zoo.interchange import export_checkpoint, import_checkpoint, read_foreign
+from zoo.interchange.exporting import export_checkpoint
+from zoo.interchange.foreign_files import read_foreign
+from zoo.interchange.importing import import_checkpoint
 from zoo.keras.data import keras_layout
 from zoo.nn.errors import InputError
 from zoo.preprocessing import ImagePreprocessing, Preprocessing

@@ -215,7 +215,7 @@ def load_checkpoint(path, framework: str = "lightning", architecture: str | None
         from zoo.loading import describe_directory
 
         raise CheckpointError(f"{path}: a folder, not a checkpoint file: {describe_directory(Path(path))}")
-    from zoo.interchange import is_adapter_file
+    from zoo.interchange.inputs import is_adapter_file
     from zoo.loading import merged
 
     if is_adapter_file(Path(path)):  # a LoRA adapter: the model is its base with it merged in
@@ -302,7 +302,7 @@ def inspect_checkpoint(path) -> dict[str, Any]:
     """Metadata (JSON fields decoded) and the tensor table of a checkpoint. The metadata comes in
     the order it is written (keys zoo does not write after, alphabetically), the same every time."""
     from zoo.checkpoint.metadata import METADATA_ORDER, read_checkpoint
-    from zoo.interchange import adapter_of, is_adapter_file
+    from zoo.interchange.inputs import adapter_of, is_adapter_file
 
     path = adapter_of(Path(path))  # a LoRA run folder: its adapter
     if is_adapter_file(path):  # the adapter's own metadata and tensors (A, B, trained biases)

@@ -12,7 +12,7 @@ What it takes, tried in this order:
   base's paths, sizes and modification times, as the import cache's does);
 - a foreign directory or file (a transformers or timm folder with its ``config.json``, a
   torchvision / timm state dict ``.pth``/``.pt``/``.bin``/``.safetensors``): imported on the fly
-  by :func:`zoo.interchange.import_checkpoint`, with every check of ``zoo import``, into
+  by :func:`zoo.interchange.importing.import_checkpoint`, with every check of ``zoo import``, into
   ``$ZOO_CACHE/imported/<key>/`` (default ``~/.cache/zoo``). The key is a hash of the source's
   resolved path and the size and modification time of every file the import reads, so an
   edited source is imported again and an unchanged one is read from the cache. Nothing is
@@ -129,7 +129,7 @@ def _file(path: Path) -> Located:
             f"{path}: not a checkpoint zoo reads: a zoo checkpoint (.safetensors), a run folder, a "
             f"transformers or timm folder, or a state dict ({', '.join(FOREIGN_SUFFIXES)})"
         )
-    from zoo.interchange import is_adapter_file
+    from zoo.interchange.inputs import is_adapter_file
 
     if path.suffix == ".safetensors" and is_adapter_file(path):
         return Located(checkpoint=merged(path), adapter=path)
@@ -182,7 +182,7 @@ def checkpoint_file(path_or_name: str | Path) -> Path:
 
 
 def _foreign_directory(path: Path) -> bool:
-    from zoo.interchange import WEIGHT_FILES
+    from zoo.interchange.foreign_files import WEIGHT_FILES
 
     return any((path / name).is_file() for name in (*WEIGHT_FILES, "model.safetensors.index.json"))
 
@@ -257,7 +257,8 @@ def merged(adapter: Path) -> Path:
     """The full checkpoint of a LoRA adapter on its base, merged once into the cache (as
     ``zoo merge`` writes it, the base checked by its sha256, the tokenizer beside it), renamed
     into place when whole, as :func:`imported` does."""
-    from zoo.interchange import adapter_base, inputs_of, merge
+    from zoo.interchange.adapters import merge
+    from zoo.interchange.inputs import adapter_base, inputs_of
 
     base = adapter_base(adapter)
     if base is not None and not base.is_file():
@@ -281,7 +282,8 @@ def imported(src: Path) -> Path:
     """The zoo checkpoint of a foreign source, imported once into the cache (see the module's
     docstring for the key). The import writes into a folder of its own, renamed into place when
     whole: two processes importing the same source each finish, and one folder stays."""
-    from zoo.interchange import import_checkpoint, import_inputs
+    from zoo.interchange.importing import import_checkpoint
+    from zoo.interchange.inputs import import_inputs
 
     digest = hashlib.sha256(str(src.resolve()).encode())
     for read in import_inputs(src):
