@@ -17,15 +17,26 @@ from typing import Any
 
 import numpy as np
 
+import zoo.checkpoint.metadata  # read_checkpoint looked up at each call, where tests count the reads
 from zoo import peak_memory, registry
 from zoo.backend import backend_for, framework_name
-from zoo.checkpoint.file import NonFiniteTensors
+from zoo.backend import load_checkpoint as load_twin
+from zoo.backend import save_checkpoint as save_twin
+from zoo.checkpoint.file import CheckpointError, NonFiniteTensors
+from zoo.checkpoint.metadata import METADATA_ORDER
 from zoo.checkpoint.state import latest_state
 from zoo.checkpoint_tokenizer import saved_tokenizer
+from zoo.data import load_dataset
+from zoo.interchange.inputs import adapter_of, is_adapter_file
 from zoo.limits import parse_json
+from zoo.loading import checkpoint_file, describe_directory, merged, warn_random_weights
+from zoo.lora import read_adapter, save_adapter
+from zoo.metrics_file import read_metrics
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
-from zoo.runs import RunDir, record_stop, signals
+from zoo.recipe.capabilities import PRECISIONS
+from zoo.runs import RunDir, check_run_folder, prepare_resume, read_run, record_stop, signals
+from zoo.runs.growth import loss_explosion
 
 log = logging.getLogger("zoo")
 
@@ -47,8 +58,6 @@ def create_model(name: str, framework: str = "lightning", seed: int | None = Non
     backend = backend_for(framework)
     model = backend.build(registry.get_family(name), registry.resolve_config(name, **config), seed)
     if seed is None:
-        from zoo.loading import warn_random_weights
-
         warn_random_weights(f"zoo.create_model({name!r})", name)
     return model
 
@@ -96,19 +105,12 @@ def execute(plan: RunPlan) -> TrainResult:
 
 
 def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
-    from zoo.backend import save_checkpoint
-    from zoo.metrics_file import read_metrics
-    from zoo.runs import check_run_folder
-    from zoo.runs.growth import loss_explosion
-
     model, metrics = backend_for(plan.framework).fit(plan)
     run, recipe, config = plan.run, plan.recipe, plan.config
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         return TrainResult(plan.folder, plan.folder / "model.safetensors", metrics, plan.framework)
     check_run_folder(run.path)  # a folder deleted under the run is not recreated to hold its checkpoint
     if recipe.init.lora is not None:  # the adapter alone, naming its base
-        from zoo.lora import save_adapter
-
         base = (
             {"path": str(recipe.init.from_.resolve())} if recipe.init.from_ else {"seed": recipe.trainer.seed}
         )
@@ -117,7 +119,7 @@ def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
             recipe=recipe.to_dict(), metrics=metrics, vocab=plan.dataset.vocab,
         )  # fmt: skip
     else:
-        checkpoint = save_checkpoint(
+        checkpoint = save_twin(
             model,
             run.checkpoint,
             recipe=recipe.to_dict(),
@@ -150,9 +152,6 @@ def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
     no file of its folder is written (its lock included), unless its recipe.yaml was edited
     since (a higher ``trainer.max_epochs``), which ``force`` continues.
     """
-    from zoo.checkpoint.file import CheckpointError
-    from zoo.runs import prepare_resume
-
     run = RunDir(Path(run_dir))
     if not run.recipe.is_file():
         raise CheckpointError(f"{run_dir}: not a zoo run folder (no recipe.yaml)")
@@ -172,9 +171,6 @@ def _finished(run: RunDir, recipe: Recipe) -> TrainResult | None:
     """The result of a run that already finished with the recipe it has now, read from its
     folder (zoo.runs.read_run: a summary with metrics, its checkpoint, no process holding it);
     None for a run there is something to resume in."""
-    from zoo.metrics_file import read_metrics
-    from zoo.runs import read_run
-
     info = read_run(run.path)
     if info.status != "finished" or run.recipe_changes(recipe.to_dict()):
         return None
@@ -199,28 +195,19 @@ def _finished(run: RunDir, recipe: Recipe) -> TrainResult | None:
 def save_checkpoint(model, path, **kwargs) -> Path:
     """Write a twin (a torch module or a Keras model zoo built) as the common checkpoint, which
     either framework loads; ``kwargs`` as :func:`zoo.backend.save_checkpoint` (metrics, recipe)."""
-    from zoo.backend import save_checkpoint as save
-
-    return save(model, path, **kwargs)
+    return save_twin(model, path, **kwargs)
 
 
 def load_checkpoint(path, framework: str = "lightning", architecture: str | None = None):
     """The twin of ``framework`` holding a checkpoint file's weights (``architecture``, a family
     or preset name, is what the file must hold). A folder is refused, saying what it holds and
     what to call instead: :func:`zoo.load` takes run folders and foreign folders."""
-    from zoo.backend import load_checkpoint as load
-
     if Path(path).is_dir():
-        from zoo.checkpoint.file import CheckpointError
-        from zoo.loading import describe_directory
-
         raise CheckpointError(f"{path}: a folder, not a checkpoint file: {describe_directory(Path(path))}")
-    from zoo.interchange.inputs import is_adapter_file
-    from zoo.loading import merged
 
     if is_adapter_file(Path(path)):  # a LoRA adapter: the model is its base with it merged in
         path = merged(Path(path))
-    return load(path, framework_name(framework), architecture)
+    return load_twin(path, framework_name(framework), architecture)
 
 
 def evaluate(
@@ -231,15 +218,11 @@ def evaluate(
 ) -> dict[str, float]:
     """Metrics of a checkpoint on the test split of a recipe's data, in either framework, on
     the recipe's accelerator and in its precision."""
-    from zoo.checkpoint.file import CheckpointError
-    from zoo.checkpoint.metadata import read_checkpoint
-    from zoo.data import load_dataset
-    from zoo.loading import checkpoint_file
-
     framework = framework_name(framework)
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides)
-    found = read_checkpoint(checkpoint_file(checkpoint))  # a LoRA adapter merged onto its base too
+    # a LoRA adapter merged onto its base too
+    found = zoo.checkpoint.metadata.read_checkpoint(checkpoint_file(checkpoint))
     dataset = load_dataset(recipe.data, found.family.input_kind, tokenizer=saved_tokenizer(found))
     task = found.config.active_task
     if task != dataset.task:
@@ -267,8 +250,6 @@ def refuse_nonfinite_metrics(found, metrics: dict[str, float], test, precision: 
     """Raise :class:`NonFiniteMetrics` where a metric is NaN or infinite, saying what overflowed:
     the test inputs, where they are not finite themselves, else the model's outputs in the
     precision it ran in, with the weights that are largest (each one finite)."""
-    from zoo.recipe.capabilities import PRECISIONS
-
     bad = [
         f"{name.replace('_', ' ', 1)} is {value}"
         for name, value in metrics.items()
@@ -301,22 +282,15 @@ def refuse_nonfinite_metrics(found, metrics: dict[str, float], test, precision: 
 def inspect_checkpoint(path) -> dict[str, Any]:
     """Metadata (JSON fields decoded) and the tensor table of a checkpoint. The metadata comes in
     the order it is written (keys zoo does not write after, alphabetically), the same every time."""
-    from zoo.checkpoint.metadata import METADATA_ORDER, read_checkpoint
-    from zoo.interchange.inputs import adapter_of, is_adapter_file
-
     path = adapter_of(Path(path))  # a LoRA run folder: its adapter
     if is_adapter_file(path):  # the adapter's own metadata and tensors (A, B, trained biases)
-        from zoo.lora import read_adapter
-
         adapter = read_adapter(path)
         raw, tensors = adapter.metadata, adapter.tensors
         table = [(name, tuple(value.shape), str(value.dtype)) for name, value in sorted(tensors.items())]
     else:
         if Path(path).is_dir():
-            from zoo.loading import checkpoint_file
-
             path = checkpoint_file(path)  # a run folder's checkpoint, a foreign folder imported
-        checkpoint = read_checkpoint(path)
+        checkpoint = zoo.checkpoint.metadata.read_checkpoint(path)
         raw = checkpoint.metadata
         ports = checkpoint.family.weight_table(checkpoint.config)
         table = [(s.name, s.shape, s.dtype) for port in ports for s in port.tensors]

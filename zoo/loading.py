@@ -34,13 +34,22 @@ import hashlib
 import logging
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
+
 from zoo import registry
+from zoo.backend import backend_for, framework_name, load_checkpoint
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import FORMAT
+from zoo.interchange.adapters import merge
+from zoo.interchange.foreign_files import WEIGHT_FILES
+from zoo.interchange.importing import import_checkpoint
+from zoo.interchange.inputs import adapter_base, import_inputs, inputs_of, is_adapter_file
+from zoo.limits import read_json, require_regular_file
 
 log = logging.getLogger("zoo")
 
@@ -64,8 +73,6 @@ def load(path_or_name: str | Path, framework: str = "lightning", *, seed: int | 
     transformers / timm / torchvision directory or file (imported on the fly), or a family,
     preset or alias name (fresh weights; ``config`` fields override the preset's). See the
     module's docstring for the order and the import cache."""
-    from zoo.backend import backend_for, framework_name, load_checkpoint
-
     framework = framework_name(framework)
     found = locate(path_or_name)
     if found.checkpoint is not None:
@@ -90,8 +97,6 @@ def warn_random_weights(call: str, name: str) -> None:
     """Say, in one line, that a name gives random weights: ``gpt2`` or ``bert-base-uncased`` read
     as a download of pretrained weights to a transformers or timm user, and zoo downloads nothing.
     A ``seed`` asks for the initialisation explicitly, and is not warned about."""
-    import warnings
-
     warnings.warn(
         f"{call}: zoo's {name!r} with random weights: nothing is downloaded (zoo fetches no weights); "
         "for trained ones give a checkpoint, a run folder or a transformers / timm folder; pass seed=N "
@@ -104,8 +109,6 @@ def warn_random_weights(call: str, name: str) -> None:
 def locate(path_or_name: str | Path) -> Located:
     """What :func:`load` would load: a checkpoint file (importing a foreign source into the
     cache first) or a family / preset name."""
-    from zoo.limits import require_regular_file
-
     path = Path(path_or_name)
     require_regular_file(path, CheckpointError)  # a FIFO or device: refused, never opened
     if path.is_file():
@@ -129,7 +132,6 @@ def _file(path: Path) -> Located:
             f"{path}: not a checkpoint zoo reads: a zoo checkpoint (.safetensors), a run folder, a "
             f"transformers or timm folder, or a state dict ({', '.join(FOREIGN_SUFFIXES)})"
         )
-    from zoo.interchange.inputs import is_adapter_file
 
     if path.suffix == ".safetensors" and is_adapter_file(path):
         return Located(checkpoint=merged(path), adapter=path)
@@ -159,8 +161,6 @@ def _directory(path: Path) -> Located:
 def is_zoo_checkpoint(path: Path) -> bool:
     """Whether a safetensors file carries zoo's marker (any other file, or one that does not
     open, is not: :func:`zoo.checkpoint.metadata.read_checkpoint` says why when it is read)."""
-    from safetensors import safe_open
-
     try:
         with safe_open(str(path), framework="np") as handle:
             return (handle.metadata() or {}).get("format") == FORMAT
@@ -182,8 +182,6 @@ def checkpoint_file(path_or_name: str | Path) -> Path:
 
 
 def _foreign_directory(path: Path) -> bool:
-    from zoo.interchange.foreign_files import WEIGHT_FILES
-
     return any((path / name).is_file() for name in (*WEIGHT_FILES, "model.safetensors.index.json"))
 
 
@@ -225,8 +223,6 @@ def describe_directory(path: Path) -> str:
 def _foreign_kind(path: Path) -> str:
     """transformers' or timm's, as its config.json says (timm's names an ``architecture`` and a
     ``pretrained_cfg``, transformers' a ``model_type``)."""
-    from zoo.limits import read_json
-
     config = path / "config.json"
     if not config.is_file():
         return "weights"
@@ -257,9 +253,6 @@ def merged(adapter: Path) -> Path:
     """The full checkpoint of a LoRA adapter on its base, merged once into the cache (as
     ``zoo merge`` writes it, the base checked by its sha256, the tokenizer beside it), renamed
     into place when whole, as :func:`imported` does."""
-    from zoo.interchange.adapters import merge
-    from zoo.interchange.inputs import adapter_base, inputs_of
-
     base = adapter_base(adapter)
     if base is not None and not base.is_file():
         raise CheckpointError(
@@ -282,9 +275,6 @@ def imported(src: Path) -> Path:
     """The zoo checkpoint of a foreign source, imported once into the cache (see the module's
     docstring for the key). The import writes into a folder of its own, renamed into place when
     whole: two processes importing the same source each finish, and one folder stays."""
-    from zoo.interchange.importing import import_checkpoint
-    from zoo.interchange.inputs import import_inputs
-
     digest = hashlib.sha256(str(src.resolve()).encode())
     for read in import_inputs(src):
         _stamp(digest, read)
