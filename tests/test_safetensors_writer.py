@@ -1,6 +1,6 @@
 """zoo's safetensors writer: the bytes safetensors' own ``save_file`` writes, and durable.
 
-Every zoo checkpoint and export is written by ``zoo.checkpoint.file.write_safetensors``: each
+Every zoo checkpoint and export is written by ``zoo.checkpoint.writer.write_safetensors``: each
 tensor made ready on a few threads (a strided one copied once, each checked finite) and
 written at its offset by one, each part's writeback started as soon as it is written, then
 one fsync and a rename. Here: the file is byte for byte what ``save_file`` writes for the
