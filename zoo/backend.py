@@ -20,6 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from zoo.checkpoint.file import CheckpointError
+from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
+from zoo.checkpoint.state import check_state
+from zoo.checkpoint.tensors import framework_of, tensors_to_save
+from zoo.recipe import normalize_framework
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -99,11 +105,7 @@ class Backend(ABC):
     def check_state(self, path: Path) -> None:
         """Refuse a training state a resume could not use, in zoo's words, before any training
         (its checksum, then :meth:`state_problem`; see :func:`zoo.checkpoint.state.check_state`)."""
-        from zoo.checkpoint.state import check_state
-
         if Path(path).suffix != f".{self.state_suffix}":
-            from zoo.checkpoint.file import CheckpointError
-
             raise CheckpointError(f"{path}: not a {self.name} training state (*.{self.state_suffix})")
         check_state(Path(path), self.state_problem)
 
@@ -136,8 +138,6 @@ def backend_of_state(path: Path) -> Backend:
 
 def framework_name(framework: str) -> str:
     """A framework name checked and normalised (``torch`` -> ``lightning``) without importing it."""
-    from zoo.recipe import normalize_framework
-
     name = normalize_framework(framework)
     if name not in BACKENDS:
         raise ValueError(f"framework {framework!r} is not one of: lightning (alias torch), keras")
@@ -165,9 +165,6 @@ def save_checkpoint(
     (zoo.preprocessing) is what the model's inputs went through: image size, mean and std,
     tokenizer, label names.
     """
-    from zoo.checkpoint.metadata import write_checkpoint
-    from zoo.checkpoint.tensors import framework_of, tensors_to_save
-
     framework = framework_of(model)
     return write_checkpoint(
         path, model.zoo_config, tensors_to_save(model), framework=framework, recipe=recipe,
@@ -178,7 +175,5 @@ def save_checkpoint(
 
 def load_checkpoint(path: str | Path, framework: str = "lightning", architecture: str | None = None):
     """Build the twin of ``framework`` and load the checkpoint's weights into it."""
-    from zoo.checkpoint.metadata import read_checkpoint
-
     backend = backend_for(framework)  # an unknown framework is refused before the file is read
     return backend.load(read_checkpoint(path, architecture))

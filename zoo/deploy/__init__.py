@@ -20,11 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zoo.backend import load_checkpoint
+from zoo.checkpoint.metadata import read_checkpoint
+from zoo.deploy import onnx_runtime, onnx_torch, torch_program, torch_twin
 from zoo.deploy.check import Check, ExportError, run_checks, staged
 from zoo.deploy.inputs import InputPort, batch, input_ports, shapes
 from zoo.hardware import require_extra
 from zoo.overwrite import refuse_inputs_as_outputs
 from zoo.progress import track
+from zoo.recipe import normalize_framework
 
 FORMATS = ("onnx", "savedmodel", "torch-export")
 # The twin each format is made from; ONNX comes from either.
@@ -80,9 +84,6 @@ def export_model(
     the framework that wrote the checkpoint, ``lightning`` for an imported one). SavedModel is
     the Keras twin's and torch.export the torch twin's; naming the other twin is an error.
     """
-    from zoo.backend import load_checkpoint
-    from zoo.checkpoint.metadata import read_checkpoint
-
     if format not in FORMATS:
         raise ExportError(f"unknown deployment format {format!r}; choose one of: {', '.join(FORMATS)}")
     ckpt = read_checkpoint(checkpoint)
@@ -113,8 +114,6 @@ def export_model(
 
 
 def _framework(format: str, asked: str | None, written_by: str) -> str:
-    from zoo.recipe import normalize_framework
-
     twins = TWINS[format]
     if asked is None:
         written_by = normalize_framework(written_by) if written_by else ""
@@ -132,15 +131,13 @@ def _export(format: str, framework: str, model, ports, example, config, path: Pa
     """Run the exporter into ``path``: (exporter used, a loader of the artifact, the reference)."""
     context = config.context_length()
     if framework == "lightning":
-        from zoo.deploy import onnx_runtime, onnx_torch, torch_program, torch_twin
-
         reference = torch_twin.reference(model, ports)
         if format == "onnx":
             exporter = onnx_torch.export(model, ports, example, context, path)
             return exporter, lambda: onnx_runtime.runner(path, ports, framework), reference
         exporter = torch_program.export(model, ports, example, context, path)
         return exporter, lambda: torch_program.runner(path, ports), reference
-    from zoo.deploy import keras_twin, onnx_keras, onnx_runtime, savedmodel
+    from zoo.deploy import keras_twin, onnx_keras, savedmodel
 
     reference = keras_twin.reference(model, ports)
     if format == "onnx":

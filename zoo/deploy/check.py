@@ -10,6 +10,7 @@ and by how much. The tolerance is the float32 parity tolerance of the twins
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -85,8 +86,6 @@ def _shape(inputs: dict[str, np.ndarray]) -> str:
 
 def first_line(error: BaseException) -> str:
     """An exporter's or runtime's error, cut to its first line (they run to pages)."""
-    import re
-
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip() or type(error).__name__
     lines = text.splitlines()
     if "## Exception summary" in lines:  # torch.onnx's report: the cause is below its advice

@@ -3,11 +3,17 @@ from the step kit, zoo.keras.steps)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
+from safetensors import safe_open
 
+from zoo import registry
 from zoo.backend import Backend, one_device
+from zoo.checkpoint.tensors import load_keras, model_tensors
+from zoo.hardware import check_trainer
+from zoo.initial_weights import seeded_keras_model
 
 
 class KerasBackend(Backend):
@@ -16,13 +22,9 @@ class KerasBackend(Backend):
     packages = ("tensorflow", "keras")
 
     def build(self, family, config, seed: int | None = None) -> Any:
-        from zoo.initial_weights import seeded_keras_model
-
         return family.build_keras(config) if seed is None else seeded_keras_model(family, config, seed)
 
     def load(self, checkpoint) -> Any:
-        from zoo.checkpoint.tensors import load_keras
-
         return load_keras(checkpoint)
 
     def fit(self, plan) -> tuple[Any, dict[str, float]]:
@@ -31,9 +33,6 @@ class KerasBackend(Backend):
         return fit(plan)
 
     def evaluate(self, model, dataset, trainer, batch_size: int) -> dict[str, float]:
-        from zoo import registry
-        from zoo.checkpoint.tensors import model_tensors
-        from zoo.hardware import check_trainer
         from zoo.keras.data import eval_dataset
         from zoo.keras.steps import compile_for, for_batches
         from zoo.keras.trainer import configure
@@ -52,10 +51,6 @@ class KerasBackend(Backend):
         return {f"test_{k}": float(v) for k, v in results.items()}
 
     def state_problem(self, path) -> str | None:
-        import json
-
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="np") as handle:
             position = json.loads((handle.metadata() or {}).get("position", "null"))
             keys = list(handle.keys())
@@ -67,7 +62,6 @@ class KerasBackend(Backend):
         return None
 
     def predict(self, model, inputs: np.ndarray, batch_size: int = 256) -> np.ndarray:
-        from zoo import registry
         from zoo.keras.data import keras_layout
 
         kind = registry.get_family(model.zoo_config.architecture).input_kind

@@ -9,8 +9,13 @@ import weakref
 from pathlib import Path
 
 import keras
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
 from zoo.checkpoint import state
+from zoo.checkpoint.file import CheckpointError
+from zoo.data.stream import unreadable_batch
 from zoo.metrics_file import MetricsLog
 from zoo.runs import NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
 from zoo.tracking import Tracker, open_tracker, step_scalars
@@ -140,9 +145,6 @@ class StopOnNonFiniteLoss(BatchCounter):
 def save_state(model, path: Path, keep: int, position: dict) -> None:
     """Every model variable (weights, BatchNorm statistics, dropout seed-generator states)
     and every optimizer variable, by index, plus the loop position, as one safetensors."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
     tensors = {f"model/{i}": np.asarray(v.numpy()) for i, v in enumerate(model.variables)}
     # A state with NaN weights would replace the last good one and resume into nothing.
     bad = [v.path for v in model.trainable_variables if not np.isfinite(v.numpy()).all()]
@@ -163,10 +165,6 @@ def save_state(model, path: Path, keep: int, position: dict) -> None:
 
 def load_state(model, path: Path) -> dict:
     """Restore what :func:`save_state` wrote into a compiled model with a built optimizer."""
-    from safetensors import safe_open
-
-    from zoo.checkpoint.file import CheckpointError
-
     with safe_open(str(path), framework="np") as handle:
         position = json.loads(handle.metadata()["position"])
         for prefix, variables in (("model", model.variables), ("optimizer", model.optimizer.variables)):
@@ -191,8 +189,6 @@ def load_state(model, path: Path) -> dict:
 def saved_threads(path: Path) -> int | None:
     """The kernel threads a state was trained with (None in states written before zoo kept them):
     read from its header alone, before TensorFlow starts and its thread count is fixed."""
-    from safetensors import safe_open
-
     with safe_open(str(path), framework="np") as handle:
         position = json.loads((handle.metadata() or {}).get("position", "null"))
     return position.get("num_threads") if isinstance(position, dict) else None
@@ -201,8 +197,6 @@ def saved_threads(path: Path) -> int | None:
 def saved_epoch(path: Path, batches_done: int) -> dict | None:
     """The epoch so far as a mid-epoch state saved it (its seconds and metric sums by index), or
     None for a state written before zoo kept them (that epoch's row then covers the rest only)."""
-    from safetensors import safe_open
-
     if not path.is_file():
         return None
     with safe_open(str(path), framework="np") as handle:
@@ -279,8 +273,6 @@ class SaveState(BatchCounter):
         """``fit`` ended with ``error``: a batch the data could not give (a shard changed under
         the run) stops it as SIGTERM does, the state of the optimizer step before it saved
         (none of the failed batch's step ran), so zoo resume continues once the data is fixed."""
-        from zoo.data.stream import unreadable_batch
-
         if unreadable_batch(error) and self.step_ended:
             self.save()
 

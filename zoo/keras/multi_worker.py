@@ -13,6 +13,8 @@ local workers and checks their weights against a single process.
 from __future__ import annotations
 
 import keras
+from keras.src import tree
+from keras.src.backend.tensorflow import trainer as tf_trainer
 
 PATCHED_FOR = "3.15"
 
@@ -26,8 +28,6 @@ def multi_worker_strategy():
 
 def patch_keras() -> None:
     import tensorflow as tf
-    from keras.src import tree
-    from keras.src.backend.tensorflow import trainer as tf_trainer
 
     if getattr(tf_trainer, "_zoo_multi_worker", False):
         return

@@ -9,11 +9,17 @@ accumulation, loss scaling) and the task's loss and metric.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from zoo.checkpoint.tables import decay_exempt_variables, keras_layer
+from zoo.checkpoint.tensors import load_tensors, model_tensors
+from zoo.data import DataError
+from zoo.finetune import merged_tensors
 from zoo.keras.data import train_dataset
 from zoo.keras.onednn import onednn_words
+from zoo.lora import attach
 from zoo.precision import PRECISIONS
 
 if TYPE_CHECKING:
@@ -54,8 +60,6 @@ class KerasSteps:
         trainer_cfg = recipe.trainer
         head_rates = initialise(model, family, plan.init)
         if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
-            from zoo.lora import attach
-
             attach(model, family, model.zoo_config, recipe.init.lora, trainer_cfg.seed)
         multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
         optimizer = build_optimizer(
@@ -106,9 +110,6 @@ def compile_for(model, task: str, optimizer, jit_compile: bool = False, metric: 
 def for_batches(model, dataset: Dataset):
     """The model ``fit`` and ``evaluate`` call: the twin, or for padded text the twin behind
     :class:`~zoo.keras.losses.TextInputs` (the batches are dicts of ids, mask, token types)."""
-    import inspect
-
-    from zoo.data import DataError
     from zoo.keras.losses import TextInputs
 
     split = dataset.train if len(dataset.train) else dataset.test
@@ -126,10 +127,6 @@ def for_batches(model, dataset: Dataset):
 def initialise(model, family, init) -> dict[str, float]:
     """Load a fine-tuning start into ``model``, freeze the backbone if asked; return the
     learning-rate multipliers of the head's variables (by variable path)."""
-    from zoo.checkpoint.tables import keras_layer
-    from zoo.checkpoint.tensors import load_tensors, model_tensors
-    from zoo.finetune import merged_tensors
-
     if init is None:
         return {}
     load_tensors(model, merged_tensors(init, model_tensors(model)))
@@ -149,8 +146,6 @@ def initialise(model, family, init) -> dict[str, float]:
 def exempt_paths(model, family) -> set[str]:
     """Paths of the Keras variables weight decay leaves alone
     (zoo.checkpoint.tables.decay_exempt_variables)."""
-    from zoo.checkpoint.tables import decay_exempt_variables, keras_layer
-
     table = family.weight_table(model.zoo_config)
     exempt = decay_exempt_variables(table)
     return {keras_layer(keras_layer(model, layer), name).path for layer, name in exempt}

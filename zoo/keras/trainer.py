@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.backend import StepPlan
 from zoo.data import steps_per_epoch
-from zoo.hardware import SetupError, check_trainer, resolve_accelerator
+from zoo.hardware import SetupError, check_trainer, kernel_threads, resolve_accelerator
+from zoo.initial_weights import initial_tensors
+from zoo.keras.data import eval_dataset, per_worker
 from zoo.keras.steps import KerasSteps, train_stream
 from zoo.metrics_file import MetricsLog
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
@@ -35,8 +37,6 @@ def configure(trainer_cfg, recorded_threads: int | None = None) -> int:
     threads are zoo.hardware.kernel_threads' (``recorded_threads``: a resumed state's); returns them.
     """
     import tensorflow as tf
-
-    from zoo.hardware import kernel_threads
 
     threads = kernel_threads(trainer_cfg, recorded_threads)
 
@@ -118,7 +118,6 @@ class Loop:
     def train(self, first_epoch: int, last_epoch: int, skip: int, steps: int) -> None:
         """Keras' ``fit`` over epochs ``first_epoch`` to ``last_epoch``, ``skip`` batches into the first."""
         from zoo.keras.callbacks import SaveState
-        from zoo.keras.data import per_worker
 
         def batches(share: tuple[int, int]):
             return train_stream(self.plan.steps, last_epoch, start_epoch=first_epoch, skip=skip, share=share)
@@ -153,7 +152,6 @@ def fit(plan: RunPlan) -> tuple[Any, dict[str, float]]:
     import keras
 
     from zoo.keras.callbacks import StopOnNonFiniteLoss, saved_threads
-    from zoo.keras.data import eval_dataset
 
     threads = configure(trainer_cfg, saved_threads(resume) if resume is not None else None)
     keras.utils.set_random_seed(trainer_cfg.seed)
@@ -184,7 +182,6 @@ def build_start(plan: RunPlan, strategy, table) -> tuple[Any, Any, dict[str, Any
     strategy's scope, its optimizer's slots built, and a resume state's weights, slots and loop
     position loaded. Returns the twin, the model that takes the batches and that position
     (``epoch``, ``batch``...; empty for a fresh run)."""
-    from zoo.initial_weights import initial_tensors
     from zoo.keras.callbacks import load_state
     from zoo.nn.keras.precision import build_keras
 

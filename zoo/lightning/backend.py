@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 
 from zoo.backend import Backend, one_device
+from zoo.checkpoint.tensors import load_torch
+from zoo.hardware import check_trainer, kernel_threads, resolve_accelerator
+from zoo.initial_weights import seeded_torch_model
 from zoo.precision import lightning_precision
 
 
@@ -17,13 +20,9 @@ class LightningBackend(Backend):
     packages = ("torch", "lightning")
 
     def build(self, family, config, seed: int | None = None) -> Any:
-        from zoo.initial_weights import seeded_torch_model
-
         return family.build_torch(config) if seed is None else seeded_torch_model(family, config, seed)
 
     def load(self, checkpoint) -> Any:
-        from zoo.checkpoint.tensors import load_torch
-
         return load_torch(checkpoint)
 
     def fit(self, plan) -> tuple[Any, dict[str, float]]:
@@ -32,7 +31,6 @@ class LightningBackend(Backend):
         return fit(plan)
 
     def evaluate(self, model, dataset, trainer, batch_size: int) -> dict[str, float]:
-        from zoo.hardware import resolve_accelerator
         from zoo.lightning.data import loader
         from zoo.lightning.task import TASKS
 
@@ -74,7 +72,6 @@ def evaluation_trainer(trainer_cfg):
     import lightning as L
     import torch
 
-    from zoo.hardware import check_trainer, kernel_threads
     from zoo.lightning.steps import quiet
     from zoo.lightning.trainer import check_accelerator
 

@@ -7,8 +7,13 @@ import time
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from zoo.checkpoint import state
+from zoo.data.stream import unreadable_batch
+from zoo.hardware import kernel_threads
 from zoo.metrics_file import MetricsLog
 from zoo.runs import NonFiniteLoss, NonFiniteWeights, check_run_folder, signals
 from zoo.tracking import Tracker, step_scalars
@@ -149,8 +154,6 @@ def tensorboardx_logger(folder: Path):
     pools in a torch process, to write a few scalars. tensorboardX writes the same event files
     without it.
     """
-    from lightning.pytorch.loggers import TensorBoardLogger
-    from lightning.pytorch.loggers.logger import rank_zero_experiment
 
     class TensorBoardXLogger(TensorBoardLogger):
         @property
@@ -259,8 +262,6 @@ class KernelThreads(L.Callback):
     def apply(self, recorded: int | None = None) -> int:
         import torch
 
-        from zoo.hardware import kernel_threads
-
         self.count = kernel_threads(self.trainer_cfg, recorded, self.processes)
         torch.set_num_threads(self.count)
         return self.count
@@ -361,10 +362,6 @@ class SaveState(L.Callback):
             connector.received_sigterm, self.sigterm_held = release, not release
 
     def on_exception(self, trainer, pl_module, exception):
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-        from zoo.data.stream import unreadable_batch
-
         # A batch the data could not give (a shard changed under the run) stops it as SIGTERM
         # does: the steps before it are saved, and zoo resume continues once the data is fixed.
         stops = isinstance(exception, SIGTERMException) or unreadable_batch(exception)

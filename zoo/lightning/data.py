@@ -9,15 +9,18 @@ depends on its epoch and the workers cannot see the sampler's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
 from zoo.data import Split, epoch_batches
 from zoo.data.image_files import ImageFiles
 from zoo.data.stream import Stream
+from zoo.runs.folder import HELD_LOCKS
 
 
 class BatchOrder(Sampler):
@@ -56,8 +59,6 @@ class BatchOrder(Sampler):
 
 def process_group() -> tuple[int, int]:
     """(rank, world size) of the running data-parallel job; (0, 1) when there is none."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -177,10 +178,6 @@ def release_run_locks(worker: int) -> None:
     belongs to the open file, which fork shares): were it to keep its copy, the lock would
     outlive a training process killed with SIGKILL until its workers noticed (seconds), and
     ``zoo resume`` would be refused meanwhile. The worker needs no lock: it lets go of it."""
-    import os
-
-    from zoo.runs.folder import HELD_LOCKS
-
     for fd in HELD_LOCKS.values():
         os.close(fd)
     HELD_LOCKS.clear()

@@ -21,8 +21,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from zoo.checkpoint.tables import decay_exempt_tensors
+from zoo.checkpoint.tensors import load_tensors, model_tensors
+from zoo.finetune import merged_tensors
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS, Task
+from zoo.lora import attach
 from zoo.precision import lightning_precision
 
 if TYPE_CHECKING:
@@ -117,8 +120,6 @@ def build_task(plan: StepPlan, model: torch.nn.Module, table, *, compiled: bool 
     recipe, family = plan.recipe, plan.family
     groups = initialise(model, plan.init)
     if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
-        from zoo.lora import attach
-
         attach(model, family, plan.config, recipe.init.lora, recipe.trainer.seed)
         groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
     if not recipe.optimizer.decay_biases_and_norms:
@@ -133,9 +134,6 @@ def build_task(plan: StepPlan, model: torch.nn.Module, table, *, compiled: bool 
 def initialise(model: torch.nn.Module, init) -> list[dict]:
     """Load a fine-tuning start into ``model``; return the optimizer's parameter groups
     (the head may have its own rate; a frozen backbone is left out)."""
-    from zoo.checkpoint.tensors import load_tensors, model_tensors
-    from zoo.finetune import merged_tensors
-
     named = list(model.named_parameters())
     if init is None:
         return [{"params": [p for _, p in named]}]

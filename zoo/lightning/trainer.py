@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from zoo.checkpoint.file import CheckpointError
 from zoo.data import steps_per_epoch
 from zoo.hardware import SetupError, check_trainer, ddp_timeout_s, resolve_accelerator
 from zoo.initial_weights import seeded_torch_model
@@ -45,12 +48,8 @@ if TYPE_CHECKING:
 def strategy_for(trainer_cfg):
     strategy = trainer_cfg.resolved_strategy()
     if strategy == "ddp":
-        from lightning.pytorch.strategies import DDPStrategy
-
         return DDPStrategy(timeout=timedelta(seconds=ddp_timeout_s()))
     if strategy == "fsdp":
-        from lightning.pytorch.strategies import FSDPStrategy
-
         return FSDPStrategy(timeout=timedelta(seconds=ddp_timeout_s()))
     return "auto"
 
@@ -89,8 +88,6 @@ def zoo_stops(restored: Restored):
     preempted run would look finished). zoo raises :class:`Terminated` (SIGTERM),
     :class:`~zoo.runs.Interrupted` (a first Ctrl-C, once the step ended) and KeyboardInterrupt (a
     second one) instead, as the Keras side does, and zoo.runs.record_stop says what is kept."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
     try:
         with signals.loop_stops():  # Lightning's own SIGTERM handler stops its loops; zoo's waits
             yield
@@ -221,8 +218,6 @@ def train(plan: RunPlan, trainer: L.Trainer, steps: LightningSteps, loop: Loop, 
         except Exception as error:
             if resume is None or loop.restored.done:
                 raise
-            from zoo.checkpoint.file import CheckpointError
-
             # Lightning restores the weights before any callback sees the state: what it cannot
             # restore is the state's fault, said as such (zoo.checkpoint.state.check_state catches
             # most before).

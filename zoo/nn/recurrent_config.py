@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from zoo.family import MAX_CLASSES, ArchitectureConfig
@@ -129,8 +130,6 @@ class RecurrentConfig(ArchitectureConfig):
     def example_input(self, batch: int, seed: int = 0):
         if not self.reads_tokens:
             return super().example_input(batch, seed)
-        import numpy as np
-
         rng = np.random.default_rng(seed)
         return rng.integers(0, self.vocab_size, size=(batch, *self.sample_shape()), dtype=np.int64)
 

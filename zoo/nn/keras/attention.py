@@ -21,6 +21,7 @@ import keras
 from keras import layers, ops
 
 from zoo.nn.keras.linear import Dense, add_bias
+from zoo.nn.keras.rotary import apply_rotary
 
 
 class SelfAttention(layers.Layer):
@@ -186,8 +187,6 @@ class GroupedQueryAttention(layers.Layer):
     def call_cached(self, x, cos, sin, blocked=None, past=None, training=False):
         """As the torch twin's ``forward_cached``: keys and values (N, num_kv_heads, P + T,
         head_dim) for the next call, keys already turned to their positions."""
-        from zoo.nn.keras.rotary import apply_rotary
-
         steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         q = self._heads(self.q_proj(x), steps, self.num_heads)
         k = self._heads(self.k_proj(x), steps, self.num_kv_heads)

@@ -19,8 +19,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import keras
 import numpy as np
+from keras import layers
 
+from zoo.checkpoint.tensors import load_tensors
 from zoo.family import ArchitectureConfig, Family
 from zoo.precision import PRECISIONS
 
@@ -29,8 +32,6 @@ from zoo.precision import PRECISIONS
 def dtype_policy(precision: str) -> Iterator[None]:
     """Build layers under the recipe's global dtype policy without leaking it to later
     models. Mixed precisions build under float32: :func:`apply_mixed` lowers the products."""
-    import keras
-
     meaning = PRECISIONS[precision]
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float32" if meaning.mixed else meaning.keras_policy)
@@ -43,8 +44,6 @@ def dtype_policy(precision: str) -> Iterator[None]:
 def product_layers(model: Any) -> list[Any]:
     """The layers whose work is a matrix product: Keras' dense and convolution layers and
     every layer a family marks with ``low_precision_products``."""
-    from keras import layers
-
     known = (
         layers.Dense, layers.EinsumDense, layers.Conv1D, layers.Conv2D, layers.Conv3D,
         layers.Conv1DTranspose, layers.Conv2DTranspose, layers.Conv3DTranspose,
@@ -73,8 +72,6 @@ def build_keras(
     tensors: dict[str, np.ndarray] | None = None,
 ) -> Any:
     """A Keras twin under ``precision``, holding ``tensors`` (canonical layout) if given."""
-    from zoo.checkpoint.tensors import load_tensors
-
     with dtype_policy(precision):
         model = family.build_keras(config)
     apply_mixed(model, precision)

@@ -15,6 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.nn.errors import InputError
+from zoo.nn.torch.rotary import apply_rotary
+
 
 class SelfAttention(nn.Module):
     """Self-attention over (N, T, E) with ``num_heads`` heads of E / num_heads features.
@@ -173,8 +176,6 @@ class GroupedQueryAttention(nn.Module):
         """As :meth:`SelfAttention.forward_cached`: this step's queries over the ``past`` keys and
         values (each (N, num_kv_heads, P, head_dim), keys already turned to their positions)
         and this step's own; returns the output and the keys and values to pass next time."""
-        from zoo.nn.torch.rotary import apply_rotary
-
         n, t, _ = x.shape
         q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -195,8 +196,6 @@ def joined_padding(
 ) -> torch.Tensor | None:
     """The padding of every position a decoder has read (``before``, (N, P), of the ``past``
     cached ones) and reads now (``padding_mask`` (N, T) of ``ids``), or None if none is padding."""
-    from zoo.nn.errors import InputError
-
     if padding_mask is None and before is None:
         return None
     n, t = ids.shape

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from zoo.hardware import SetupError
 from zoo.nn.recurrent_config import RecurrentConfig
 from zoo.nn.torch.embedding import Embedding
 from zoo.nn.torch.recurrent_scan import ScanRecurrent
@@ -112,8 +113,6 @@ def refuse_unsupported_low_precision(layers: nn.ModuleList, x: torch.Tensor) -> 
     }.get(dtype)
     if supported is None or supported():
         return
-    from zoo.hardware import SetupError
-
     name = str(dtype).removeprefix("torch.")
     raise SetupError(
         f"trainer.precision: torch's CPU LSTM (oneDNN) cannot run in {name} on this CPU, which has "

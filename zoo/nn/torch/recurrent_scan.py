@@ -31,6 +31,7 @@ import copy
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._higher_order_ops.scan import scan
 from torch.nn.utils.rnn import PackedSequence
 
 # scan's step: (carry, this step's inputs) -> (next carry, this step's output)
@@ -99,8 +100,6 @@ class ScanRecurrent(nn.Module):
         self, x: torch.Tensor, keep: torch.Tensor | None, state: State, index: int, direction: int
     ) -> tuple[State, torch.Tensor]:
         """One layer, one direction over (T, N, I): (final carry, outputs (T, N, H))."""
-        from torch._higher_order_ops.scan import scan
-
         suffix = f"l{index}" + ("_reverse" if direction else "")
         layer = self.layer
         w_hh = getattr(layer, f"weight_hh_{suffix}")
