@@ -22,6 +22,7 @@ import functools
 from collections.abc import Callable
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 LOW_PRECISION = ("bfloat16", "float16")
@@ -38,8 +39,6 @@ def add_bias(y, bias):
 def _tensorflow_on_cpu() -> bool:
     """Whether TensorFlow runs this process's operations on the CPU: it sees no GPU. Asked when a
     layer first runs, after the runtime started, when its devices can no longer change."""
-    import tensorflow as tf
-
     return not tf.config.list_logical_devices("GPU")
 
 
