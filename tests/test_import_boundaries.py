@@ -37,8 +37,8 @@ LAYERS = (
     ("zoo.errors", "zoo.limits", "zoo.overwrite", "zoo.progress", "zoo.memory", "zoo.preprocessing",
      "zoo.precision", "zoo.native_logs", "zoo.metrics_file", "zoo.nn.keras.skeleton", "zoo.checkpoint",
      "zoo.checkpoint.aligned", "zoo.checkpoint.foreign"),
-    ("zoo.checkpoint.file", "zoo.checkpoint.writer", "zoo.checkpoint.tables", "zoo.checkpoint.keras_variables",
-     "zoo.checkpoint.state"),
+    ("zoo.checkpoint.file", "zoo.checkpoint.writer", "zoo.checkpoint.tables",
+     "zoo.checkpoint.keras_variables", "zoo.checkpoint.state"),
     ("zoo.family", "zoo.registry"),
     ("zoo.checkpoint.tensors",),
     ("zoo.checkpoint.metadata",),
@@ -436,7 +436,8 @@ def module_imports(root: Path) -> dict[str, list[tuple[str, bool, str]]]:
 
 def weights(imports: dict[str, list[tuple[str, bool, str]]]) -> dict[str, set[str]]:
     """zoo module -> the heavy libraries importing it loads: through its imports that run at
-    import time, its packages' ``__init__`` and the zoo modules those reach, transitively."""
+    import time, its packages' ``__init__`` (which run first) and the zoo modules those reach,
+    transitively."""
     modules = set(imports)
 
     def zoo_module(name: str) -> str | None:
@@ -465,7 +466,8 @@ def weights(imports: dict[str, list[tuple[str, bool, str]]]) -> dict[str, set[st
         memo[module] = total
         return total
 
-    return {module: weigh(module, frozenset()) for module in sorted(modules)}
+    own = {module: weigh(module, frozenset()) for module in sorted(modules)}
+    return {module: own[module].union(*(own[p] for p in parents(module))) for module in own}
 
 
 def deferred_without_reason(root: Path) -> list[str]:
@@ -505,15 +507,20 @@ def test_the_laziness_boundary_reads_what_a_module_loads(tmp_path):
     files = {
         "zoo/__init__.py": "",
         "zoo/light.py": "import json\ndef f():\n    import torch\n    import os\n    from zoo import heavy\n",
-        "zoo/heavy.py": "import torch\ndef g():\n    from zoo import light\n    import tensorflow\n",
+        "zoo/heavy.py": "import torch\ndef g():\n    from zoo import light\n    import tensorflow\n"
+        "    from zoo.nn import low\n",
+        "zoo/nn/__init__.py": "import keras\n",
+        "zoo/nn/low.py": "",
         "zoo/tf.py": "from zoo.heavy import x\n"
         "def h():\n    import matplotlib\n    from safetensors.torch import load\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert weights(module_imports(tmp_path)) == {"zoo": set(), "zoo.heavy": {"torch"}, "zoo.light": set(),
-                                                 "zoo.tf": {"torch"}}  # fmt: skip
+    assert weights(module_imports(tmp_path)) == {
+        "zoo": set(), "zoo.heavy": {"torch"}, "zoo.light": set(), "zoo.tf": {"torch"},
+        "zoo.nn": {"keras"}, "zoo.nn.low": {"keras"},
+    }  # fmt: skip
     assert deferred_without_reason(tmp_path) == [
         "zoo/heavy.py:3: zoo.light (loads nothing zoo.heavy does not)",
         "zoo/light.py:4: os (loads nothing zoo.light does not)",
