@@ -26,6 +26,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import keras
+import tensorflow as tf
+
+try:  # private API: a Keras without it builds the ordinary way (:func:`available`)
+    from keras.src.backend.common.variables import Variable as CommonVariable
+    from keras.src.backend.tensorflow.core import Variable
+except ImportError:
+    CommonVariable = Variable = None
+
 RANDOM_DRAWS = ("normal", "uniform", "truncated_normal")
 
 
@@ -63,14 +72,9 @@ def fill(variable: Any, value: Any) -> None:
 
 def available() -> bool:
     """Keras on TensorFlow with the private hooks this module patches."""
-    try:
-        import keras
-        from keras.src.backend.common.variables import Variable as CommonVariable
-        from keras.src.backend.tensorflow.core import Variable
-    except ImportError:
-        return False
     return (
-        keras.backend.backend() == "tensorflow"
+        Variable is not None
+        and keras.backend.backend() == "tensorflow"
         and hasattr(Variable, "_initialize_with_initializer")
         and hasattr(Variable, "_initialize")
         and hasattr(Variable, "_convert_to_tensor")
@@ -83,11 +87,6 @@ def available() -> bool:
 @contextlib.contextmanager
 def initialisers_skipped() -> Iterator[Skipped]:
     """Build Keras models whose initial weights are not computed; yields the record."""
-    import keras
-    import tensorflow as tf
-    from keras.src.backend.common.variables import Variable as CommonVariable
-    from keras.src.backend.tensorflow.core import Variable
-
     skipped = Skipped()
     initialise, assign = Variable._initialize_with_initializer, CommonVariable.assign
     read_value = CommonVariable.value
