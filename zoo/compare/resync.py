@@ -20,6 +20,8 @@ allowance. The state travels into the Keras twin by :mod:`zoo.compare.transfer`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,9 +264,6 @@ def worth_releasing(twins: Twins) -> bool:
 def free_memory(collect: bool = True) -> None:
     """Free what reference cycles hold (``collect``: a Lightning Trainer with its optimizer's
     moments, a traced Keras step) and give glibc's freed pages back to the system."""
-    import ctypes
-    import gc
-
     if collect:
         gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim

@@ -11,12 +11,32 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from zoo import peak_memory
+from zoo.compare import parity, trajectory
+
+# The stages run_sections calls through their modules, read when called: a test's stand-in runs.
+from zoo.compare import speed as speed_section
+from zoo.compare import steps as step_kit
+from zoo.compare import twins as twin_pairs
+from zoo.compare.report import terminal_table, write_reports
 from zoo.compare.results import PASS, SectionResult
+from zoo.compare.resync import Checker, free_memory
+from zoo.compare.source import adapter_of, checkpoint_recipe, data_section, is_checkpoint
+from zoo.compare.steps import torch_loader
 from zoo.compare.tolerances import reference_precision, tolerances_for
+from zoo.compare.twins import prepare, single_threaded
+from zoo.data import steps_per_epoch
+from zoo.hardware import SetupError
+from zoo.model_memory import tensor_bytes
+from zoo.progress import bar
 from zoo.recipe import Recipe, load_recipe
+from zoo.recipe.capabilities import cpu_problems
+from zoo.runs import RunDir
+from zoo.schedule import lr_table
 
 DEFAULT_SPEED_STEPS = 50
 
@@ -73,10 +93,6 @@ def compare(
     the forward pass and the gradients, and neither trains nor times. The peak memory is
     estimated first: a comparison the machine cannot hold is refused before anything is built.
     """
-    from zoo.compare.report import terminal_table, write_reports
-    from zoo.compare.source import adapter_of
-    from zoo.compare.twins import prepare
-
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     adapter = adapter_of(recipe if checkpoint is None else checkpoint)
@@ -102,9 +118,6 @@ def compare(
 
 def refuse_cpu_problems(recipe: Recipe) -> None:
     """A precision compare cannot run on the CPU, refused in zoo's words."""
-    from zoo.hardware import SetupError
-    from zoo.recipe.capabilities import cpu_problems
-
     problems = cpu_problems(recipe.trainer.precision, "auto", "zoo compare runs both twins on the CPU")
     if problems:  # float16: no fast CPU kernels, and Lightning would silently run bf16
         raise SetupError("; ".join(problems))
@@ -124,14 +137,6 @@ def run_sections(setup, tolerances, *, steps: int, speed_steps: int) -> Sections
     """The parity sections on the twins (weights, forward and gradients; training for ``steps``
     steps unless 0, a forward-only check), then the speed section on a pair of its own, one
     kernel thread per framework, behind a progress bar of the stages."""
-    from zoo.compare import parity, trajectory
-    from zoo.compare.resync import Checker, free_memory
-    from zoo.compare.steps import training_batches
-    from zoo.compare.twins import build_twins, single_threaded
-    from zoo.data import steps_per_epoch
-    from zoo.progress import bar
-    from zoo.schedule import lr_table
-
     recipe = setup.recipe
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
@@ -145,13 +150,15 @@ def run_sections(setup, tolerances, *, steps: int, speed_steps: int) -> Sections
             shown.set_postfix_str(name)  # refreshes the bar
 
         stage(stages[0])
-        twins = build_twins(setup, setup.parity_config)
+        twins = twin_pairs.build_twins(setup, setup.parity_config)
         above = reference_precision(setup.precision)
-        reference = build_twins(setup, setup.parity_config, above, twins.initial) if above else None
+        reference = (
+            twin_pairs.build_twins(setup, setup.parity_config, above, twins.initial) if above else None
+        )
         checker = Checker(twins, reference, table, tolerances)
         stage("weights")
         sections = {"weights": parity.check_weights(twins, tolerances)}
-        batches = training_batches(setup, steps or 1)
+        batches = step_kit.training_batches(setup, steps or 1)
         stage("forward and gradients")
         sections["forward"], sections["gradients"], _ = parity.forward_and_gradients(checker, batches[0])
         if steps:
@@ -162,11 +169,9 @@ def run_sections(setup, tolerances, *, steps: int, speed_steps: int) -> Sections
         del twins, reference, checker  # the speed section builds its own pair: not beside these two
         speed = None
         if speed_steps > 0:
-            from zoo.compare.speed import Timing, measure_speed
-
             free_memory()  # the pairs' Trainers and traced steps hold them in reference cycles
             stage("speed")
-            speed = measure_speed(setup, table, Timing.for_steps(speed_steps))
+            speed = speed_section.measure_speed(setup, table, speed_section.Timing.for_steps(speed_steps))
     return Sections(sections, checkpointing, speed, threads)
 
 
@@ -179,9 +184,6 @@ def resolve(
     """The recipe to compare: a checkpoint's (:mod:`zoo.compare.source`), or ``recipe`` itself
     with ``data`` and ``overrides``. A fine-tune setting compare cannot honour (it trains every
     tensor at the recipe's rate) is refused here, before any work."""
-    from zoo.compare.source import checkpoint_recipe, data_section, is_checkpoint
-    from zoo.hardware import SetupError
-
     if checkpoint is None and isinstance(recipe, str | Path) and is_checkpoint(recipe):
         recipe, checkpoint = None, recipe
     if checkpoint is not None:
@@ -208,9 +210,6 @@ def check_memory(setup, *, training: bool, steps: int = 1) -> None:
     """Refuse, before any twin is built, a comparison whose estimated peak is more than the
     machine has available, saying what would fit: a smaller batch, fewer steps (each keeps its
     batch), or the forward check alone."""
-    from zoo import peak_memory
-    from zoo.data import steps_per_epoch
-
     per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     held = _batch_bytes(setup) if training else 0
 
@@ -249,9 +248,6 @@ def check_memory(setup, *, training: bool, steps: int = 1) -> None:
 def _batch_bytes(setup) -> int:
     """The tensors of one training batch as the torch pipeline yields it (the first: masks,
     padding and augmentation included)."""
-    from zoo.compare.steps import torch_loader
-    from zoo.model_memory import tensor_bytes
-
     return tensor_bytes(tuple(next(iter(torch_loader(setup)))))
 
 
@@ -273,8 +269,6 @@ def explain_forward(sections: dict[str, SectionResult]) -> None:
 
 
 def default_out(recipe: Recipe) -> Path:
-    from zoo.runs import RunDir
-
     return RunDir.create(recipe.export.dir, f"compare-{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}").path
 
 
@@ -361,8 +355,6 @@ def notes(setup, threads: dict[str, Any], checkpointing: dict[str, bool]) -> lis
 
 
 def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {}
     for name in ("torch", "lightning", "tensorflow", "keras", "numpy"):
         try:

@@ -22,9 +22,12 @@ from typing import Any
 from zoo import registry
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import read_checkpoint
+from zoo.errors import DataError
+from zoo.limits import special_file_problem
 from zoo.lora import AdapterFile, base_of, is_adapter, read_adapter
 from zoo.recipe import Recipe, RecipeError, load_recipe
 from zoo.recipe.fine_tuning import LoraConfig
+from zoo.recipe.overrides import read_yaml
 
 log = logging.getLogger("zoo")
 CHECKPOINT_SUFFIX = ".safetensors"
@@ -135,10 +138,6 @@ def _as_set(recipe: Recipe) -> dict[str, Any]:
 def data_section(data: str | Path, current: dict[str, Any]) -> dict[str, Any]:
     """``--data``: a YAML file's ``data`` section (or the file is the section), or a data
     source's name with its defaults; the batch settings of the recipe's data carry over."""
-    from zoo.errors import DataError
-    from zoo.limits import special_file_problem
-    from zoo.recipe.overrides import read_yaml
-
     path = Path(data)
     problem = special_file_problem(path)
     if problem is not None:  # a FIFO would block the read below

@@ -264,7 +264,6 @@ def _bytes(tensor) -> int | None:
 def _loop_accumulator_bytes(graph, loop, index: int) -> int | None:
     """A ``while`` output the gradient reads is a list the body pushes one tensor onto per
     iteration: that tensor's size times the trip count (the loop's static iteration limit)."""
-    import numpy as np
     import tensorflow as tf
 
     body = graph._get_function(loop.get_attr("body").name).graph

@@ -35,6 +35,7 @@ import numpy as np
 
 from zoo.backend import StepPlan
 from zoo.compare.twins import Setup, Twins, exact_array
+from zoo.data import steps_per_epoch
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,6 @@ def torch_loader(setup: Setup):
 def training_batches(setup: Setup, count: int) -> list[Batch]:
     """The first ``count`` training batches of the seeded order, epoch after epoch, from both
     trainers' pipelines (masked-LM masks, augmentation and padding included)."""
-    from zoo.data import steps_per_epoch
     from zoo.keras.steps import train_stream
 
     split = setup.dataset.train

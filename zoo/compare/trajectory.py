@@ -146,40 +146,8 @@ def _training_section(
     worst_step = int(np.argmax(gap)) + 1
     value = float(gap.max())
     worst_tensor = final[0] if final else None
-    failed = [p for p in points if not p.passed]
-    finite = np.isfinite(torch_losses) & np.isfinite(keras_losses)
-    drift = f"max |loss gap| {fmt(value)} at step {worst_step} of {steps}"
-    if first is not None:
-        over, bound = float(gap[first - 1]), float(limits[first - 1])
-        figures = (fmt(over), fmt(bound)) if fmt(over) != fmt(bound) else (f"{over:.3e}", f"{bound:.3e}")
-        drift += f", over its rounding bound from step {first} ({figures[0]} > {figures[1]} there)"
-    where = ", ".join(str(p.step) for p in points)
-    agree = _agreement(points)
-    if not np.all(finite):
-        bad = int(np.nonzero(~finite)[0][0]) + 1
-        side = "torch" if not np.isfinite(torch_losses[bad - 1]) else "keras"
-        passed = False
-        reason = f"the {side} loss is not finite from step {bad} of {steps}"
-    elif failed:
-        passed = False
-        worst = failed[0]
-        reason = (
-            f"{drift}; from torch's state at step {worst.step} the twins differ: {worst.describe()}"
-            f" (re-synchronised at steps {where}; {len(failed)} differ)"
-        )
-        if worst_tensor is not None:
-            reason += f"; at the end {worst_tensor.name} differs most ({fmt(worst_tensor.max_abs_diff)})"
-    elif first is None:
-        passed = True
-        reason = (
-            f"{drift} <= its bound; from re-synchronised states at steps {where} the twins agree ({agree})"
-        )
-    else:
-        passed = True
-        reason = (
-            f"{drift}, but from re-synchronised states at steps {where} the twins agree ({agree}): "
-            "amplified rounding (chaotic training), not a different computation"
-        )
+    drift = _drift(gap, limits, first, worst_step)
+    passed, reason = _training_verdict(torch_losses, keras_losses, drift, first, points, worst_tensor)
     details = {
         "steps": steps,
         "max_gap_step": worst_step,
@@ -205,6 +173,51 @@ def _training_section(
         passed,
         reason,
         details,
+    )
+
+
+def _drift(gap: np.ndarray, limits: np.ndarray, first: int | None, worst_step: int) -> str:
+    """The loss gap in words: its largest value and step, and the step from which it is over its
+    rounding bound (both figures there, with more digits where three would read equal)."""
+    drift = f"max |loss gap| {fmt(float(gap.max()))} at step {worst_step} of {len(gap)}"
+    if first is not None:
+        over, bound = float(gap[first - 1]), float(limits[first - 1])
+        figures = (fmt(over), fmt(bound)) if fmt(over) != fmt(bound) else (f"{over:.3e}", f"{bound:.3e}")
+        drift += f", over its rounding bound from step {first} ({figures[0]} > {figures[1]} there)"
+    return drift
+
+
+def _training_verdict(
+    torch_losses, keras_losses, drift: str, first: int | None, points: list[PointCheck], worst_tensor
+) -> tuple[bool, str]:
+    """Passed, and why: a loss that stops being finite fails; so does a re-synchronised step
+    where the twins differ; a gap over its bound whose re-synchronised steps agree is amplified
+    rounding, which passes."""
+    steps = len(torch_losses)
+    failed = [p for p in points if not p.passed]
+    finite = np.isfinite(torch_losses) & np.isfinite(keras_losses)
+    where = ", ".join(str(p.step) for p in points)
+    agree = _agreement(points)
+    if not np.all(finite):
+        bad = int(np.nonzero(~finite)[0][0]) + 1
+        side = "torch" if not np.isfinite(torch_losses[bad - 1]) else "keras"
+        return False, f"the {side} loss is not finite from step {bad} of {steps}"
+    if failed:
+        worst = failed[0]
+        reason = (
+            f"{drift}; from torch's state at step {worst.step} the twins differ: {worst.describe()}"
+            f" (re-synchronised at steps {where}; {len(failed)} differ)"
+        )
+        if worst_tensor is not None:
+            reason += f"; at the end {worst_tensor.name} differs most ({fmt(worst_tensor.max_abs_diff)})"
+        return False, reason
+    if first is None:
+        return True, (
+            f"{drift} <= its bound; from re-synchronised states at steps {where} the twins agree ({agree})"
+        )
+    return True, (
+        f"{drift}, but from re-synchronised states at steps {where} the twins agree ({agree}): "
+        "amplified rounding (chaotic training), not a different computation"
     )
 
 

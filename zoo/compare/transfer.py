@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from zoo.checkpoint.tables import keras_layer
 from zoo.compare.steps import dense_gradients, keras_compiled, lightning_task
@@ -36,8 +37,6 @@ class Snapshot:
 
     @property
     def tensors(self) -> dict[str, np.ndarray]:
-        from safetensors.numpy import load_file
-
         return load_file(self.folder / "tensors.safetensors")
 
     @property
@@ -54,7 +53,6 @@ class Snapshot:
 def snapshot(twins: Twins, torch_optimizer: Any, step: int, folder: Path) -> Snapshot:
     """Write the state before update ``step`` into ``folder`` (replacing what it held)."""
     import torch
-    from safetensors.numpy import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: exact_array(value) for name, value in twins.torch_model.state_dict().items()}

@@ -21,8 +21,14 @@ import numpy as np
 from zoo import registry
 from zoo.checkpoint.keras_variables import tensors_to_keras
 from zoo.checkpoint.tables import Port, keras_layer
+from zoo.checkpoint.tensors import model_tensors
 from zoo.data import Dataset, load_dataset
 from zoo.family import ArchitectureConfig, Family
+from zoo.finetune import merged_tensors
+from zoo.initial_weights import seeded_torch_model
+from zoo.lora import attach, checked_base, with_trained_biases
+from zoo.lora.adapter import TORCH_PREFIX, ports
+from zoo.plan import fine_tune_start
 from zoo.precision import PRECISIONS
 from zoo.recipe import Recipe
 
@@ -68,8 +74,6 @@ def prepare(recipe: Recipe, adapter: Any = None) -> Setup:
     family = registry.get_family(recipe.model.architecture)
     init = None
     if recipe.init.from_ is not None:
-        from zoo.plan import fine_tune_start
-
         recipe, dataset, config, init, _ = fine_tune_start(recipe, family)
     else:
         dataset = load_dataset(recipe.data, family.input_kind)
@@ -201,10 +205,7 @@ def build_twins(
     """Torch twin from the recipe's seed (or holding ``initial``; or the fine-tune start of
     ``init.from``), its tensors copied into a Keras twin built in ``precision`` (default: the
     recipe's); gradient checkpointing on both where the twins offer it."""
-    from zoo.checkpoint.tensors import model_tensors
-    from zoo.finetune import merged_tensors
-    from zoo.initial_weights import seeded_torch_model
-    from zoo.nn.keras.precision import build_keras
+    from zoo.nn.keras.precision import build_keras  # zoo.nn.keras's __init__ imports Keras
 
     family, held = setup.family, setup.adapter
     precision = precision or setup.precision
@@ -214,16 +215,11 @@ def build_twins(
         if setup.init is not None:  # the checkpoint's, where the data leaves the shapes as they were
             initial = merged_tensors(setup.init, initial)
         if held is not None:  # the base the adapter was trained on, or refused; its trained biases
-            from zoo.lora import checked_base, with_trained_biases
-
             start = setup.init.describe() if setup.init else f"the seed-{setup.recipe.trainer.seed} init"
             initial = checked_base(held, initial, f"the base on the comparison's data ({start})")
             initial = with_trained_biases(held, initial)
     lora = held.adapter if held is not None else setup.recipe.init.lora
     if lora is not None:  # adapters on the frozen base: they are the model's trainable tensors
-        from zoo.lora import attach
-        from zoo.lora.adapter import TORCH_PREFIX
-
         attach(torch_model, family, config, lora, setup.recipe.trainer.seed, held and held.tensors)
         drawn = {k: v for k, v in model_tensors(torch_model).items() if k.startswith(TORCH_PREFIX)}
         initial = {**drawn, **initial}  # the adapters' init, unless ``initial`` holds them already
@@ -233,8 +229,6 @@ def build_twins(
     keras_model = build_keras(family, config, precision, initial)
     table = family.weight_table(config)
     if lora is not None:
-        from zoo.lora.adapter import ports
-
         adapter = attach(keras_model, family, config, lora, setup.recipe.trainer.seed)
         table = ports(adapter, table, set(adapter.bias_names(family, config)))
     twins = Twins(setup, config, precision, torch_model, keras_model, table, initial)
