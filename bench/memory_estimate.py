@@ -57,7 +57,7 @@ TRAIN_EXAMPLES = 8  # a --train row's training set: four steps at the shapes' ba
 
 
 def estimate(recipe: Path, overrides: list[str], training: bool) -> int:
-    from zoo import model_memory, peak_memory
+    from zoo import peak_memory
     from zoo.compare.runner import resolve
     from zoo.compare.twins import prepare
 
