@@ -55,6 +55,18 @@ def test_choosing_a_backend_or_planning_imports_no_framework():
     assert "LOADED []" in out
 
 
+def test_a_lightning_run_loads_no_tensorflow(tmp_path):
+    """The laziness boundary (docs/layout.md) keeps the other framework out of a torch run."""
+    code = (
+        "import sys, zoo\n"
+        f"zoo.train({str(RECIPE)!r}, 'lightning', {tiny(tmp_path, 'trainer.max_epochs=1')!r})\n"
+        "print('LOADED', [m for m in ('tensorflow', 'keras') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "LOADED []" in done.stdout
+
+
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_build_load_and_predict_agree_across_backends(framework, tmp_path):
     """A seeded build holds the same tensors in every backend; a checkpoint loads into each;
