@@ -231,3 +231,16 @@ def even_npz(tmp_path_factory):
     np.savez(path, x_train=x[:256], y_train=y[:256], x_val=x[256:], y_val=y[256:],
              x_test=x[256:], y_test=y[256:])  # fmt: skip
     return path
+
+
+@pytest.fixture(scope="session")
+def trained_runs(tmp_path_factory):
+    """The session's shared trained runs (tests/trained_runs.py): ``trained_runs.train(recipe,
+    framework, overrides)`` trains a recipe once for the whole test run, both workers included,
+    and returns its zoo.api.TrainResult, whose folder tests only read; a test that writes a run
+    takes ``copy_run(result, tmp_path)``. At the end, fails if any test changed a shared run."""
+    from trained_runs import TrainedRuns, session_folder
+
+    runs = TrainedRuns(session_folder(tmp_path_factory))
+    yield runs
+    runs.check_all()
