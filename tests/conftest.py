@@ -73,6 +73,12 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    # The xdist controller (it runs no test) builds the reference environment while the
+    # workers test: see reference_env.build_in_background.
+    if getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import reference_env
+
+        reference_env.build_in_background()
 
 
 @pytest.fixture
