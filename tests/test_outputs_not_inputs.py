@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import digest, zoo_cli
 from click.testing import CliRunner
 
 from zoo import registry
@@ -136,3 +137,12 @@ def test_merging_into_the_run_folder_is_allowed_and_carries_the_tokenizer(made, 
     assert (run / "model.safetensors").is_file()
     assert (run / "tokenizer.json").stat().st_mtime_ns == before  # the tokenizer is already there
     assert (run / "tokenizer_config.json").is_file()
+
+
+def test_a_tokenizer_trained_onto_its_own_text_is_refused(tmp_path):
+    text = tmp_path / "corpus.json"  # a name -o would write a tokenizer to
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 20)
+    before = digest(text)
+    code, out = zoo_cli("tokenizer", "train", text, "-o", text, "--vocab-size", "300")
+    assert code == 2 and f"-o: {text} is an input of this command" in out, out
+    assert digest(text) == before

@@ -6,7 +6,8 @@ is all ``importlib.metadata`` needs to find it on ``sys.path``. Nothing in zoo n
 The full run (train in both frameworks, cross-load, compare, fine-tune) happens in a
 fresh interpreter with the plugin on ``PYTHONPATH``, as for an installed package: the
 recipe schema's model union is fixed when ``zoo.recipe`` is imported. The contract
-checks run in this process, with the registry's caches cleared around them.
+checks run in this process, with the registry's caches cleared around them. A plugin that
+cannot be imported leaves every other command working.
 """
 
 from __future__ import annotations
@@ -405,3 +406,23 @@ def test_an_entry_point_that_cannot_be_imported_names_the_plugin(installed, tmp_
 
 def test_the_registry_is_restored_after_a_plugin_test():
     assert "mlp" not in registry.families() and "broken" not in registry.families()
+
+
+def test_a_plugin_that_cannot_be_imported_leaves_every_command_working(tmp_path):
+    root = write_plugin(tmp_path, "zoo_broken", {"__init__.py": "import zoo_no_such_module\n"}, "zoo-broken",
+                        "gone = zoo_broken:FAMILY")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+
+    def command(*args):
+        zoo_cli = [sys.executable, "-m", "zoo.cli", *args]
+        return subprocess.run(zoo_cli, env=env, capture_output=True, text=True, timeout=300)
+
+    listed = command("list")
+    assert listed.returncode == 0 and "cnn" in listed.stdout, listed.stderr
+    (warning,) = listed.stderr.splitlines()
+    assert "skipping the architecture family 'gone'" in warning and "cannot be imported" in warning
+    assert "No module named 'zoo_no_such_module'" in warning and "pip uninstall zoo-broken" in warning
+    shown = command("show", "gone")
+    assert shown.returncode == 2 and "the architecture family 'gone' is unavailable" in shown.stderr
+    assert "Traceback" not in shown.stderr and "pip uninstall zoo-broken" in shown.stderr
+    assert command("show", "convnet-tiny").returncode == 0

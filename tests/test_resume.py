@@ -1,7 +1,11 @@
-"""A run killed with SIGKILL mid-epoch resumes to the very weights of an uninterrupted run."""
+"""A run killed with SIGKILL mid-epoch resumes to the very weights of an uninterrupted run, and the
+interrupted epoch's metrics.csv row is the uninterrupted run's: its training metrics over all of
+the epoch's batches, and seconds that time the whole epoch (issue 16)."""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import signal
 import subprocess
@@ -13,7 +17,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from zoo.checkpoint.state import states
+from zoo.checkpoint.state import states, step_of
 
 pytestmark = pytest.mark.slow
 RECIPE = Path(__file__).parent.parent / "recipes" / "cnn-digits.yaml"
@@ -81,3 +85,79 @@ def test_resume_needs_a_run_folder_with_a_state(tmp_path):
     (tmp_path / "recipe.yaml").write_text("model: {architecture: cnn}\n")
     done = run([sys.executable, "-m", "zoo.cli", "resume", str(tmp_path)])
     assert done.returncode == 2 and "has no saved training state" in done.stderr
+
+
+# The interrupted epoch's metrics.csv row (issue 16): a 2-epoch run, a state every 5 steps.
+BATCHES = 20  # batches an epoch of the digits at batch size 64
+ROW_SETTINGS = [
+    "model.architecture=convnet-tiny", "model.dropout=0.3", "trainer.max_epochs=2",
+    "trainer.progress_bar=false", "trainer.deterministic=true", "trainer.num_threads=1",
+    "data.batch_size=64", "export.state_every_n_steps=5",
+]  # fmt: skip
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def train_command(tmp_path: Path, framework: str, name: str) -> list[str]:
+    sets = [
+        a for s in [*ROW_SETTINGS, f"export.dir={tmp_path}", f"export.run_name={name}"] for a in ("--set", s)
+    ]
+    return [sys.executable, "-m", "zoo.cli", "train", str(RECIPE), "--framework", framework, *sets]
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def kill_mid_epoch_two(tmp_path: Path, framework: str) -> Path:
+    """Start a run and SIGKILL it once a state inside its second epoch is saved."""
+    run_dir = tmp_path / "killed"
+    victim = subprocess.Popen(train_command(tmp_path, framework, "killed"), env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 240
+    try:
+        while not any(step_of(p) > BATCHES for p in states(run_dir)):
+            assert victim.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no state inside the second epoch in time"
+            time.sleep(0.01)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    return run_dir
+
+
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+def test_the_interrupted_epochs_row_equals_an_uninterrupted_runs(tmp_path, framework):
+    done = subprocess.run(train_command(tmp_path, framework, "whole"), env=ENV, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    run_dir = kill_mid_epoch_two(tmp_path, framework)
+    resumed_from = step_of(states(run_dir)[-1])
+    assert resumed_from % BATCHES, f"killed at an epoch's end (step {resumed_from}): nothing to test"
+    assert len(rows(run_dir)) == 1, "the first epoch's row is written before the kill"
+
+    started = time.perf_counter()
+    resumed = subprocess.run([sys.executable, "-m", "zoo.cli", "resume", str(run_dir)], env=ENV,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    resume_seconds = time.perf_counter() - started
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+    whole, killed = rows(tmp_path / "whole"), rows(run_dir)
+    assert [r["epoch"] for r in killed] == [r["epoch"] for r in whole] == ["1", "2"]
+    for a, b in zip(whole, killed, strict=True):
+        # The CSV's float32 means, as written (6 significant digits): the same sums in the same order.
+        for column in a:
+            if column != "epoch_seconds":
+                assert a[column] == b[column], f"epoch {a['epoch']} {column}: {a[column]} != {b[column]}"
+    # The interrupted epoch counts the seconds before the kill too (at least those up to the state
+    # it resumed from), and not the resume's process start (imports, data, the model's build).
+    # Keras times its tf.function tracing inside the first epoch of a fit call, an uninterrupted
+    # run's first epoch as much as a resumed one: the slowest whole epoch is the yardstick.
+    seconds = float(killed[1]["epoch_seconds"])
+    whole_epoch = float(whole[1]["epoch_seconds"])
+    slowest = max(float(r["epoch_seconds"]) for r in whole)
+    assert seconds > 0.5 * whole_epoch * (resumed_from % BATCHES) / BATCHES, (seconds, whole_epoch)
+    assert seconds < min(2 * slowest + 1.0, resume_seconds), (seconds, slowest, resume_seconds)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary.get("status") == "finished"

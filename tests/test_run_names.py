@@ -1,12 +1,16 @@
 """Default run folder names say the model and, for fine-tuning, what the run started from, so
-`zoo runs` and `zoo plot` tell runs of one recipe apart."""
+`zoo runs` and `zoo plot` tell runs of one recipe apart; a name that cannot name a folder is
+refused, by `zoo validate` and `zoo train` in the same words."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
-from conftest import RECIPE
+from cli_helpers import sets
+from cli_helpers import zoo as command
+from conftest import RECIPE, tiny
 
 import zoo
 from zoo.recipe.schema import run_name_problem
@@ -80,8 +84,6 @@ def recipe_file(folder, name: str, text: str) -> str:
     ids=["surrogate", "surrogate-elsewhere", "escape", "dot-dot", "long"],
 )
 def test_a_recipe_name_that_cannot_name_run_folders_is_refused_naming_name(tmp_path, written, expected):
-    from test_hardening_runs import zoo as command
-
     recipe = recipe_file(tmp_path, "r.yaml", written)
     for verb in ("validate", "train"):
         code, out = command(verb, recipe, "--set", f"export.dir={tmp_path / 'runs'}")
@@ -97,3 +99,13 @@ def test_a_recipe_file_name_that_is_not_utf8_still_names_its_runs(tmp_path):
     with open(path, "w") as handle:
         handle.write("model: {architecture: convnet-tiny}\n")
     assert zoo.load_recipe(os.fsdecode(path)).name == "caf\ufffd"
+
+
+@pytest.mark.parametrize("name", ["../../escape", "/tmp/abs-escape", "..", "x" * 300])
+def test_validate_and_train_agree_on_run_names(tmp_path, name):
+    code, out = command("validate", str(RECIPE), *sets(f"export.run_name={name}"))
+    assert code == 2 and "export.run_name" in out and ("not a folder name" in out or "bytes long" in out), out
+    line = next(part for part in out.splitlines() if "export.run_name" in part)
+    code, out = command("train", str(RECIPE), *sets(*tiny(tmp_path, f"export.run_name={name}")))
+    assert code == 2 and line.split(": ", 1)[-1] in out, out
+    assert list(tmp_path.iterdir()) == [] and not Path("/tmp/abs-escape").exists()

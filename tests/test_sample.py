@@ -1,17 +1,20 @@
 """``zoo sample``: token choice (greedy, temperature, top-k, top-p, seed) and generation with and
-without a key/value cache, the same text from either twin of one checkpoint."""
+without a key/value cache, the same text from either twin of one checkpoint; its numbers (length,
+temperature, top-p, seed) refused at once past their range, and the settings at their edges."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from cli_helpers import invoke
 from click.testing import CliRunner
 from conftest import char_checkpoint
 
 import zoo
 from zoo.cli import main
-from zoo.sample import PromptError, Sampling
+from zoo.limits import MAX_SAMPLE_LENGTH
+from zoo.sample import PromptError, Sampling, check_length
 
 VOCAB = "\n abcdefghij"
 
@@ -187,3 +190,42 @@ def test_a_tokenizer_smaller_than_the_model_s_vocabulary_is_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "outside the character vocabulary" in lines[0], result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "allowed"),
+    [
+        (["--length", "1000000000000"], "--length", f"1<=x<={MAX_SAMPLE_LENGTH}"),
+        (["--length", "1000000000"], "--length", f"1<=x<={MAX_SAMPLE_LENGTH}"),
+        (["--length", str(MAX_SAMPLE_LENGTH + 1)], "--length", f"1<=x<={MAX_SAMPLE_LENGTH}"),
+        (["--temperature", "nan"], "--temperature", "'nan' is not a finite number"),
+        (["--temperature", "inf"], "--temperature", "'inf' is not a finite number"),
+        (["--temperature", "-1"], "--temperature", "x>=0"),
+        (["--top-p", "nan"], "--top-p", "'nan' is not a finite number"),
+        (["--seed", "-1"], "--seed", f"0<=x<={2**32 - 1}"),
+        (["--seed", str(2**32)], "--seed", f"0<=x<={2**32 - 1}"),
+    ],
+)
+def test_sample_numbers_past_their_range_are_refused_at_once(tmp_path, args, option, allowed):
+    # The checkpoint does not exist: the option is refused before anything is read.
+    result = invoke("sample", tmp_path / "none.safetensors", *args)
+    assert result.exit_code == 2 and f"'{option}'" in result.output and allowed in result.output, (
+        result.output
+    )
+    assert "Traceback" not in result.output
+
+
+def test_sampling_settings_at_their_edges():
+    check_length(MAX_SAMPLE_LENGTH)
+    with pytest.raises(PromptError, match=r"length must lie in 1 \.\. 100,000 tokens, got 1,000,000,000"):
+        check_length(10**9)
+    assert Sampling(seed=2**32 - 1).seed == 2**32 - 1
+    for bad in ({"seed": -1}, {"seed": 2**32}, {"temperature": float("nan")}, {"temperature": float("inf")}):
+        with pytest.raises(
+            PromptError, match=r"seed must lie in 0 \.\. 4294967295|temperature must be >= 0 and finite"
+        ):
+            Sampling(**bad)
+    logits = np.array([[0.5, 3.0, -1.0, 2.9]])
+    for temperature in (1e-320, 5e-324):  # subnormal: logits / t overflow to inf
+        chosen = Sampling(temperature=temperature, seed=1).choose(logits, np.random.default_rng(1))
+        assert chosen.tolist() == [1]

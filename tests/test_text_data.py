@@ -1,19 +1,23 @@
 """Text data: packing for language models, labelled CSV/JSONL with padding and masks, masked-LM
-masks, and the same batches and losses in both frameworks."""
+masks, and the same batches and losses in both frameworks; a text file without text, or too short
+for a test split, named in one line."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import invoke, one_line_refusal
 
 from zoo import registry
 from zoo.data import IGNORE_INDEX, DataError, load_dataset
 from zoo.recipe.data import TextClassificationData, TextData
 from zoo.tokenizer import CharTokenizer, train_bpe
 
+LM_RECIPE = Path(__file__).parent.parent / "recipes" / "lstm-charlm.yaml"
 SENTENCES = [
     ("the if statement selects one suite", "statement"),
     ("a while loop repeats its suite", "statement"),
@@ -349,3 +353,24 @@ def test_char_tokenizer_of_classification_has_no_specials(tmp_path):
     first = data.train.x[0][~data.train.mask[0]]
     assert data.tokenizer.decode(first) in [t for t, _ in SENTENCES]  # no [CLS]/[SEP] to add
     assert train_bpe  # the BPE kinds are tested in test_tokenizer.py
+
+
+@pytest.mark.parametrize("content", ["", "\n \n"])
+def test_train_on_a_file_without_text_names_it(tmp_path, content):
+    text = tmp_path / "empty.txt"
+    text.write_text(content)
+    result = invoke(
+        "train", LM_RECIPE, "--set", f"data.path={text}", "--set", f"export.dir={tmp_path / 'runs'}"
+    )
+    one_line_refusal(result, f"data.path '{text}': no text (empty, or only whitespace)")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_text_too_short_for_a_test_split_is_named(tmp_path):
+    text = tmp_path / "short.txt"
+    text.write_text("abcdefgh " * 10)
+    cfg = TextData(path=text, seq_len=8, val_fraction=0, test_fraction=0.01)
+    with pytest.raises(
+        DataError, match=r"short.txt': 90 tokens leave none for testing at data.test_fraction 0.01"
+    ):
+        load_dataset(cfg, "tokens")

@@ -1,4 +1,5 @@
-"""zoo.tokenizer: every kind round-trips text and its own file; the tokenizer travels with a checkpoint."""
+"""zoo.tokenizer: every kind round-trips text and its own file; the tokenizer travels with a checkpoint;
+``zoo tokenizer train`` refuses a vocabulary size past its limit and a file without text."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import json
 
 import numpy as np
 import pytest
+from cli_helpers import invoke, one_line_refusal
 from click.testing import CliRunner
 
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import write_checkpoint
 from zoo.checkpoint_tokenizer import tokenizer_of
+from zoo.limits import MAX_VOCAB_SIZE
 from zoo.tokenizer import CharTokenizer, Tokenizer, TokenizerError, load_tokenizer, train_bpe
 
 TEXT = (
@@ -256,3 +259,25 @@ def test_training_saves_the_tokenizer_and_fine_tuning_reuses_it(tmp_path, monkey
     )
     assert tokenizer_of(tuned.checkpoint).to_json() == saved.to_json()
     assert np.isfinite(tuned.metrics["test_loss"])
+
+
+def test_a_vocabulary_size_past_the_limit_is_refused_before_the_trainer(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("hello world hello there\n")
+    result = invoke("tokenizer", "train", text, "-o", tmp_path / "t.json", "--vocab-size", "99999999999999")
+    assert (
+        result.exit_code == 2
+        and "'--vocab-size'" in result.output
+        and f"2<=x<={MAX_VOCAB_SIZE}" in result.output
+    )
+    done = invoke("tokenizer", "train", text, "-o", tmp_path / "t.json", "--vocab-size", MAX_VOCAB_SIZE)
+    assert done.exit_code == 0 and (tmp_path / "t.json").is_file(), done.output
+
+
+@pytest.mark.parametrize("content", ["", " \n\n\t "])
+def test_tokenizer_train_refuses_a_file_without_text(tmp_path, content):
+    text = tmp_path / "empty.txt"
+    text.write_text(content)
+    result = invoke("tokenizer", "train", text, "-o", tmp_path / "t.json")
+    one_line_refusal(result, str(text), "no text to learn from")
+    assert not (tmp_path / "t.json").exists()

@@ -1,14 +1,22 @@
-"""Numbers in recipes are what they say (strict types, finite, in range) and no YAML
-document, however odd, ends in anything but a Recipe or a RecipeError."""
+"""Recipes zoo must refuse, in one line each, whatever they hold: numbers are what they say (strict
+types, finite, in range); YAML that would hang or recurse (aliases inside their own anchor, the
+billion laughs, sets as keys, deep nesting) is refused by line, each limit of zoo.limits read at
+the limit and refused one past it; and no YAML document, however odd (Hypothesis), ends in anything
+but a Recipe or a RecipeError."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
+from cli_helpers import invoke, nested
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from zoo.limits import MAX_DEPTH, MAX_RECIPE_BYTES, MAX_RECIPE_VALUES, MAX_SHOWN_PROBLEMS, depth
 from zoo.recipe import Recipe, RecipeError, load_recipe
+from zoo.recipe.overrides import RefusedYAML, read_yaml
 
 BASE = {"model": {"architecture": "convnet-tiny"}}
 
@@ -93,7 +101,101 @@ def test_yaml_values_no_field_takes_are_named(tmp_path):
         load_recipe(recipe)
 
 
-# ------------------------------------------------------------------------------ fuzz
+# ----------------------------------------------------------------- YAML that would hang or recurse
+
+
+BASE_YAML = "model: {architecture: convnet-tiny}\n"
+
+
+def recipe_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    return path
+
+
+def recipe_problem(path: Path) -> str:
+    with pytest.raises(RecipeError) as error:
+        load_recipe(path)
+    (problem,) = error.value.problems
+    return problem
+
+
+def laughs(levels: int, width: int = 10) -> str:
+    """The billion laughs: each line ``width`` aliases of the line before."""
+    lines = ['a0: &a0 "lol"']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("description: &x [*x]\n", "the alias *x (line 2) is inside the value &x names"),
+        ("description: &x {a: *x}\n", "the alias *x (line 2) is inside the value &x names"),
+        ("init: &x {<<: *x}\n", "the alias *x (line 2) is inside the value &x names"),
+        ("? !!set {a: null}\n: 1\n", "a set is used as a key (line 2); keys are field names"),
+        ("description: " + nested(5000, "") + "\n", f"nested more than {MAX_DEPTH} levels deep (line 2)"),
+        (laughs(10), f"more than {MAX_RECIPE_VALUES:,} values by line 6 (each alias counted"),
+    ],
+)
+def test_yaml_that_would_hang_or_recurse_is_refused_by_line(tmp_path, text, words):
+    path = recipe_file(tmp_path, BASE_YAML + text)
+    assert words in recipe_problem(path)
+    message = invoke("validate", path).output
+    assert words in message and "Traceback" not in message and len(message.splitlines()) == 2
+
+
+def test_yaml_at_each_limit_reads_and_one_past_is_refused(tmp_path):
+    # Depth: the top mapping is level 1, so MAX_DEPTH - 1 brackets inside it reach the limit.
+    assert depth(read_yaml("a: " + nested(MAX_DEPTH - 1) + "\n")) == MAX_DEPTH
+    with pytest.raises(RefusedYAML, match="nested more than"):
+        read_yaml("a: " + nested(MAX_DEPTH) + "\n")
+    # Values: a sequence and its items; an alias counts as the values it stands for.
+    assert len(read_yaml("[" + "1, " * (MAX_RECIPE_VALUES - 1) + "]")) == MAX_RECIPE_VALUES - 1
+    with pytest.raises(RefusedYAML, match="more than 10,000 values"):
+        read_yaml("[" + "1, " * MAX_RECIPE_VALUES + "]")
+    half = (MAX_RECIPE_VALUES - 4) // 2  # the outer list, the anchored one twice, a 0: 4 + 2 * half
+    listed = f"- &a [{'1, ' * half}]\n- *a\n- 0\n"
+    assert [len(x) for x in read_yaml(listed)[:2]] == [half, half]
+    with pytest.raises(RefusedYAML, match="more than 10,000 values"):
+        read_yaml(listed + "- 0\n")
+    # Size: the file's bytes, checked before it is read.
+    padding = "#" * (MAX_RECIPE_BYTES - len(BASE_YAML) - 1) + "\n"
+    assert load_recipe(recipe_file(tmp_path, BASE_YAML + padding)).model.preset == "convnet-tiny"
+    too_big = recipe_file(tmp_path, BASE_YAML + "#" + padding)
+    assert (
+        recipe_problem(too_big)
+        == f"{MAX_RECIPE_BYTES + 1:,} bytes; a recipe is at most {MAX_RECIPE_BYTES:,} bytes"
+    )
+
+
+def test_many_unknown_keys_print_a_bounded_list(tmp_path):
+    unknown = MAX_RECIPE_VALUES // 2 - 10  # two values a key, under the document's limit
+    path = recipe_file(tmp_path, BASE_YAML + "".join(f"k{i}: 1\n" for i in range(unknown)))
+    result = invoke("validate", path, "--quiet")
+    lines = result.output.splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 + MAX_SHOWN_PROBLEMS + 1, lines[:3]
+    assert lines[0] == f"error: {path}: {unknown:,} problem(s)"
+    allowed = "name, description, model, data, optimizer, schedule, trainer, init, export, tracking"
+    assert lines[1] == f"  k0: unknown key; allowed: {allowed}"
+    assert lines[-1] == f"  ... and {unknown - MAX_SHOWN_PROBLEMS:,} more"
+    many = recipe_file(tmp_path, BASE_YAML + "".join(f"k{i}: 1\n" for i in range(200_001)))
+    assert "a recipe is at most" in recipe_problem(many)  # 200,001 keys are refused before parsing
+    fewer = recipe_file(tmp_path, BASE_YAML + "".join(f"k{i}: 1\n" for i in range(MAX_RECIPE_VALUES)))
+    assert recipe_problem(fewer).startswith("more than 10,000 values by line")
+
+
+def test_resume_refuses_a_billion_laughs_recipe_before_its_states(tmp_path):
+    run = tmp_path / "run"
+    (run / "state").mkdir(parents=True)
+    (run / "state" / "step-000000014.ckpt").write_bytes(b"")
+    (run / "recipe.yaml").write_text(BASE_YAML + laughs(10))
+    result = invoke("resume", run)
+    assert result.exit_code == 2 and "more than 10,000 values" in result.output, result.output
+
+
+# -------------------------------------------------------------------------------------------- fuzz
+
 
 SECTIONS = ["model", "data", "optimizer", "schedule", "trainer", "init", "export", "name", "x"]
 FIELDS = [

@@ -1,14 +1,14 @@
-"""Checkpoints and foreign files that zoo accepted wrongly, or that a command destroyed (issue 27):
-each is refused now with one line naming the file, tensor, field or option, and nothing is lost.
+"""``zoo import`` and ``zoo export`` refusals (issues 27, 38): foreign folders zoo accepted wrongly,
+or that a command destroyed, are refused now with one line naming the file, tensor, field or
+option, and nothing is lost.
 
-- a safetensors index whose ``weight_map`` names a shard outside the folder being imported;
-- a safetensors header that names a tensor twice;
-- metadata whose task (or class count) contradicts the config the model is built from;
-- integer or bool weights (metadata ``dtype`` int64/bool), which zoo fine-tuned from;
-- finite weights whose test loss overflows, which ``zoo evaluate`` reported as a result;
+- a safetensors index whose ``weight_map`` names a shard outside the folder being imported
+  (shards beside the index and huggingface_hub's cache layout import);
+- a foreign header that names a tensor twice;
+- a damaged config.json, safetensors index or tokenizer_config.json;
 - attention weights without a config.json, whose head count zoo guessed from the width;
 - an export that rewrote fields of the ``config.json`` it was imported with;
-- an output that is the command's own input, replaced even by ``--overwrite``.
+- an import or export whose output is its own input, replaced even by ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -17,57 +17,27 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import reference_env
 import torch
-from click.testing import CliRunner
-from conftest import RECIPE
-from safetensors import safe_open
+from cli_helpers import digest, invoke, nested, one_line_refusal, zoo_cli
 from safetensors.numpy import load_file, save_file
+from test_checkpoint_errors import with_a_name_twice
+from test_interchange import foreign_tensors, with_format  # noqa: F401 (with_format: a fixture)
 
 import zoo
 from architectures.bert.formats import from_hf as bert_from_hf
 from architectures.vit.formats import from_timm
 from zoo import registry
-from zoo.checkpoint.file import CheckpointError, parse_header
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tensors import load_tensors, model_tensors
-from zoo.cli import main
+from zoo.interchange import InterchangeError
 from zoo.interchange.exporting import export_checkpoint
 from zoo.interchange.foreign_files import read_foreign
 from zoo.interchange.importing import import_checkpoint
-
-
-def zoo_cli(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    out = result.output  # stdout and stderr, as a terminal shows them
-    assert "Traceback" not in out and (
-        result.exception is None or isinstance(result.exception, SystemExit)
-    ), f"{result.exception!r}\n{out}"
-    return result.exit_code, out
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def rewritten(path: Path, out: Path, tensors=None, **metadata: str) -> Path:
-    """A copy of the checkpoint at ``path`` with other tensors or metadata fields."""
-    with safe_open(str(path), framework="np") as handle:
-        kept = dict(handle.metadata())
-    save_file(load_file(path) if tensors is None else tensors, str(out), metadata={**kept, **metadata})
-    return out
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    """An untrained convnet-tiny (it fits cnn-digits.yaml's data), written as zoo writes it."""
-    model = zoo.create_model("convnet-tiny", framework="lightning", seed=0)
-    return zoo.save_checkpoint(model, tmp_path_factory.mktemp("ckpt") / "model.safetensors")
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +49,7 @@ def gpt2_hf(tmp_path_factory) -> Path:
     return root / "hf"
 
 
-# ------------------------------------------------------------------ shards outside the folder
+# ----------------------------------------------------------------------- shards outside the folder
 
 
 def sharded(folder: Path, source: Path, shards: dict[str, str]) -> Path:
@@ -138,28 +108,10 @@ def test_shards_beside_the_index_and_the_hugging_face_cache_layout_import(gpt2_h
         assert got.keys() == expected.keys() and all(np.array_equal(got[k], expected[k]) for k in got)
 
 
-# ------------------------------------------------------------------- a tensor named twice
+# ---------------------------------------------------------------------------- a tensor named twice
 
 
-def with_a_name_twice(path: Path, out: Path) -> str:
-    """``path`` with its last tensor's header entry written a second time; the name repeated."""
-    data = path.read_bytes()
-    end = 8 + struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:end])
-    name, entry = list(header.items())[-1]
-    text = json.dumps(header)[:-1] + f", {json.dumps(name)}: {json.dumps(entry)}}}"
-    text += " " * (-len(text) % 8)
-    out.write_bytes(struct.pack("<Q", len(text)) + text.encode() + data[end:])
-    return name
-
-
-def test_a_header_naming_a_tensor_twice_is_refused(checkpoint, gpt2_hf, tmp_path):
-    damaged = tmp_path / "twice.safetensors"
-    name = with_a_name_twice(checkpoint, damaged)
-    assert name in load_file(damaged)  # safetensors reads it, keeping one of the two
-    for command in (["inspect", damaged], ["evaluate", damaged, "--recipe", RECIPE]):
-        code, out = zoo_cli(*command)
-        assert code == 2 and f"names the tensor {name!r} twice; the file is damaged" in out, out
+def test_a_foreign_header_naming_a_tensor_twice_is_refused(gpt2_hf, tmp_path):
     foreign = tmp_path / "hf" / "model.safetensors"
     foreign.parent.mkdir()
     name = with_a_name_twice(gpt2_hf / "model.safetensors", foreign)
@@ -167,73 +119,76 @@ def test_a_header_naming_a_tensor_twice_is_refused(checkpoint, gpt2_hf, tmp_path
     assert code == 2 and f"names the tensor {name!r} twice" in out, out
 
 
-def test_a_metadata_key_or_an_entry_field_named_twice_is_refused():
-    entry = '"dtype": "F32", "shape": [2], "data_offsets": [0, 8]'
-    with pytest.raises(CheckpointError, match=r"names the metadata key 'task' twice"):
-        parse_header(f'{{"__metadata__": {{"task": "a", "task": "b"}}, "w": {{{entry}}}}}'.encode(), "f")
-    with pytest.raises(CheckpointError, match=r"names the 'w' field 'dtype' twice"):
-        parse_header(f'{{"w": {{{entry}, "dtype": "I64"}}}}'.encode(), "f")
-    assert parse_header(f'{{"w": {{{entry}}}}}'.encode(), "f") == {"w": json.loads(f"{{{entry}}}")}
+# ------------------------------------------------------------------------------ damaged JSON files
 
 
-# ----------------------------------------------------------- metadata that contradicts itself
+def foreign_folder(root: Path, **files: str) -> Path:
+    """A transformers-like folder: the prefixed layout's weights, and ``files`` by name."""
+    root.mkdir()
+    save_file(foreign_tensors(), root / "model.safetensors")
+    for name, text in files.items():
+        (root / name.replace("_json", ".json")).write_text(text)
+    return root
 
 
-def test_a_task_the_config_does_not_build_is_refused_naming_both(checkpoint, tmp_path):
-    lm = rewritten(checkpoint, tmp_path / "lm.safetensors", task="language_modeling")
-    for command in (["inspect", lm], ["evaluate", lm, "--recipe", RECIPE]):
-        code, out = zoo_cli(*command)
-        assert code == 2 and "its task metadata is 'language_modeling' but its cnn config builds a " in out, (
-            out
-        )
-        assert "'classification' model; the file is damaged" in out, out
-    five = rewritten(checkpoint, tmp_path / "five.safetensors", task_info='{"num_classes": 5}')
-    code, out = zoo_cli("inspect", five)
-    assert code == 2 and "task_info.num_classes is 5, the config's num_classes 10" in out, out
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("{", "config.json is not JSON (Expecting property name"),
+        ("[1, 2]", "config.json is a JSON array, not an object; it should be transformers' config.json"),
+        ('{"a": ' + nested(5000) + "}", "config.json nests arrays and objects more than 100 levels deep"),
+    ],
+)
+@pytest.mark.usefixtures("with_format")
+def test_a_damaged_config_json_is_named(tmp_path, text, words):
+    src = foreign_folder(tmp_path / "src", config_json=text)
+    with pytest.raises(InterchangeError, match=r"config\.json") as error:
+        import_checkpoint(src, tmp_path / "out")
+    assert words in str(error.value)
+    one_line_refusal(invoke("import", src, "--out", tmp_path / "cli"), str(src / "config.json"))
 
 
-# ------------------------------------------------------------------------- integer weights
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("{", "model.safetensors.index.json is not JSON (Expecting property name"),
+        ("[1, 2]", "model.safetensors.index.json is a JSON array, not an object"),
+        ("{}", "model.safetensors.index.json: has no weight_map"),
+        ('{"weight_map": ["model.safetensors"]}', "has a weight_map that is a JSON array"),
+        ('{"weight_map": {"net.a": 3}}', "weight_map maps 'net.a' to a JSON number"),
+    ],
+)
+@pytest.mark.usefixtures("with_format")
+def test_a_damaged_safetensors_index_is_named(tmp_path, text, words):
+    src = foreign_folder(tmp_path / "src", **{"model.safetensors.index_json": text})
+    with pytest.raises(InterchangeError) as error:
+        import_checkpoint(src, tmp_path / "out")
+    assert words in str(error.value), str(error.value)
+    assert str(error.value).endswith('{"weight_map": {"tensor name": "shard file name", ...}}')
 
 
-@pytest.mark.parametrize("dtype", ["int64", "bool"])
-def test_integer_or_bool_weights_are_refused_naming_the_tensor_and_the_dtype(checkpoint, tmp_path, dtype):
-    tensors = {k: v.astype(dtype) for k, v in load_file(checkpoint).items()}
-    bad = rewritten(checkpoint, tmp_path / f"{dtype}.safetensors", tensors, dtype=dtype)
-    commands = (
-        ["inspect", bad], ["evaluate", bad, "--recipe", RECIPE],
-        ["finetune", RECIPE, "--from", bad, "--set", f"export.dir={tmp_path}"],
-        ["export", bad, "--format", "onnx", "--out", tmp_path / "m.onnx"],
-    )  # fmt: skip
-    for command in commands:
-        code, out = zoo_cli(*command)
-        assert code == 2 and f"stem.conv.weight has dtype {dtype}, expected float32" in out, (command, out)
-    assert not (tmp_path / "m.onnx").exists() and not list(tmp_path.glob("cnn-digits*"))
+@pytest.mark.usefixtures("with_format")
+def test_an_index_that_names_its_shards_imports(tmp_path):
+    index = {"weight_map": {name: "model.safetensors" for name in foreign_tensors()}}
+    src = foreign_folder(tmp_path / "src", **{"model.safetensors.index_json": json.dumps(index)})
+    assert import_checkpoint(src, tmp_path / "out").tensors == len(index["weight_map"])
 
 
-def test_integer_counters_of_the_weight_table_stay_accepted(tmp_path):
-    """BatchNorm's num_batches_tracked is int64 in the table, and in a bfloat16 export too."""
-    model = zoo.create_model("convnet-tiny", framework="lightning", seed=0, batch_norm=True)
-    path = zoo.save_checkpoint(model, tmp_path / "bn.safetensors", dtype="bfloat16")
-    found = read_checkpoint(path)
-    counters = {k: v for k, v in found.tensors().items() if k.endswith("num_batches_tracked")}
-    assert counters and all(v.dtype == np.int64 for v in counters.values())
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("{", "tokenizer_config.json is not JSON"), ('["do_lower_case"]', "is a JSON array, not an object")],
+)
+@pytest.mark.usefixtures("with_format")
+def test_a_damaged_tokenizer_config_is_named(tmp_path, text, words):
+    vocab = "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"])
+    src = foreign_folder(tmp_path / "src", tokenizer_config_json=text, **{"vocab.txt": vocab})
+    with pytest.raises(InterchangeError) as error:
+        import_checkpoint(src, tmp_path / "out")
+    assert words in str(error.value) and "or be removed" in str(error.value), str(error.value)
+    assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
-# ------------------------------------------------------------ finite weights, outputs overflowing
-
-
-@pytest.mark.parametrize("framework", ["lightning", "keras"])
-def test_an_evaluation_whose_loss_overflows_fails_naming_it(checkpoint, tmp_path, framework):
-    huge = {k: np.full_like(v, 3e38) for k, v in load_file(checkpoint).items()}
-    path = rewritten(checkpoint, tmp_path / "huge.safetensors", huge)
-    code, out = zoo_cli("evaluate", path, "--recipe", RECIPE, "--framework", framework)
-    assert code == 1 and "the test loss is nan: the model's outputs overflow float32" in out, out
-    assert "although every weight is finite (the largest: " in out and "3e+38" in out, out
-    code, out = zoo_cli("evaluate", checkpoint, "--recipe", RECIPE, "--framework", framework)
-    assert code == 0 and "test_loss" in out, out  # the same model at its own scale evaluates
-
-
-# ------------------------------------------------------------------ the attention head count
+# ------------------------------------------------------------------------ the attention head count
 
 
 def bert_384_12(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
@@ -312,7 +267,7 @@ def test_a_vit_imported_with_its_head_count_exports_it_to_timm(tmp_path):
     )
 
 
-# ------------------------------------------------------------ config.json fields written back
+# ----------------------------------------------------------------- config.json fields written back
 
 
 LABELS = {"0": "negative", "1": "neutral", "2": "positive"}
@@ -357,7 +312,7 @@ def test_an_export_writes_back_the_config_fields_it_was_imported_with(tmp_path, 
     assert code == 2 and refused in out and not (tmp_path / "refused").exists(), out
 
 
-# ----------------------------------------------------------------- an output that is the input
+# --------------------------------------------------------------------- an output that is the input
 
 
 def test_an_export_onto_its_own_checkpoint_is_refused_and_the_checkpoint_kept(gpt2_hf, tmp_path):
@@ -390,58 +345,3 @@ def test_an_import_into_the_folder_it_reads_is_refused(gpt2_hf, tmp_path):
         assert code == 2 and f"--out: {folder / replaced} is an input of this command" in said, said
     (folder / "tokenizer.json").unlink()
     assert {p.name: digest(p) for p in folder.iterdir()} == before
-
-
-def test_a_tokenizer_trained_onto_its_own_text_is_refused(tmp_path):
-    text = tmp_path / "corpus.json"  # a name -o would write a tokenizer to
-    text.write_text("the quick brown fox jumps over the lazy dog\n" * 20)
-    before = digest(text)
-    code, out = zoo_cli("tokenizer", "train", text, "-o", text, "--vocab-size", "300")
-    assert code == 2 and f"-o: {text} is an input of this command" in out, out
-    assert digest(text) == before
-
-
-# ------------------------------------------------ metadata of another family, a dtype of garbage (issue 38)
-
-
-@pytest.fixture(scope="module")
-def gpt2_checkpoint(tmp_path_factory) -> Path:
-    model = zoo.create_model("gpt2-micro", framework="lightning", seed=0, vocab_size=50)
-    return zoo.save_checkpoint(model, tmp_path_factory.mktemp("gpt2ckpt") / "model.safetensors")
-
-
-def test_an_architecture_naming_another_family_than_its_config_is_one_line(gpt2_checkpoint, tmp_path):
-    """It printed pydantic's 13 errors, each with its documentation URL."""
-    bad = rewritten(gpt2_checkpoint, tmp_path / "resnet.safetensors", architecture="resnet")
-    code, out = zoo_cli("inspect", bad)
-    assert code == 2 and out.strip() == (
-        f"error: {bad}: its architecture metadata is 'resnet' but its config metadata is a 'gpt2' config; "
-        "the file is damaged (its metadata contradicts itself)"
-    ), out
-
-
-def test_a_config_field_that_does_not_validate_is_one_line_naming_the_field(gpt2_checkpoint, tmp_path):
-    config = json.loads(read_checkpoint(gpt2_checkpoint).metadata["config"])
-    fields = json.dumps({**config, "n_embd": "wide", "n_head": -1})
-    bad = rewritten(gpt2_checkpoint, tmp_path / "fields.safetensors", config=fields)
-    code, out = zoo_cli("inspect", bad)
-    assert code == 2 and len(out.strip().splitlines()) == 1 and "errors.pydantic.dev" not in out, out
-    assert f"error: {bad}: its gpt2 config does not validate: config.n_embd: " in out, out
-    assert (
-        "; config.n_head: Input should be greater than or equal to 1; its config metadata is damaged" in out
-    )
-
-
-@pytest.mark.parametrize("dtype", ["garbage", "float8", ""])
-def test_a_dtype_zoo_does_not_write_is_refused_naming_the_field(gpt2_checkpoint, tmp_path, dtype):
-    """``zoo inspect`` showed it as the checkpoint's dtype, and exports wrote it on."""
-    bad = rewritten(gpt2_checkpoint, tmp_path / "dtype.safetensors", dtype=dtype)
-    for command in (["inspect", bad], ["inspect", bad, "--json"]):
-        code, out = zoo_cli(*command)
-        assert code == 2 and out.strip() == (
-            f"error: {bad}: its dtype metadata {dtype!r} is not a weight dtype zoo writes (one of float32, "
-            "bfloat16, float16, float64); its weights are float32, so the file is damaged: export it again, "
-            "or write dtype=float32 in its metadata"
-        ), out
-    with pytest.raises(CheckpointError, match="its dtype metadata"):
-        zoo.load(bad)

@@ -1,8 +1,7 @@
-"""Runs under signals and surprises, round 2: SIGTERM (preemption) and Ctrl-C save the state where
-the run stops and exit 143 and 130, resumed bit-exactly, and a second Ctrl-C stops at once; a run
-folder deleted during training stops the run; a loss that explodes while staying finite is
-reported; and the inputs that validated but could not run (run names outside export.dir, one-class
-and huge labels, token ids for a classifier of features, a broken plugin) are refused in one line.
+"""Runs stopped while they train: SIGTERM (preemption) and Ctrl-C save the state where the run
+stops and exit 143 and 130, resumed bit-exactly, and a second Ctrl-C stops at once; a run folder
+deleted during training stops the run; and a loss that explodes while staying finite is reported
+(beside the signals: it compares with the same uninterrupted runs).
 
 Signals are sent by the training process to itself at a chosen batch end (``SIGNAL_AT`` wraps
 the CLI): where the run stops never depends on how fast the machine is.
@@ -21,12 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import sets, zoo
 from conftest import FRAMEWORKS, RECIPE, tiny
 from safetensors.numpy import load_file
-from test_hardening_runs import zoo
-from test_plugin_family import write_plugin
 
-from zoo import registry
 from zoo.checkpoint.state import latest_state, step_of
 from zoo.metrics_file import read_metrics
 from zoo.runs import next_commands, read_run
@@ -40,6 +37,10 @@ SETTINGS = [
 ]  # fmt: skip
 BATCHES = 10
 
+
+# The zoo command line, with the process sending itself a signal at the end of its ``count``-th
+# training batch (``train``) or validation batch (``val``), after zoo's per-batch callback ran:
+# a real signal through the real handlers, at a point that never depends on the machine's speed.
 # The zoo command line, with the process sending itself a signal at the end of its ``count``-th
 # training batch (``train``) or validation batch (``val``), after zoo's per-batch callback ran:
 # a real signal through the real handlers, at a point that never depends on the machine's speed.
@@ -76,10 +77,6 @@ from zoo.cli import main
 
 main(args=sys.argv[5:], prog_name="zoo")
 """
-
-
-def sets(*overrides: str) -> list[str]:
-    return [a for o in overrides for a in ("--set", o)]
 
 
 def signalled(
@@ -297,100 +294,3 @@ def test_the_explosion_rule_at_its_edges():
     assert loss_explosion(None, rows) is None  # resumed from a state without the first loss
     assert loss_explosion(0.5, [*rows, {"epoch": "3", "train_loss": ""}])["epoch"] == 2  # an empty cell
     assert loss_explosion(0.5, [{"epoch": "1", "train_loss": "nan"}]) is None  # NaN stops runs itself
-
-
-@pytest.mark.parametrize("name", ["../../escape", "/tmp/abs-escape", "..", "x" * 300])
-def test_validate_and_train_agree_on_run_names(tmp_path, name):
-    code, out = zoo("validate", str(RECIPE), *sets(f"export.run_name={name}"))
-    assert code == 2 and "export.run_name" in out and ("not a folder name" in out or "bytes long" in out), out
-    line = next(part for part in out.splitlines() if "export.run_name" in part)
-    code, out = zoo("train", str(RECIPE), *sets(*tiny(tmp_path, f"export.run_name={name}")))
-    assert code == 2 and line.split(": ", 1)[-1] in out, out
-    assert list(tmp_path.iterdir()) == [] and not Path("/tmp/abs-escape").exists()
-
-
-def labelled(tmp_path: Path, labels: list) -> Path:
-    words = ["alpha beta", "gamma delta", "epsilon zeta", "eta theta"]
-    path = tmp_path / "labels.csv"
-    path.write_text("text,label\n" + "".join(f"{words[i % 4]} {i},{v}\n" for i, v in enumerate(labels)))
-    return path
-
-
-def train_text(tmp_path: Path, architecture: str, path: Path) -> tuple[int, str]:
-    text = ["data.name=text_classification", "data.tokenizer=char", f"data.path={path}"]
-    return zoo("train", str(RECIPE), *sets(*tiny(tmp_path, f"model.architecture={architecture}", *text)))
-
-
-def token_classifiers() -> list[str]:
-    from zoo.recipe.schema import classifies_token_ids
-
-    return [name for name, family in registry.families().items() if classifies_token_ids(family)]
-
-
-@pytest.mark.parametrize("label, shown", [("0", "0"), ("spam", "'spam'")], ids=["ids", "names"])
-def test_text_classification_with_one_class_is_refused(tmp_path, label, shown):
-    path = labelled(tmp_path, [label] * 40)
-    code, out = train_text(tmp_path, "lstm-small", path)
-    assert code == 2 and f"{path}: all 40 examples have the label {shown};" in out, out
-    assert "needs at least two classes" in out and "Traceback" not in out
-    assert [p.name for p in tmp_path.iterdir()] == ["labels.csv"]
-
-
-@pytest.mark.parametrize("family", token_classifiers())
-def test_a_label_past_the_class_bound_is_refused_with_its_line_in_every_family(tmp_path, family):
-    labels = [i % 2 for i in range(40)]
-    labels[8] = 10**12
-    path = labelled(tmp_path, labels)
-    code, out = train_text(tmp_path, family, path)
-    assert code == 2 and f"{path}, line 10: label '1000000000000' is past 999,999" in out, out
-
-
-def test_every_family_bounds_its_class_count():
-    for name, family in registry.families().items():
-        if "num_classes" not in family.config.model_fields:
-            continue
-        with pytest.raises(ValueError, match="less than or equal to 1000000"):
-            family.config.model_validate({"architecture": name, "num_classes": 10**12})
-
-
-def test_npz_labels_past_the_class_bound_name_the_array_and_index(tmp_path):
-    x = np.zeros((6, 8, 8), np.float32)
-    y = np.array([0, 1, 0, 1, 10**12, 1])
-    np.savez(tmp_path / "d.npz", x_train=x, y_train=y, x_test=x, y_test=y % 2)
-    code, out = zoo(
-        "train", str(RECIPE), *sets(*tiny(tmp_path, "data.name=npz", f"data.path={tmp_path / 'd.npz'}"))
-    )
-    assert code == 2 and "y_train[4] is 1000000000000, past 999,999" in out, out
-
-
-@pytest.mark.parametrize("architecture", ["transformer-tiny", "convnet-tiny"])
-def test_a_classifier_that_cannot_read_token_ids_is_refused_at_validation(architecture):
-    overrides = [f"model.architecture={architecture}", "data.name=text_classification", "data.tokenizer=char"]
-    code, out = zoo("validate", str(RECIPE), *sets(*overrides))
-    works = token_classifiers()
-    assert code == 2 and f"model.architecture: '{architecture}' classifies" in out, out
-    assert "data.name 'text_classification' gives token ids (data.tokenizer 'char')" in out
-    assert f"reads token ids: {', '.join(works)}" in out
-    for family in works:  # what the message offers does validate
-        code, out = zoo("validate", str(RECIPE), *sets(*overrides[1:], f"model.architecture={family}"))
-        assert code == 0, out
-
-
-def test_a_plugin_that_cannot_be_imported_leaves_every_command_working(tmp_path):
-    root = write_plugin(tmp_path, "zoo_broken", {"__init__.py": "import zoo_no_such_module\n"}, "zoo-broken",
-                        "gone = zoo_broken:FAMILY")  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-
-    def command(*args):
-        zoo_cli = [sys.executable, "-m", "zoo.cli", *args]
-        return subprocess.run(zoo_cli, env=env, capture_output=True, text=True, timeout=300)
-
-    listed = command("list")
-    assert listed.returncode == 0 and "cnn" in listed.stdout, listed.stderr
-    (warning,) = listed.stderr.splitlines()
-    assert "skipping the architecture family 'gone'" in warning and "cannot be imported" in warning
-    assert "No module named 'zoo_no_such_module'" in warning and "pip uninstall zoo-broken" in warning
-    shown = command("show", "gone")
-    assert shown.returncode == 2 and "the architecture family 'gone' is unavailable" in shown.stderr
-    assert "Traceback" not in shown.stderr and "pip uninstall zoo-broken" in shown.stderr
-    assert command("show", "convnet-tiny").returncode == 0

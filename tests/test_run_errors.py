@@ -1,6 +1,7 @@
-"""Failed runs and hostile surroundings: divergence stops both frameworks at the same step and
-keeps the last finite state; non-finite checkpoints, tampered states, edited recipes, a second
-resume and a scheduler's environment each end in one message and the documented exit status."""
+"""Runs that fail and resumes that are refused: divergence stops both frameworks at the same step
+and keeps the last finite state; non-finite checkpoints, tampered states, edited recipes, a damaged
+recipe record and a second resume of a held run each end in one message and the documented exit
+status."""
 
 from __future__ import annotations
 
@@ -8,27 +9,20 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_helpers import nested, train, zoo
 from conftest import RECIPE, tiny
 from safetensors.numpy import load_file, save_file
+from trained_runs import copy_run
 
 from zoo.checkpoint.state import latest_state
-from zoo.cli import main
+from zoo.hardware import SetupError
+from zoo.limits import MAX_DEPTH
 from zoo.metrics_file import read_metrics
-
-
-def zoo(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args))
-    return result.exit_code, result.output + (result.stderr if result.stderr_bytes else "")
-
-
-def train(tmp_path, name: str, *overrides: str) -> tuple[int, str]:
-    sets = [a for o in tiny(tmp_path, f"export.run_name={name}", *overrides) for a in ("--set", o)]
-    return zoo("train", str(RECIPE), *sets)
-
+from zoo.runs import RunDir
 
 DIVERGE = (
     "optimizer.name=sgd",
@@ -57,12 +51,11 @@ def test_divergence_stops_both_frameworks_at_the_same_step_and_keeps_the_last_fi
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished one-epoch Lightning run (states kept) and its checkpoint."""
-    root = tmp_path_factory.mktemp("done")
-    code, out = train(root, "run", "trainer.max_epochs=1")
-    assert code == 0, out
-    return root / "run"
+def finished(trained_runs):
+    """A finished one-epoch Lightning run (states kept), shared by the whole session: tests that
+    write into it take their own copy (trained_runs.copy_run)."""
+    # The request of every file that trains tiny() for one epoch; export.dir is the cache's own.
+    return trained_runs.train(RECIPE, "lightning", tiny(Path("unused"), "trainer.max_epochs=1"))
 
 
 def nan_copy(checkpoint, target):
@@ -79,7 +72,7 @@ def nan_copy(checkpoint, target):
 
 def test_a_checkpoint_of_nan_tensors_is_refused_with_exit_1(finished, tmp_path):
     bad = tmp_path / "nan.safetensors"
-    name = nan_copy(finished / "model.safetensors", bad)
+    name = nan_copy(finished.checkpoint, bad)
     code, out = zoo("evaluate", str(bad), "--recipe", str(RECIPE), "--set", "model.architecture=convnet-tiny")
     assert code == 1 and name in out and "NaN or infinite" in out and "Traceback" not in out, out
     code, out = zoo(
@@ -94,7 +87,7 @@ def test_writing_a_checkpoint_of_non_finite_tensors_is_refused(finished, tmp_pat
     from zoo.checkpoint.file import NonFiniteTensors
     from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
 
-    found = read_checkpoint(finished / "model.safetensors")
+    found = read_checkpoint(finished.checkpoint)
     tensors = found.tensors()
     tensors[next(iter(tensors))] = tensors[next(iter(tensors))] * np.inf
     with pytest.raises(NonFiniteTensors, match="the model diverged"):
@@ -111,10 +104,7 @@ def test_writing_a_checkpoint_of_non_finite_tensors_is_refused(finished, tmp_pat
     ],
 )
 def test_a_tampered_training_state_is_named_not_torchs_traceback(finished, tmp_path, damage):
-    import shutil
-
-    run = tmp_path / "run"
-    shutil.copytree(finished, run)
+    run = copy_run(finished, tmp_path).run_dir
     state = latest_state(run)
     state.write_bytes(damage(state.read_bytes()))
     (run / "summary.json").unlink()  # a run stopped before its end: resume reads its state
@@ -124,10 +114,7 @@ def test_a_tampered_training_state_is_named_not_torchs_traceback(finished, tmp_p
 
 
 def test_an_edited_recipe_is_refused_unless_forced_and_metrics_keep_each_epoch_once(finished, tmp_path):
-    import shutil
-
-    run = tmp_path / "run"
-    shutil.copytree(finished, run)
+    run = copy_run(finished, tmp_path).run_dir
     recipe = (run / "recipe.yaml").read_text()
     (run / "recipe.yaml").write_text(recipe.replace("lr: 0.01", "lr: 0.02"))
     code, out = zoo("resume", str(run))
@@ -145,9 +132,7 @@ def test_an_edited_recipe_is_refused_unless_forced_and_metrics_keep_each_epoch_o
 
 
 def test_a_second_resume_of_a_held_run_is_refused(finished, tmp_path):
-    import shutil
-
-    finished = shutil.copytree(finished, tmp_path / "run")  # this process holds the original
+    finished = copy_run(finished, tmp_path).run_dir  # the shared original stays unclaimed
     holder = subprocess.Popen(
         [sys.executable, "-c", f"from zoo.runs import RunDir; from pathlib import Path; "
          f"RunDir(Path({str(finished)!r})).claim(); print('held', flush=True); import time; time.sleep(60)"],
@@ -163,32 +148,13 @@ def test_a_second_resume_of_a_held_run_is_refused(finished, tmp_path):
     time.sleep(0.1)
 
 
-def test_a_one_process_recipe_inside_a_multi_process_job_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    code, out = train(tmp_path, "copy")
-    assert code == 2 and "process 1 of a 2-process job (RANK=1, WORLD_SIZE=2)" in out, out
-    assert not (tmp_path / "copy").exists()
-
-
-def test_stray_single_process_launcher_variables_are_ignored_and_said(tmp_path, monkeypatch, caplog):
-    monkeypatch.chdir(tmp_path)
-    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
-        monkeypatch.setenv(name, "0")
-    code, out = train(tmp_path, "alone", "trainer.max_epochs=1", "export.state_every_n_steps=1000")
-    assert code == 0, out
-    assert "ignoring RANK=0, LOCAL_RANK=0, SLURM_PROCID=0" in caplog.text
-    assert (tmp_path / "alone" / "model.safetensors").is_file()
-    assert not (tmp_path / "state").exists()
-
-
-def test_a_multi_node_recipe_says_which_launcher_variables_are_missing(tmp_path, monkeypatch):
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    code, out = train(tmp_path, "nodes", "trainer.num_nodes=2")
-    assert code == 2 and "MASTER_ADDR, MASTER_PORT are not set here" in out, out
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "29999")
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    code, out = train(tmp_path, "nodes", "trainer.num_nodes=2")
-    assert code == 2 and "started 4 processes" in out and "makes 2" in out, out
+def test_a_damaged_recipe_record_stops_a_resume_with_its_name(tmp_path):
+    run = RunDir(tmp_path)
+    (tmp_path / ".recipe.json").write_text("{")
+    with pytest.raises(
+        SetupError, match=r"\.recipe\.json is not JSON .*delete it to resume without the check"
+    ):
+        run.recipe_changes({"name": "x"})
+    (tmp_path / ".recipe.json").write_text('{"model": ' + nested(MAX_DEPTH) + "}")
+    with pytest.raises(SetupError, match="more than 100 levels deep"):
+        run.recipe_changes({"name": "x"})
