@@ -26,10 +26,12 @@ DETERMINISTIC = ["trainer.deterministic=true", "trainer.max_epochs=1"]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A trained tiny checkpoint of the default recipe, shared by the evaluation tests."""
-    root = tmp_path_factory.mktemp("trained")
-    return zoo.train(RECIPE, "lightning", tiny(root, "trainer.max_epochs=1")).checkpoint
+def checkpoint(trained_runs, tmp_path_factory):
+    """A trained tiny checkpoint of the default recipe, shared by the evaluation tests (the
+    session's one run of this recipe, tests/trained_runs.py: test_resume_finished resumes a copy)."""
+    return trained_runs.train(
+        RECIPE, "lightning", tiny(tmp_path_factory.getbasetemp(), "trainer.max_epochs=1")
+    ).checkpoint
 
 
 def test_every_framework_has_a_backend_of_its_name():

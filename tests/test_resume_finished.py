@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import RECIPE, tiny
+from trained_runs import copy_run
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes | None, int]]:
@@ -31,14 +32,14 @@ def zoo(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    """A one-epoch run trained by another process, as a user's earlier ``zoo train`` (a process
-    holds its run's lock until it exits)."""
+def finished_run(trained_runs, tmp_path_factory) -> Path:
+    """A finished one-epoch run whose process has let go of it, as after a user's earlier ``zoo
+    train`` (a process holds its run's lock until it exits): a private copy of the session's one
+    run of this recipe (tests/trained_runs.py, which releases the lock; test_backend evaluates it),
+    so that the resumes here can only change a folder of this module's."""
     root = tmp_path_factory.mktemp("runs")
-    sets = [a for s in tiny(root, "trainer.max_epochs=1", "export.run_name=done") for a in ("--set", s)]
-    done = zoo("train", str(RECIPE), *sets)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return root / "done"
+    shared = trained_runs.train(RECIPE, None, tiny(root, "trainer.max_epochs=1"))
+    return copy_run(shared, root).run_dir
 
 
 def test_resume_of_a_finished_run_says_so_and_changes_no_file(finished_run):

@@ -34,9 +34,10 @@ from typing import Any
 
 RESULT_FILE = "result.json"  # written last: a run folder without it was never finished
 # The environment a run reads (threads, memory check, devices, a scheduler's launch), part of the
-# key; not ZOO_RUN_DIR, which every run sets for the processes it launches.
+# key; not ZOO_RUN_DIR, which every run sets for the processes it launches, nor ZOO_CACHE (where
+# foreign checkpoints are imported to, which tests point at their own tmp_path).
 ENVIRONMENT = (
-    "ZOO_NUM_THREADS", "ZOO_AVAILABLE_MEMORY", "ZOO_CACHE", "ZOO_DDP_TIMEOUT_S", "TF_NUM_INTRAOP_THREADS",
+    "ZOO_NUM_THREADS", "ZOO_AVAILABLE_MEMORY", "ZOO_DDP_TIMEOUT_S", "TF_NUM_INTRAOP_THREADS",
     "TF_NUM_INTEROP_THREADS", "TF_ENABLE_ONEDNN_OPTS", "TF_CONFIG", "KERAS_BACKEND", "CUDA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
 )  # fmt: skip
@@ -136,6 +137,7 @@ class TrainedRuns:
         folder.mkdir(parents=True)
         recipe, overrides = request
         result = zoo.train(recipe, framework, overrides)
+        _release(result.run_dir)
         _make_read_only(folder / "runs")
         record = {
             "run_dir": str(result.run_dir), "checkpoint": str(result.checkpoint),
@@ -194,6 +196,17 @@ def copy_run(result, destination: Path):
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
     checkpoint = target / result.checkpoint.relative_to(result.run_dir)
     return replace(result, run_dir=target, checkpoint=checkpoint)
+
+
+def _release(run_dir: Path) -> None:
+    """Let go of the run's lock, which zoo holds until the process that trained it exits: a
+    cached run is a finished run whose process has ended, the same in every worker (another
+    worker would otherwise see it held, "running", and this one would not)."""
+    from zoo.runs.folder import HELD_LOCKS
+
+    fd = HELD_LOCKS.pop(str(run_dir.resolve()), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops its flock
 
 
 def _make_read_only(folder: Path) -> None:
