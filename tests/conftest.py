@@ -28,8 +28,9 @@ from zoo import registry
 # The tests that build every registry entry in both frameworks take the entries up to BUILD_LIMIT
 # parameters in `make test`, at least one a family: ALL_NAMES (counts, weight tables, seeded
 # starts) marks the rest heavy, which `make test-heavy` runs alone; BUILT_NAMES (checkpoint round
-# trips and fast loads, which build four models an entry) leaves them out. A family entry that is
-# one of its presets (resnet is resnet18) is left out. Above the limit a Keras build alone is
+# trips and fast loads, which add a small-image twin pair and four loads an entry) leaves them out;
+# test_registry builds each entry once per framework and config for all of its tests. A family
+# entry that is one of its presets (resnet is resnet18) is left out. Above the limit a Keras build alone is
 # 20-45 s (convnext-tiny, resnet101, smollm-360m, gpt2-medium on two busy cores: the forward
 # pass that makes the variables, then their initialisers), and a round trip or a fast load doubles
 # that, while the code they run is the family's, which its smaller presets run too. Each family's

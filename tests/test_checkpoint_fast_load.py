@@ -1,11 +1,9 @@
-"""The fast checkpoint path: a loaded model is the saved one, bit for bit, in both frameworks.
+"""The fast checkpoint path: a loaded model is the saved one, bit for bit, in both frameworks
+(the checks are fast_load_checks').
 
-``load_checkpoint`` builds the torch twin on the meta device (no random initialisation) and
-hands it the checkpoint's tensors, each in memory of its own; ``save_checkpoint`` writes the
-torch twin's memory without copying it first. None of that may change a single
-bit: every parameter and buffer (BatchNorm statistics, non-persistent tables), the outputs in
-train and eval mode, and a training step afterwards must equal those of an ordinary build
-followed by ``load_state_dict``.
+Every registry entry's own config is checked in test_registry, on the twins it builds once for
+all of that entry's tests; here are the configs the defaults leave out, and the pieces the fast
+path rests on.
 """
 
 from __future__ import annotations
@@ -15,7 +13,8 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import BUILT_NAMES, forward_keras, forward_torch, parity_config
+from conftest import parity_config
+from fast_load_checks import assert_same_tensors, check_keras_load, check_torch_load
 from safetensors.numpy import load_file
 
 import zoo
@@ -23,9 +22,9 @@ from zoo import registry
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tensors import load_torch, meta_tensors, model_tensors
 
-# Every registry entry, plus what the defaults leave out: token embeddings (language
-# models), a non-persistent sinusoidal table, bidirectional and stacked GRU layers.
-CASES = [(name, {}) for name in BUILT_NAMES] + [
+# What the registry's defaults leave out: token embeddings (language models), a non-persistent
+# sinusoidal table, bidirectional and stacked GRU layers.
+CASES = [
     ("transformer-tiny", {"task": "language_modeling"}),
     ("transformer-tiny", {"positions": "sinusoidal"}),
     ("transformer-classic-tiny", {"task": "language_modeling", "positions": "sinusoidal"}),
@@ -40,69 +39,17 @@ def _create(name, fields, framework):
     return zoo.create_model(name, framework=framework, **fields)
 
 
-def _assert_same_tensors(a: dict, b: dict):
-    assert sorted(a) == sorted(b)
-    for key in a:
-        assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
-        assert np.array_equal(a[key], b[key]), key
-
-
 @pytest.mark.parametrize(("name", "fields"), CASES, ids=IDS)
 def test_torch_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
-    family, config = registry.get_family(name), parity_config(name, **fields)
     torch.manual_seed(3)
     original = _create(name, fields, "lightning")
-    x = config.example_input(8, seed=1)
-    forward_torch(original, x, training=True)  # moves BatchNorm statistics off their defaults
-    path = zoo.save_checkpoint(original, tmp_path / "model.safetensors")
-    _assert_same_tensors(load_file(path), model_tensors(original))  # safetensors reads what zoo wrote
-
-    rng = torch.get_rng_state()
-    loaded = zoo.load_checkpoint(path, framework="lightning")
-    assert torch.equal(rng, torch.get_rng_state()), "built without a random initialisation"
-    reference = family.build_torch(config)  # the ordinary way: a built twin, then a copy
-    reference.load_state_dict({k: v.clone() for k, v in original.state_dict().items()})
-    assert not meta_tensors(loaded)
-    assert loaded.training == reference.training
-    for kind in ("named_parameters", "named_buffers"):  # buffers: persistent or not
-        got, want = dict(getattr(loaded, kind)()), dict(getattr(reference, kind)())
-        assert list(got) == list(want)
-        for key in want:
-            assert type(got[key]) is type(want[key]) and got[key].dtype == want[key].dtype, key
-            assert got[key].requires_grad == want[key].requires_grad, key
-            assert torch.equal(got[key], want[key]), key
-    pointers = [p.untyped_storage().data_ptr() for p in loaded.parameters()]
-    assert len(set(pointers)) == len(pointers), "every parameter has memory of its own"
-
-    for training in (False, True):
-        assert np.array_equal(forward_torch(loaded, x, training), forward_torch(reference, x, training))
-    _assert_same_tensors(model_tensors(loaded), model_tensors(reference))  # statistics after train mode
-
-    for model in (loaded, reference):  # trainable, and trains the same
-        model.train()
-        torch.manual_seed(5)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        model(torch.from_numpy(x)).float().square().mean().backward()
-        optimizer.step()
-    _assert_same_tensors(model_tensors(loaded), model_tensors(reference))
+    check_torch_load(original, registry.get_family(name), parity_config(name, **fields), tmp_path)
 
 
 @pytest.mark.parametrize(("name", "fields"), CASES, ids=IDS)
 def test_keras_load_is_the_saved_model_bit_for_bit(name, fields, tmp_path):
-    family, config = registry.get_family(name), parity_config(name, **fields)
     original = _create(name, fields, "keras")
-    x = config.example_input(8, seed=1)
-    forward_keras(original, x, family, training=True)  # moves BatchNorm statistics
-    path = zoo.save_checkpoint(original, tmp_path / "model.safetensors")
-    _assert_same_tensors(load_file(path), model_tensors(original))
-
-    loaded = zoo.load_checkpoint(path, framework="keras")
-    for a, b in zip(original.weights, loaded.weights, strict=True):
-        assert a.dtype == b.dtype and np.array_equal(a.numpy(), b.numpy()), a.path
-    for training in (False, True):
-        assert np.array_equal(
-            forward_keras(loaded, x, family, training), forward_keras(original, x, family, training)
-        )
+    check_keras_load(original, registry.get_family(name), parity_config(name, **fields), tmp_path)
 
 
 @pytest.mark.parametrize(("name", "fields"), CASES, ids=IDS)
@@ -112,7 +59,7 @@ def test_a_checkpoint_crosses_frameworks_bit_for_bit(name, fields, tmp_path):
         original = _create(name, fields, source)
         path = zoo.save_checkpoint(original, tmp_path / f"{source}.safetensors")
         loaded = zoo.load_checkpoint(path, framework=target)
-        _assert_same_tensors(model_tensors(loaded), model_tensors(original))
+        assert_same_tensors(model_tensors(loaded), model_tensors(original))
 
 
 def test_model_tensors_is_a_snapshot():
@@ -156,4 +103,4 @@ def test_a_twin_with_state_from_init_is_built_the_ordinary_way(tmp_path):
     family = dataclasses.replace(checkpoint.family, torch_model=f"{__name__}:_cnn_with_state_from_init")
     model = load_torch(dataclasses.replace(checkpoint, family=family))
     assert torch.equal(model.steps, torch.arange(4.0)) and torch.equal(model.scale, torch.full((2,), 3.0))
-    _assert_same_tensors(model_tensors(model), load_file(path))
+    assert_same_tensors(model_tensors(model), load_file(path))

@@ -1,31 +1,130 @@
-"""Every registered architecture and preset: both twins build, agree on every tensor, and
-give the same outputs after a checkpoint round trip in either direction."""
+"""Every registered architecture and preset: both twins build, agree on every tensor, start from
+one seeded initialisation, give the same outputs after a checkpoint round trip in either
+direction, and load back bit for bit through the fast checkpoint path (fast_load_checks).
+
+Building the twins is most of what these tests cost (a Keras build of a 20M-parameter entry is
+seconds, and each test used to build its own), so each entry is built once per framework and
+config in this module: the ``entry`` fixture is module-scoped and parametrized by name, so
+pytest runs one entry's tests together and drops its models before the next entry's. Tests
+that change a twin (a train-mode pass moves BatchNorm statistics) take it through
+:meth:`Entry.pristine`, which puts its initial tensors back first. Every registry-wide test of
+an entry lives in this one file, so one pytest worker builds it.
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-import torch
-from conftest import ALL_NAMES, BUILT_NAMES, forward_keras, forward_torch, max_diff, parity_config
+from conftest import (
+    ALL_NAMES,
+    BUILT_NAMES,
+    FRAMEWORKS,
+    forward_keras,
+    forward_torch,
+    max_diff,
+    parity_config,
+)
+from fast_load_checks import assert_same_tensors, check_keras_load, check_torch_load
 
 import zoo
 from zoo import registry
 from zoo.checkpoint.tables import count_parameters, tensor_specs
-from zoo.checkpoint.tensors import model_tensors
+from zoo.checkpoint.tensors import load_tensors, model_tensors
+from zoo.initial_weights import initial_tensors
 
 TOLERANCE = 1e-5  # float32 twins ...
 NOISE = 10.0  # ... or this many times torch's own float32 error (against a float64 copy), for deep
 # nets in train mode, where BatchNorm over a few values per channel amplifies rounding
+SEED = 3  # of every twin built here: create_model with a seed gives both frameworks one start
+
+# Module scope: an entry's tests share its fixture, and pytest orders them together by name.
+EVERY_ENTRY = pytest.mark.parametrize("name", ALL_NAMES, scope="module")
+BUILT_ENTRIES = pytest.mark.parametrize("name", BUILT_NAMES, scope="module")
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
-def test_weight_table_is_the_torch_state_dict(name):
-    family = registry.get_family(name)
-    config = registry.resolve_config(name)
-    state = family.build_torch(config).state_dict()
+def _other(framework: str) -> str:
+    return "keras" if framework == "lightning" else "lightning"
+
+
+@dataclass
+class Crossing:
+    """A pristine twin saved and loaded in the other framework: its tensors when saved, the
+    loaded twin, and the tensors that twin held right after the load."""
+
+    original: dict[str, np.ndarray]
+    loaded: Any
+    as_loaded: dict[str, np.ndarray]
+
+
+class Entry:
+    """One registry entry's twins, each built (create_model with a seed) once for all its tests.
+
+    Two configs, two pairs: the entry's own (:meth:`twin`; counts, weight tables, the seeded
+    start, never changed by a test) and :func:`conftest.parity_config`'s, with dropout off and a
+    small image (:meth:`pristine`; round trips and fast loads, which run train-mode passes)."""
+
+    def __init__(self, name: str, folder: Path) -> None:
+        self.name = name
+        self.folder = folder
+        self.family = registry.get_family(name)
+        self.config = registry.resolve_config(name)
+        self.parity_config = parity_config(name)
+        self._twins: dict[str, Any] = {}
+        self._parity: dict[str, tuple[Any, dict[str, np.ndarray], bool]] = {}
+        self._crossed: dict[str, Crossing] = {}
+
+    def twin(self, framework: str) -> Any:
+        """The twin of the entry's own config as ``create_model(name, seed=SEED)`` returns it.
+        Tests only read it: the seeded-start test compares the two as built."""
+        if framework not in self._twins:
+            self._twins[framework] = zoo.create_model(self.name, framework=framework, seed=SEED)
+        return self._twins[framework]
+
+    def pristine(self, framework: str) -> Any:
+        """The parity config's twin holding the tensors (and, in torch, the mode) it was built
+        with: a test before may have moved its BatchNorm statistics."""
+        if framework not in self._parity:
+            fields = self.parity_config.model_dump(exclude={"architecture", "preset"})
+            model = zoo.create_model(self.name, framework=framework, seed=SEED, **fields)
+            self._parity[framework] = (model, model_tensors(model), getattr(model, "training", False))
+        model, initial, training = self._parity[framework]
+        load_tensors(model, initial)
+        if framework == "lightning":
+            model.train(training)
+        return model
+
+    def crossed(self, source: str) -> Crossing:
+        """The pristine ``source`` twin saved and loaded through ``zoo.load_checkpoint`` in the
+        other framework, once for the tests that compare the two; the loaded twin holds the
+        tensors it was loaded with (a test before may have run it in train mode). Its other
+        state (a torch twin's non-persistent buffers) is the load's, untouched."""
+        if source not in self._crossed:
+            original = self.pristine(source)
+            path = zoo.save_checkpoint(original, self.folder / f"{source}.safetensors")
+            loaded = zoo.load_checkpoint(path, framework=_other(source))
+            self._crossed[source] = Crossing(model_tensors(original), loaded, model_tensors(loaded))
+        crossing = self._crossed[source]
+        load_tensors(crossing.loaded, crossing.as_loaded)
+        return crossing
+
+
+@pytest.fixture(scope="module")
+def entry(name: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Entry]:
+    """The entry ``name``'s twins, shared by its tests and dropped when pytest moves on."""
+    yield Entry(name, tmp_path_factory.mktemp(name))
+
+
+@EVERY_ENTRY
+def test_weight_table_is_the_torch_state_dict(entry):
+    family, config = entry.family, entry.config
+    state = entry.twin("lightning").state_dict()
     specs = tensor_specs(family.weight_table(config))
     assert list(specs) == list(state), "table order and names must equal state_dict()"
     for key, spec in specs.items():
@@ -33,32 +132,35 @@ def test_weight_table_is_the_torch_state_dict(name):
         assert str(state[key].dtype).removeprefix("torch.") == spec.dtype, key
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
-def test_parameter_counts_are_equal(name):
-    family = registry.get_family(name)
-    config = registry.resolve_config(name)
-    torch_model = family.build_torch(config)
-    keras_model = family.build_keras(config)
+@EVERY_ENTRY
+def test_parameter_counts_are_equal(entry):
+    family, config = entry.family, entry.config
+    torch_model, keras_model = entry.twin("lightning"), entry.twin("keras")
     expected = count_parameters(family.weight_table(config))
     assert sum(p.numel() for p in torch_model.parameters() if p.requires_grad) == expected
     assert sum(int(np.prod(v.shape)) for v in keras_model.trainable_variables) == expected
     listed = {e.name: e.parameters for e in registry.list_architectures()}
-    assert listed[name] == expected
+    assert listed[entry.name] == expected
+
+
+@EVERY_ENTRY
+def test_create_model_with_a_seed_gives_equal_tensors_in_both_frameworks(entry):
+    torch_model, keras_model = entry.twin("lightning"), entry.twin("keras")
+    torch_tensors, keras_tensors = model_tensors(torch_model), model_tensors(keras_model)
+    assert torch_tensors.keys() == keras_tensors.keys()
+    for key, value in torch_tensors.items():
+        np.testing.assert_array_equal(keras_tensors[key], value, err_msg=key)
+    other = initial_tensors(entry.family, torch_model.zoo_config, seed=SEED + 1)
+    assert any(not np.array_equal(other[k], v) for k, v in torch_tensors.items())
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
-@pytest.mark.parametrize("source", ["lightning", "keras"])
-@pytest.mark.parametrize("name", BUILT_NAMES)
-def test_round_trip_parity(name, source, training, tmp_path):
-    family = registry.get_family(name)
-    config = parity_config(name)
-    torch.manual_seed(1)
-    original = zoo.create_model(
-        name, framework=source, **config.model_dump(exclude={"architecture", "preset"})
-    )
-    path = zoo.save_checkpoint(original, tmp_path / "model.safetensors")
-    target = "keras" if source == "lightning" else "lightning"
-    loaded = zoo.load_checkpoint(path, framework=target)
+@pytest.mark.parametrize("source", FRAMEWORKS)
+@BUILT_ENTRIES
+def test_round_trip_parity(entry, source, training):
+    family, config = entry.family, entry.parity_config
+    loaded = entry.crossed(source).loaded
+    original = entry.pristine(source)
     x = config.example_input(16, seed=2)
     torch_model, keras_model = (original, loaded) if source == "lightning" else (loaded, original)
     exact = copy.deepcopy(torch_model).double()
@@ -75,13 +177,29 @@ def test_round_trip_parity(name, source, training, tmp_path):
         assert max_diff(after_torch[key], after_keras[key]) <= max(TOLERANCE, own), key
 
 
-@pytest.mark.parametrize("name", BUILT_NAMES)
-def test_torch_users_can_load_state_dict_directly(name, tmp_path):
+@BUILT_ENTRIES
+def test_a_checkpoint_crosses_frameworks_bit_for_bit(entry):
+    for source in FRAMEWORKS:
+        crossing = entry.crossed(source)
+        assert_same_tensors(crossing.as_loaded, crossing.original)
+
+
+@BUILT_ENTRIES
+def test_torch_load_is_the_saved_model_bit_for_bit(entry, tmp_path):
+    check_torch_load(entry.pristine("lightning"), entry.family, entry.parity_config, tmp_path)
+
+
+@BUILT_ENTRIES
+def test_keras_load_is_the_saved_model_bit_for_bit(entry, tmp_path):
+    check_keras_load(entry.pristine("keras"), entry.family, entry.parity_config, tmp_path)
+
+
+@BUILT_ENTRIES
+def test_torch_users_can_load_state_dict_directly(entry, tmp_path):
     from safetensors.torch import load_file
 
-    keras_model = zoo.create_model(name, framework="keras")
-    path = zoo.save_checkpoint(keras_model, tmp_path / "model.safetensors")
-    torch_model = zoo.create_model(name, framework="torch")
+    path = zoo.save_checkpoint(entry.twin("keras"), tmp_path / "model.safetensors")
+    torch_model = copy.deepcopy(entry.twin("lightning"))  # the entry's own stays as built
     torch_model.load_state_dict(load_file(path), strict=True)
 
 
