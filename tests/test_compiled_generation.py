@@ -153,3 +153,18 @@ def test_a_model_without_a_cache_reads_its_window_in_one_traced_call(family, sam
     assert compiled.tolist() == expected.tolist() == before.tolist()
     call = last_logits_function(keras_model)
     assert call.traced.experimental_get_tracing_count() == 1  # windows of 5 .. 16 tokens, 2 samplings
+
+
+def test_a_prompt_outside_the_vocabulary_is_refused_in_zoos_words(twins):
+    """The traced prefill fails inside a graph; the error is zoo's InputError again, with the
+    eager decode's and the torch twin's message."""
+    from zoo.nn.errors import InputError
+
+    config, torch_model, keras_model = twins
+    prompts = np.array([[1, 2, config.vocab_size]])
+    messages = []
+    for model in (torch_model, keras_model):
+        with pytest.raises(InputError) as refused:
+            generate(model, prompts, 3, Sampling())
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1] and "token ids must lie in" in messages[1]
