@@ -40,6 +40,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("gpu", "gpu.py", [], False),  # on a machine without a GPU: the "no GPU lent" section
     ("checkpoint_io", "checkpoint_io.py", ["--rounds", "3"], False),
     ("framework_profile", "framework_profile.py", [], False),
+    ("generation", "generation.py", [], True),  # issue 41: Keras compiled greedy generation
     ("speed", "speed.py", ["--epochs", "4"], True),
     ("compile", "compile.py", ["--steps", "5", "--rounds", "3"], False),  # rounds in one process
     ("data_parallel", "data_parallel.py", [], True),

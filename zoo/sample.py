@@ -5,7 +5,10 @@ prompt and settings give the same text whichever twin computes the logits. A mod
 key/value cache (a ``decode(ids, cache=None, padding_mask=None) -> (last logits, cache)``
 method, as GPT-2's twins have) reads its prompt once and then one token per step; any other
 language model re-reads the last ``context_length()`` tokens every step (the character
-transformers, and the recurrent nets over a window of ``UNBOUNDED_WINDOW``).
+transformers, and the recurrent nets over a window of ``UNBOUNDED_WINDOW``). A Keras twin runs
+compiled: its prompt in one traced call into a static key/value cache, then one traced decode
+step per token (``zoo.nn.keras.decoder``), or its re-read window through one traced call; the
+torch twin runs eagerly. The numpy sampling after them is one random stream for both.
 
 Text goes through the checkpoint's tokenizer (``zoo.checkpoint_tokenizer.tokenizer_of``: its
 ``tokenizer.json``, or the character vocabulary of zoo's first language models). Generation
@@ -240,7 +243,7 @@ def generate(
         raise PromptError(f"prompts must be (N, T) token ids with T >= 1, got shape {prompts.shape}")
     config = model.zoo_config
     window = window or config.context_length() or UNBOUNDED_WINDOW
-    runner = _Runner(model)
+    runner = _Runner(model, room=min(window, min(prompts.shape[1], window) + length))
     rng = np.random.default_rng(sampling.seed)
     if not runner.cached and padding_mask is not None and np.any(padding_mask):
         raise PromptError(f"a {type(model).__name__} without a key/value cache takes unpadded prompts only")
@@ -255,7 +258,7 @@ def generate(
             return out[:, :step]
         if not runner.cached:
             logits = runner.last_logits(ids[:, -window:])
-        elif cache is None or cache.length >= window:  # first step, or the position table is full
+        elif cache is None or runner.full(cache, window):  # first step, or the position table is full
             logits, cache = runner.decode(ids[:, -window:], None, padding[:, -window:])
         else:
             logits, cache = runner.decode(ids[:, -1:], cache, None)
@@ -267,16 +270,33 @@ def generate(
 
 
 class _Runner:
-    """One twin's logits as numpy, through its cache where it has one."""
+    """One twin's logits as numpy, through its cache where it has one.
 
-    def __init__(self, model: Any):
-        self.model = model
+    A Keras twin runs compiled (unless its ``compiled_generation`` is set False: then eagerly,
+    as before issue 41): with a cache (GPT-2's and Llama's) it reads the prompt with ``prefill``
+    into a static cache of ``room`` slots and then each token with the traced ``decode_step``;
+    without one, its re-read window goes through one traced call. The torch twin calls
+    ``decode``, or the model, eagerly."""
+
+    def __init__(self, model: Any, room: int):
+        self.model, self.room = model, room
         self.keras = framework_of(model) == "keras"
         self.cached = callable(getattr(model, "decode", None))
+        self.compiled = self.keras and bool(getattr(model, "compiled_generation", True))
+        self.static = self.compiled and self.cached and callable(getattr(model, "decode_step", None))
         if not self.keras:
             model.eval()
 
+    def full(self, cache: Any, window: int) -> bool:
+        """Whether the next token finds no room: the position table (``window``) is full, or a
+        static cache's slots are (then the last ``window`` tokens are read again)."""
+        return cache.length >= (min(window, cache.max_length) if self.static else window)
+
     def last_logits(self, ids: np.ndarray) -> np.ndarray:
+        if self.compiled:
+            from zoo.nn.keras.decoder import last_logits_function
+
+            return np.asarray(last_logits_function(self.model)(ids))
         if self.keras:
             return np.asarray(self.model(ids, training=False))[:, -1]
         import torch
@@ -286,6 +306,12 @@ class _Runner:
 
     def decode(self, ids: np.ndarray, cache: Any, padding: np.ndarray | None):
         padded = padding is not None and bool(np.any(padding))
+        if self.static:
+            if cache is None:
+                logits, cache = self.model.prefill(ids, padding if padded else None, self.room)
+            else:
+                logits, cache = self.model.decode_step(ids, cache)
+            return np.asarray(logits), cache
         if self.keras:
             logits, cache = self.model.decode(ids, cache, padding if padded else None)
             return np.asarray(logits), cache

@@ -12,10 +12,10 @@ import keras
 from keras import layers, ops
 
 from architectures.gpt2.config import GPT2Config, sequence_length_message
-from zoo.nn.cache import DecodeCache
+from zoo.nn.cache import DecodeCache, StaticCache
 from zoo.nn.errors import InputError
 from zoo.nn.keras import Embedding, LayerNorm, Mlp, SelfAttention, blocked_mask, require
-from zoo.nn.keras.attention import joined_padding, padded_positions
+from zoo.nn.keras.attention import joined_padding, padded_positions, static_step
 from zoo.nn.keras.decoder import CausalDecoder
 from zoo.nn.keras.remat import checkpointed_call
 
@@ -53,9 +53,10 @@ class Block(layers.Layer):
         x = x + self.attn_drop(self.attn(self.ln_1(x), blocked, training=training), training=training)
         return x + self.mlp(self.ln_2(x), training=training)
 
-    def call_cached(self, x, blocked, past=None):
-        """:meth:`call` in inference, reading and extending a key/value cache (``decode``)."""
-        attended, present = self.attn.call_cached(self.ln_1(x), blocked, past)
+    def call_cached(self, x, blocked, past=None, write=None):
+        """:meth:`call` in inference, reading and extending a key/value cache (``decode``), or
+        writing into the ``write`` slot of a static one (``decode_step``)."""
+        attended, present = self.attn.call_cached(self.ln_1(x), blocked, past, write=write)
         x = x + attended
         return x + self.mlp(self.ln_2(x)), present
 
@@ -98,7 +99,9 @@ class GPT2(CausalDecoder):
         """Logits through the token embedding (the tied head)."""
         return ops.matmul(h, ops.transpose(ops.cast(self.wte.embeddings, h.dtype)))
 
-    def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool, training: bool):
+    def _run(self, ids, padding_mask, cache: DecodeCache | StaticCache | None, cached: bool, training: bool):
+        if isinstance(cache, StaticCache):
+            return self._run_static(ids, cache)
         limit = self.zoo_config.n_positions
         past = cache.length if cache is not None else 0
         steps = ids.shape[1]
@@ -123,7 +126,18 @@ class GPT2(CausalDecoder):
             else:
                 h = block(h, blocked, training=training)
         h = self.ln_f(h)
-        return h, (DecodeCache(tuple(presents), padding, past + int(steps)) if cached else None)
+        return h, (DecodeCache(tuple(presents), padding, past + steps) if cached else None)
+
+    def _run_static(self, ids, cache: StaticCache):
+        """One token (N, 1) written into slot ``cache.length`` of a static cache (``decode_step``):
+        :meth:`_run`'s arithmetic for that token, over every slot with the unwritten ones blocked."""
+        positions, blocked, write = static_step(cache.padding, cache.pads, cache.length)
+        h = self.wte(ids) + ops.cast(self.wpe(positions), self.compute_dtype)
+        presents = []
+        for block, past in zip(self.h, cache.layers, strict=True):
+            h, present = block.call_cached(h, blocked, past, write)
+            presents.append(present)
+        return self.ln_f(h), cache._replace(layers=tuple(presents), length=cache.length + 1)
 
 
 def _init_like_transformers(model: GPT2) -> None:

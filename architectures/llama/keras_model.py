@@ -15,7 +15,7 @@ import keras
 from keras import layers, ops
 
 from architectures.llama.config import LlamaConfig, sequence_length_message
-from zoo.nn.cache import DecodeCache
+from zoo.nn.cache import DecodeCache, StaticCache
 from zoo.nn.errors import InputError
 from zoo.nn.keras import (
     Dense,
@@ -27,7 +27,7 @@ from zoo.nn.keras import (
     blocked_mask,
     require,
 )
-from zoo.nn.keras.attention import joined_padding, padded_positions
+from zoo.nn.keras.attention import joined_padding, padded_positions, static_step
 from zoo.nn.keras.decoder import CausalDecoder
 from zoo.nn.keras.heads import TiedProduct
 from zoo.nn.keras.remat import checkpointed_call
@@ -62,9 +62,11 @@ class DecoderLayer(layers.Layer):
         x = ops.add(x, self.self_attn(self.input_layernorm(x), cos, sin, blocked, training=training))
         return ops.add(x, self.mlp(self.post_attention_layernorm(x)))
 
-    def call_cached(self, x, cos, sin, blocked, past=None):
-        """:meth:`call` in inference, reading and extending a key/value cache (``decode``)."""
-        attended, present = self.self_attn.call_cached(self.input_layernorm(x), cos, sin, blocked, past)
+    def call_cached(self, x, cos, sin, blocked, past=None, write=None):
+        """:meth:`call` in inference, reading and extending a key/value cache (``decode``), or
+        writing into the ``write`` slot of a static one (``decode_step``)."""
+        normed = self.input_layernorm(x)
+        attended, present = self.self_attn.call_cached(normed, cos, sin, blocked, past, write=write)
         x = ops.add(x, attended)
         return ops.add(x, self.mlp(self.post_attention_layernorm(x))), present
 
@@ -113,7 +115,9 @@ class Llama(CausalDecoder):
             return self.lm_head(h)
         return self.tied_head(h, self.embed_tokens.embeddings)
 
-    def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool, training: bool):
+    def _run(self, ids, padding_mask, cache: DecodeCache | StaticCache | None, cached: bool, training: bool):
+        if isinstance(cache, StaticCache):
+            return self._run_static(ids, cache)
         context = self.zoo_config.max_position_embeddings
         past = cache.length if cache is not None else 0
         steps = ids.shape[1]
@@ -137,7 +141,19 @@ class Llama(CausalDecoder):
             else:
                 h = block(h, cos, sin, blocked, training=training)
         h = self.norm(h)
-        return h, (DecodeCache(tuple(presents), padding, past + int(steps)) if cached else None)
+        return h, (DecodeCache(tuple(presents), padding, past + steps) if cached else None)
+
+    def _run_static(self, ids, cache: StaticCache):
+        """One token (N, 1) written into slot ``cache.length`` of a static cache (``decode_step``):
+        :meth:`_run`'s arithmetic for that token, over every slot with the unwritten ones blocked."""
+        positions, blocked, write = static_step(cache.padding, cache.pads, cache.length)
+        h = self.embed_tokens(ids)
+        cos, sin = rotary_tables(positions, self.inv_freq, h.dtype)
+        presents = []
+        for block, past in zip(self.blocks, cache.layers, strict=True):
+            h, present = block.call_cached(h, cos, sin, blocked, past, write)
+            presents.append(present)
+        return self.norm(h), cache._replace(layers=tuple(presents), length=cache.length + 1)
 
 
 def build(cfg: LlamaConfig) -> Llama:

@@ -68,20 +68,23 @@ class SelfAttention(layers.Layer):
         broadcastable to (N, heads, T, T): (T, T) or (N, 1, T, T), see :func:`blocked_mask`."""
         return self.call_cached(x, blocked, training=training)[0]
 
-    def call_cached(self, x, blocked=None, past=None, training=False):
+    def call_cached(self, x, blocked=None, past=None, training=False, write=None):
         """Incremental decoding, as the torch twin's ``forward_cached``: this step's T queries
         attend over the ``past`` keys and values (each (N, heads, P, head_dim)) followed by this
         step's own. Returns the output (N, T, E) and the keys and values (N, heads, P + T,
         head_dim) to pass as ``past`` next time; ``blocked`` is broadcastable to
-        (N, heads, T, P + T) (:func:`blocked_mask` with ``past=P``)."""
+        (N, heads, T, P + T) (:func:`blocked_mask` with ``past=P``).
+
+        With ``write`` (a static cache, :func:`static_step`), ``past`` keeps its shape (N, heads,
+        max_length, head_dim): this step's one token is written into the slot ``write`` marks,
+        and ``blocked`` (N, 1, 1, max_length) hides the slots not written yet."""
         steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         # A 1-D bias on the last axis (bias_add gets this one right), summed in float32.
         qkv = add_bias(ops.matmul(x, self.in_proj_kernel), self.in_proj_bias)
         if self.in_proj_delta is not None:  # LoRA's q/k/v adapters (zoo.lora.keras_lora)
             qkv = qkv + self.in_proj_delta(x, training=training)
         q, k, v = (self._heads(part, steps) for part in ops.split(qkv, 3, axis=-1))
-        if past is not None:
-            k, v = ops.concatenate([past[0], k], axis=2), ops.concatenate([past[1], v], axis=2)
+        k, v = extended(past, k, v, write)
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (N, heads, T, P + T)
         probs = attention_probabilities(scores, blocked, self.head_dim)
         out = ops.matmul(self.dropout(probs, training=training), v)
@@ -184,17 +187,17 @@ class GroupedQueryAttention(layers.Layer):
     def call(self, x, cos, sin, blocked=None, training=False):
         return self.call_cached(x, cos, sin, blocked, training=training)[0]
 
-    def call_cached(self, x, cos, sin, blocked=None, past=None, training=False):
+    def call_cached(self, x, cos, sin, blocked=None, past=None, training=False, write=None):
         """As the torch twin's ``forward_cached``: keys and values (N, num_kv_heads, P + T,
-        head_dim) for the next call, keys already turned to their positions."""
+        head_dim) for the next call, keys already turned to their positions; with ``write``, a
+        static cache as :meth:`SelfAttention.call_cached`'s."""
         steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         q = self._heads(self.q_proj(x), steps, self.num_heads)
         k = self._heads(self.k_proj(x), steps, self.num_kv_heads)
         v = self._heads(self.v_proj(x), steps, self.num_kv_heads)
         product = self.q_proj.compute_dtype
         q, k = (ops.cast(apply_rotary(t, cos, sin), product) for t in (q, k))
-        if past is not None:
-            k, v = ops.concatenate([past[0], k], axis=2), ops.concatenate([past[1], v], axis=2)
+        k, v = extended(past, k, v, write)
         group = self.num_heads // self.num_kv_heads
         keys, values = ops.repeat(k, group, axis=1), ops.repeat(ops.cast(v, product), group, axis=1)
         scores = ops.matmul(q, ops.transpose(keys, (0, 1, 3, 2)))  # (N, heads, T, P + T)
@@ -209,6 +212,33 @@ class GroupedQueryAttention(layers.Layer):
 
     def compute_output_shape(self, input_shape, *args):
         return input_shape
+
+
+def extended(past, k, v, write=None):
+    """This step's keys and values (N, heads, T, head_dim) after the ``past`` ones: joined on
+    (a cache that grows a step at a time), or, with ``write`` (True at one slot, broadcastable to
+    the cache), written into that slot of a static cache, whose shape stays as it is."""
+    if past is None:
+        return k, v
+    if write is not None:
+        return ops.where(write, k, past[0]), ops.where(write, v, past[1])
+    return ops.concatenate([past[0], k], axis=2), ops.concatenate([past[1], v], axis=2)
+
+
+def static_step(padding, pads, length):
+    """What one token written into slot ``length`` (a scalar tensor) of a static cache
+    (``zoo.nn.cache.StaticCache``: ``padding`` (N, max_length) bool, ``pads`` (N,) each row's
+    padding count) needs: its positions (N, 1), as :func:`padded_positions` counts them (the
+    real tokens before it); the blocked keys (N, 1, 1, max_length), as :func:`blocked_mask`'s
+    (the slots after it and the prompt's padding); and the slot to write, (1, 1, max_length, 1).
+    """
+    slots = ops.arange(ops.shape(padding)[1], dtype="int32")
+    length = ops.cast(length, "int32")
+    positions = (length - ops.cast(pads, "int32"))[:, None]
+    here = ops.equal(slots, length)
+    padded = ops.logical_and(ops.cast(padding, "bool"), ops.logical_not(here)[None])
+    blocked = ops.logical_or(ops.greater(slots, length)[None], padded)[:, None, None, :]
+    return positions, blocked, here[None, None, :, None]
 
 
 def joined_padding(before, past, padding_mask, ids):

@@ -1,17 +1,24 @@
 """What every decoder-only language-model twin shares, the Keras side of ``zoo.nn.torch.decoder``.
 
 A family's decoder gives ``_run(ids, padding_mask, cache, cached, training)`` and
-``forward_head(h)``; this base gives ``call``, ``forward_features``, ``decode`` (eager only:
-each call grows the cache) and ``set_grad_checkpointing``, as the torch twin's base does.
+``forward_head(h)``; this base gives ``call``, ``forward_features``, ``decode`` (eager: each
+call grows a :class:`DecodeCache`) and ``set_grad_checkpointing``, as the torch twin's base
+does, and compiled generation: :meth:`CausalDecoder.prefill` reads the prompt in one traced
+call into a :class:`StaticCache` of one shape to the last token, and
+:meth:`CausalDecoder.decode_step` writes one token a call into it, traced once per model
+(fixed input signature, the slot passed as a tensor), however many tokens and prompts follow.
+``_run`` takes a :class:`StaticCache` for that step: one token written at ``cache.length``.
 """
 
 from __future__ import annotations
 
 import keras
+import numpy as np
+import tensorflow as tf
 from keras import ops
 
-from zoo.nn.cache import DecodeCache
-from zoo.nn.errors import InputError
+from zoo.nn.cache import DecodeCache, StaticCache
+from zoo.nn.errors import InputError, input_error
 
 
 class CausalDecoder(keras.Model):
@@ -20,6 +27,7 @@ class CausalDecoder(keras.Model):
 
     grad_checkpointing: bool = False
     model_name = "this model"
+    compiled_generation = True  # zoo.sample.generate uses prefill/decode_step (False: eager decode)
 
     def call(self, ids, padding_mask=None, token_type_ids=None, training=False):
         if token_type_ids is not None:
@@ -36,11 +44,144 @@ class CausalDecoder(keras.Model):
         h, cache = self._run(ops.convert_to_tensor(ids), padding_mask, cache, cached=True, training=False)
         return self.forward_head(h[:, -1]), cache
 
+    def prefill(self, ids, padding_mask=None, max_length: int | None = None):
+        """Read the prompts ``ids`` (N, T) (``padding_mask`` (N, T), True at padding) in one
+        compiled call: the last position's logits (N, vocab_size) and a :class:`StaticCache` of
+        ``max_length`` slots (T when unset) holding the prompt's keys and values, for
+        :meth:`decode_step`. The same arithmetic as :meth:`decode` with no cache."""
+        ids = np.asarray(ids, dtype=np.int64)
+        padding = np.zeros(ids.shape, bool) if padding_mask is None else np.asarray(padding_mask, bool)
+        steps = ids.shape[1]
+        max_length = steps if max_length is None else max_length
+        if max_length < steps:
+            raise ValueError(f"max_length {max_length} is shorter than the prompt's {steps} tokens")
+        prefill = self.compiled_generation_functions().prefill
+        logits, cache = in_zoo_words(prefill, ids, padding, np.int32(max_length))
+        return logits, cache._replace(length=steps)
+
+    def decode_step(self, ids, cache: StaticCache):
+        """Read one token per row, ``ids`` (N, 1), written into slot ``cache.length`` of a
+        :class:`StaticCache` from :meth:`prefill`: the logits (N, vocab_size) and the cache one
+        slot further. Compiled once per model: no new trace per token, prompt or length."""
+        if cache.length >= cache.max_length:
+            raise ValueError(f"the static cache's {cache.max_length} slots are all written")
+        functions = self.__dict__.get("_zoo_generation") or self.compiled_generation_functions()
+        at = cache._replace(length=np.int32(cache.length))  # a tensor in the graph: no trace per slot
+        logits, written = functions.step(np.asarray(ids, dtype=np.int64), at)
+        return logits, written._replace(length=cache.length + 1)
+
+    def compiled_generation_functions(self) -> CompiledGeneration:
+        """This model's traced prefill and decode step, made on first use (and again if its
+        variables changed since: a LoRA adapter attached, which changes the computation)."""
+        key = tuple(id(variable) for variable in self.weights)
+        held = self.__dict__.get("_zoo_generation")
+        if held is None or held.key != key:
+            held = CompiledGeneration(self, key)
+            object.__setattr__(self, "_zoo_generation", held)  # not a tracked Keras attribute
+        return held
+
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
 
-    def _run(self, ids, padding_mask, cache: DecodeCache | None, cached: bool, training: bool):
+    def _run(self, ids, padding_mask, cache: DecodeCache | StaticCache | None, cached: bool, training: bool):
         raise NotImplementedError
 
     def forward_head(self, h):
         raise NotImplementedError
+
+
+class CompiledGeneration:
+    """One decoder's traced generation functions, and how many times each was traced
+    (``traces``: a trace per token would show here; ``tests/test_compiled_generation.py``)."""
+
+    def __init__(self, model: CausalDecoder, key: tuple):
+        self.model, self.key = model, key
+        self.traces = {"prefill": 0, "step": 0}
+        # AutoGraph off: no Python control flow here depends on a tensor's value, and without
+        # its conversion of every Keras call the two traces take 1.3 s instead of 2.7 s (5M Llama).
+        self.prefill = tf.function(
+            self._prefill,
+            autograph=False,
+            input_signature=(
+                tf.TensorSpec((None, None), tf.int64),
+                tf.TensorSpec((None, None), tf.bool),
+                tf.TensorSpec((), tf.int32),
+            ),
+        )
+        self._step = None
+
+    def _prefill(self, ids, padding, max_length):
+        self.traces["prefill"] += 1  # Python: runs when traced, not when the graph runs
+        h, cache = self.model._run(ids, padding, None, cached=True, training=False)
+        extra = max_length - tf.shape(ids)[1]
+        layers = tuple(
+            tuple(tf.pad(t, [[0, 0], [0, 0], [0, extra], [0, 0]]) for t in pair) for pair in cache.layers
+        )
+        pads = tf.reduce_sum(tf.cast(padding, tf.int32), axis=1)
+        static = StaticCache(layers, tf.pad(padding, [[0, 0], [0, extra]]), pads, tf.shape(ids)[1])
+        return self.model.forward_head(h[:, -1]), static
+
+    def step(self, ids, cache: StaticCache):
+        """The decode step, traced once for a static cache's dtypes, every size left open."""
+        if self._step is None:
+
+            def open_spec(tensor):
+                return tf.TensorSpec((None,) * len(tensor.shape), tf.as_dtype(tensor.dtype))
+
+            self._step = tf.function(
+                self._decode_step,
+                autograph=False,
+                input_signature=(
+                    tf.TensorSpec((None, 1), tf.int64),
+                    StaticCache(
+                        tuple((open_spec(k), open_spec(v)) for k, v in cache.layers),
+                        tf.TensorSpec((None, None), tf.bool),
+                        tf.TensorSpec((None,), tf.int32),
+                        tf.TensorSpec((), tf.int32),
+                    ),
+                ),
+            )
+        return self._step(ids, cache)
+
+    def _decode_step(self, ids, cache):
+        self.traces["step"] += 1
+        h, cache = self.model._run(ids, None, cache, cached=True, training=False)
+        return self.model.forward_head(h[:, -1]), cache
+
+
+def last_logits_function(model: keras.Model):
+    """``model``'s logits at the last position, (N, T) int64 ids -> (N, vocab_size), traced once
+    for every batch and length: what generation calls each token for a language model that
+    re-reads its window (no key/value cache: the transformer and recurrent families). Made on
+    first use and kept while the model's variables are the same ones."""
+    key = tuple(id(variable) for variable in model.weights)
+    held = model.__dict__.get("_zoo_last_logits")
+    if held is None or held[0] != key:
+
+        def last_logits(ids):
+            return model(ids, training=False)[:, -1]
+
+        traced = tf.function(
+            last_logits, autograph=False, input_signature=(tf.TensorSpec((None, None), tf.int64),)
+        )
+
+        def call(ids):
+            return in_zoo_words(traced, np.asarray(ids, dtype=np.int64))
+
+        call.traced = traced  # its experimental_get_tracing_count(): one for every length
+        held = (key, call)
+        object.__setattr__(model, "_zoo_last_logits", held)  # not a tracked Keras attribute
+    return held[1]
+
+
+def in_zoo_words(function, *args):
+    """``function(*args)``, a traced one, with a failed graph check (a token id outside the
+    vocabulary, a sequence past the context) raised as the eager call raises it: zoo's
+    :class:`InputError`, found again in TensorFlow's error text."""
+    try:
+        return function(*args)
+    except tf.errors.InvalidArgumentError as error:
+        found = input_error(error)
+        if found is None:
+            raise
+        raise found from None
