@@ -66,9 +66,10 @@ class Crossing:
 class Entry:
     """One registry entry's twins, each built (create_model with a seed) once for all its tests.
 
-    Two configs, two pairs: the entry's own (:meth:`twin`; counts, weight tables, the seeded
-    start, never changed by a test) and :func:`conftest.parity_config`'s, with dropout off and a
-    small image (:meth:`pristine`; round trips and fast loads, which run train-mode passes)."""
+    Two configs, two pairs where they differ: the entry's own (:meth:`twin`; counts, weight
+    tables, the seeded start, never changed by a test) and :func:`conftest.parity_config`'s, with
+    dropout off and a small image (:meth:`pristine`; round trips and fast loads, which run
+    train-mode passes). Where they are equal, one pair serves both."""
 
     def __init__(self, name: str, folder: Path) -> None:
         self.name = name
@@ -82,7 +83,10 @@ class Entry:
 
     def twin(self, framework: str) -> Any:
         """The twin of the entry's own config as ``create_model(name, seed=SEED)`` returns it.
-        Tests only read it: the seeded-start test compares the two as built."""
+        Tests only read it: the seeded-start test compares the two as built. Where the parity
+        config is the entry's own (no dropout, no large image), it is the pristine twin."""
+        if self.parity_config == self.config:
+            return self.pristine(framework)
         if framework not in self._twins:
             self._twins[framework] = zoo.create_model(self.name, framework=framework, seed=SEED)
         return self._twins[framework]
