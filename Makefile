@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(BIN)/ruff check zoo architectures tests bench
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not heavy"
 
-# The registry-wide tests of the entries over 25M parameters, one process (~16 GB at its peak).
+# The registry-wide tests of the entries over 10M parameters, one process (~16 GB at its peak).
 test-heavy: $(STAMP)
 	$(BIN)/python -m pytest -q -m heavy
 
