@@ -6,21 +6,9 @@ example a line; a ``.jsonl`` file, one object a line, read at the checkpoint's t
 texts given directly) or ``.npy`` arrays already in the model's canonical layout. Every input
 is found and checked before the model is loaded, and what cannot be used (a file that does not
 decode, a glob that matches nothing, text for an image model...) is refused in one line naming
-it. Then, batch by batch under a progress bar on stderr:
-
-- an image classifier reads each image through the recorded eval transform (resize, centre
-  crop, mean/std: zoo.data.pixels, the code its training read the images with), and answers
-  the top-k label names with their probabilities; a checkpoint that records no image
-  preprocessing (a model trained on arrays) takes images of exactly its size and channels,
-  scaled to [0, 1];
-- a text classifier tokenizes as its training data was (``[CLS] text [SEP]``, cut to the
-  recorded ``max_length``), token classification labels every token, a masked language model
-  fills each mask token with its top-k tokens;
-- a language model continues each text (zoo.sample's generation: greedy, or sampled with a
-  temperature and a seed).
-
-Token choice, softmax and top-k run in numpy on the logits either twin returns, so the two
-frameworks answer alike up to their float rounding.
+it. Then it runs batch by batch under a progress bar on stderr, each kind of model answering as
+zoo.predict_outputs describes (top-k labels, tokens filled, texts continued), in numpy on the
+logits either twin returns.
 """
 
 from __future__ import annotations
