@@ -25,6 +25,9 @@ os.environ.setdefault("ZOO_AVAILABLE_MEMORY", "unlimited")
 
 from zoo import registry
 
+# Shared helpers that assert: their failures get pytest's detailed explanation too.
+pytest.register_assert_rewrite("cli_helpers", "fast_load_checks", "trained_runs")
+
 # The tests that build every registry entry in both frameworks take the entries up to BUILD_LIMIT
 # parameters in `make test`, at least one a family: ALL_NAMES (counts, weight tables, seeded
 # starts) marks the rest heavy, which `make test-heavy` runs alone; BUILT_NAMES (checkpoint round
