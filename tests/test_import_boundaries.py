@@ -127,13 +127,7 @@ def modules_under(root: Path, package: str) -> dict[str, Path]:
 
 def _runtime_imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     """The imports under ``node`` that run, wherever they stand (functions, methods, branches)."""
-    if isinstance(node, ast.Import | ast.ImportFrom):
-        yield node
-        return
-    for child in ast.iter_child_nodes(node):
-        if isinstance(node, ast.If) and _is_type_checking(node.test) and child in node.body:
-            continue  # read by type checkers only
-        yield from _runtime_imports(child)
+    return (found for found, _ in _imports_in(node, True))
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -150,14 +144,7 @@ def import_graph(root: Path, package: str) -> Graph:
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges = graph[name] = {}
         for node in _runtime_imports(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = node.module or ""
-                if node.level:  # relative: from the package ``level - 1`` above this one
-                    anchor = here.split(".")[: len(here.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            targets = _absolute(node, here, set(modules))
             for target in targets:
                 while target and target not in modules:  # a name inside a module: the module
                     target = target.rpartition(".")[0]
@@ -235,6 +222,13 @@ def cycles_of(graph: Graph) -> list[str]:
     return report
 
 
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    """A made-up package for a reader's self-test: each relative path with its text."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def test_the_graph_reads_every_kind_of_import(tmp_path):
     """The reader itself, on a package made for it: a cycle it cannot see would pass unseen."""
     files = {
@@ -245,9 +239,7 @@ def test_the_graph_reads_every_kind_of_import(tmp_path):
         "pkg/sub/leaf.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.high\n"
         "else:\n    import pkg\nname = 1\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_tree(tmp_path, files)
     graph = import_graph(tmp_path, "pkg")
     assert {module: sorted(edges) for module, edges in graph.items()} == {
         "pkg": [], "pkg.low": ["pkg.high"], "pkg.high": ["pkg.sub", "pkg.sub.leaf"],
@@ -514,9 +506,7 @@ def test_the_laziness_boundary_reads_what_a_module_loads(tmp_path):
         "zoo/tf.py": "from zoo.heavy import x\n"
         "def h():\n    import matplotlib\n    from safetensors.torch import load\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_tree(tmp_path, files)
     assert weights(module_imports(tmp_path)) == {
         "zoo": set(), "zoo.heavy": {"torch"}, "zoo.light": set(), "zoo.tf": {"torch"},
         "zoo.nn": {"keras"}, "zoo.nn.low": {"keras"},
