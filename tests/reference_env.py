@@ -42,14 +42,9 @@ def _digest(*parts: bytes) -> str:
 
 def python() -> Path:
     """The reference environment's interpreter, built (or rebuilt for new pins) on first use."""
-    want = _digest(*(path.read_bytes() for path in PINS))
-    stamp, interpreter = VENV / ".installed", VENV / "bin" / "python"
-    # One stamp per pin set that the environment satisfies: a package added to the pins and
-    # installed into it (peft) leaves the stamp of the pins before, which older checkouts sharing
-    # the environment read, where it is: neither rebuilds it from scratch for the other.
-    satisfied = VENV / f".installed-{want}"
+    interpreter = VENV / "bin" / "python"
     with _locked("venv"):
-        if satisfied.is_file() or (stamp.is_file() and stamp.read_text() == want):
+        if _built():
             return interpreter
         pip = [str(interpreter), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         constraints = ["-c", str(SCRIPTS / "constraints.txt")]
@@ -62,8 +57,9 @@ def python() -> Path:
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError(f"building {VENV} failed at {' '.join(command)}:\n{done.stderr[-4000:]}")
-        stamp.write_text(want)
-        satisfied.touch()
+        want = _pins_digest()
+        (VENV / ".installed").write_text(want)
+        (VENV / f".installed-{want}").touch()
     return interpreter
 
 
@@ -79,9 +75,16 @@ def build_in_background() -> None:
         threading.Thread(target=_build_quietly, name="reference-env", daemon=True).start()
 
 
+def _pins_digest() -> str:
+    return _digest(*(path.read_bytes() for path in PINS))
+
+
 def _built() -> bool:
-    want = _digest(*(path.read_bytes() for path in PINS))
-    stamp = VENV / ".installed"
+    """Whether the environment satisfies today's pins. One stamp per pin set it satisfies: a
+    package added to the pins and installed into it (peft) leaves the stamp of the pins before,
+    which older checkouts sharing the environment read, where it is: neither rebuilds it from
+    scratch for the other."""
+    want, stamp = _pins_digest(), VENV / ".installed"
     return (VENV / f".installed-{want}").is_file() or (stamp.is_file() and stamp.read_text() == want)
 
 
