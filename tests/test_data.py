@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from zoo.data import epoch_batches, load_dataset
+from zoo.data.digits import digits_split
 from zoo.recipe import Constant, Cosine, DigitsData, NpzData, Step
 from zoo.schedule import lr_table
 
@@ -21,6 +25,35 @@ def test_digits_split_is_fixed_stratified_and_disjoint():
     again = load_dataset(DigitsData(), "sequence")
     np.testing.assert_array_equal(again.test.x, data.test.x[:, 0])
     assert again.info == {"task": "classification", "input_size": 8, "num_classes": 10}
+
+
+READ_CACHED = """
+import sys
+from zoo.data.digits import digits_split
+images, labels, (train, val, test) = digits_split(0.25, 0.0, 3)
+print([m for m in sys.modules if m.startswith("sklearn")], test[:5].tolist())
+"""
+
+
+def test_the_cached_digits_split_is_scikit_learns_and_is_read_without_it(tmp_path, monkeypatch):
+    from sklearn.datasets import load_digits as sklearn_digits
+    from sklearn.model_selection import train_test_split
+
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path))
+    _, _, (train, val, test) = digits_split(0.25, 0.0, 3)  # drawn by scikit-learn, then kept
+    assert len(list((tmp_path / "digits").glob("split-*.npz"))) == 1
+    bunch = sklearn_digits()
+    index = np.arange(len(bunch.target))
+    rest, expected = train_test_split(index, test_size=0.25, stratify=bunch.target, random_state=3)
+    np.testing.assert_array_equal(test, expected)
+    np.testing.assert_array_equal(train, rest)
+    assert len(val) == 0
+    read = subprocess.run([sys.executable, "-c", READ_CACHED], env={"ZOO_CACHE": str(tmp_path)},
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert read.stdout.strip() == f"[] {expected[:5].tolist()}"  # the cached split, no scikit-learn
+    cached = digits_split(0.25, 0.0, 3)
+    np.testing.assert_array_equal(cached[0], bunch.images)
+    np.testing.assert_array_equal(cached[1], bunch.target)
 
 
 def test_batch_order_depends_on_seed_and_epoch_only():

@@ -267,13 +267,16 @@ def check_training(
 ) -> None:
     """Refuse, before the run folder exists, a run whose estimated peak is more than the
     machine has available, saying what would fit: a smaller batch or evaluation batch,
-    gradient checkpointing."""
+    gradient checkpointing. With no limit to compare against (``unlimited``, or a system that
+    does not say), nothing is estimated: the trace would load torch into a Keras run for nothing."""
     available = available_bytes()
+    if available is None:
+        return
     batch = recipe.data.batch_size // max(recipe.trainer.devices * recipe.trainer.num_nodes, 1)
     eval_batch = recipe.data.eval_batch_size
     estimate = training_estimator(recipe, family, config, dataset, fine_tune=fine_tune)
     wanted = estimate(batch, eval_batch)
-    if available is None or wanted.total <= available:
+    if wanted.total <= available:
         return
     fits = []
     if wanted.parts["evaluation batch"]:
@@ -305,12 +308,14 @@ def check_training(
 def check_evaluation(family: Family, config: ArchitectureConfig, x: Any, batch: int, framework: str) -> None:
     """Refuse, before the checkpoint is loaded into a twin, an evaluation that does not fit."""
     available = available_bytes()
+    if available is None:  # nothing to compare against (as check_training)
+        return
 
     def estimate(size: int) -> Estimate:
         return evaluate_estimate(family, config, first(x, max(size, 1)), framework)
 
     wanted = estimate(batch)
-    if available is None or wanted.total <= available:
+    if wanted.total <= available:
         return
     smaller = next((b for b in _smaller_batches(batch) if estimate(b).total <= available), None)
     fits = [f"--set data.eval_batch_size={smaller}"] if smaller is not None else []

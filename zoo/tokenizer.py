@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from zoo.cache_dir import cache_dir
 from zoo.errors import DataError
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -357,8 +358,7 @@ def cached_bpe(texts: Sequence[str], vocab_size: int, special_tokens: Sequence[s
     for text in texts:
         digest.update(text.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")
-    cache = Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo") / "tokenizers"
-    path = cache / f"bpe-{digest.hexdigest()[:20]}.json"
+    path = cache_dir("tokenizers") / f"bpe-{digest.hexdigest()[:20]}.json"
     if path.is_file():
         return _tokenizer_json(path)
     tokenizer = train_bpe(texts, vocab_size, special_tokens)
@@ -366,13 +366,15 @@ def cached_bpe(texts: Sequence[str], vocab_size: int, special_tokens: Sequence[s
     return tokenizer
 
 
-def write_atomically(path: Path, text: str) -> Path:
-    """Temporary file in the same folder, fsync, rename: a crash never leaves half a file."""
+def write_atomically(path: Path, text: str | bytes) -> Path:
+    """Temporary file in the same folder, fsync, rename: a crash never leaves half a file.
+    ``text`` is written as UTF-8, bytes as they are."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(temporary, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)

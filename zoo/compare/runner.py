@@ -36,7 +36,7 @@ from zoo.progress import bar
 from zoo.recipe import Recipe, load_recipe
 from zoo.recipe.capabilities import cpu_problems
 from zoo.runs import RunDir
-from zoo.schedule import lr_table
+from zoo.schedule import lr_table, run_length
 
 DEFAULT_SPEED_STEPS = 50
 
@@ -139,7 +139,8 @@ def run_sections(setup, tolerances, *, steps: int, speed_steps: int) -> Sections
     kernel thread per framework, behind a progress bar of the stages."""
     recipe = setup.recipe
     batches_per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
-    table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, recipe.trainer.max_epochs)
+    epochs, total = run_length(recipe.trainer, batches_per_epoch)  # the run's own schedule
+    table = lr_table(recipe.schedule, recipe.optimizer.lr, batches_per_epoch, epochs, total)
     stages = ["building the twins", "weights", "forward and gradients"]
     stages += [f"training, {steps} steps"] if steps else []
     stages += ["speed"] if speed_steps > 0 else []
@@ -210,6 +211,9 @@ def check_memory(setup, *, training: bool, steps: int = 1) -> None:
     """Refuse, before any twin is built, a comparison whose estimated peak is more than the
     machine has available, saying what would fit: a smaller batch, fewer steps (each keeps its
     batch), or the forward check alone."""
+    available = peak_memory.available_bytes()
+    if available is None:  # nothing to compare against: no trace (peak_memory.check_training)
+        return
     per_epoch = steps_per_epoch(len(setup.dataset.train), setup.batch_size)
     held = _batch_bytes(setup) if training else 0
 
@@ -222,8 +226,7 @@ def check_memory(setup, *, training: bool, steps: int = 1) -> None:
         )  # fmt: skip
 
     wanted = estimate(setup.batch_size, training)
-    available = peak_memory.available_bytes()
-    if available is None or wanted.total <= available:
+    if wanted.total <= available:
         return
     fits = []
     smaller = [b for b in (32, 16, 8, 4, 2, 1) if b < setup.batch_size]

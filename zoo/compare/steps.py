@@ -221,8 +221,10 @@ def keras_compiled(twins: Twins, table: np.ndarray) -> tuple[Any, Any]:
 
 def keras_losses(twins: Twins, table: np.ndarray, batches: list[Batch]) -> np.ndarray:
     """One ``train_on_batch`` per batch (metrics reset by each call, so its loss is the
-    batch's); the loss of every step, before its update."""
+    batch's); the loss of every step, before its update. The optimizer's slots are built first,
+    eagerly: built inside the first traced step, they make TensorFlow trace it twice."""
     model, _ = keras_compiled(twins, table)
+    model.optimizer.build(model.trainable_variables)  # the loss-scaled wrapper too, under 16-mixed
     return np.array([float(model.train_on_batch(*b.keras, return_dict=True)["loss"]) for b in batches])
 
 

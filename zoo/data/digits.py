@@ -1,30 +1,33 @@
-"""scikit-learn's 8x8 digits: images for CNNs, 8 rows of 8 features for sequence models."""
+"""scikit-learn's digits: images for CNNs, 8 rows of 8 features for sequence models.
+
+scikit-learn ships the data and draws the stratified split, but importing it costs a run about
+1.3 s (scipy comes with it): more than the rest of a small run's setup. So the images and the
+split's indices are kept under ``$ZOO_CACHE/digits``, keyed by scikit-learn's version and the
+split's settings, and read back from there without importing it: the same arrays every run.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import json
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 
+from zoo.cache_dir import cache_dir
 from zoo.data.dataset import Dataset, Split, image_info, sequence_info
+from zoo.tokenizer import write_atomically
+
+SPLITS = ("train", "val", "test")
 
 
 def load_digits(cfg, input_kind: str) -> Dataset:
-    from sklearn.datasets import load_digits as sklearn_digits
-    from sklearn.model_selection import train_test_split
-
-    bunch = sklearn_digits()
-    x = (bunch.images / 16.0).astype(np.float32)  # pixel values are 0..16
-    y = bunch.target.astype(np.int64)
-    index = np.arange(len(y))
-    rest, test = train_test_split(index, test_size=cfg.test_fraction, stratify=y, random_state=cfg.split_seed)
-    val_share = cfg.val_fraction / (1 - cfg.test_fraction)
-    if val_share > 0:
-        train, val = train_test_split(
-            rest, test_size=val_share, stratify=y[rest], random_state=cfg.split_seed
-        )
-    else:
-        train, val = rest, rest[:0]
+    images, y, (train, val, test) = digits_split(cfg.test_fraction, cfg.val_fraction, cfg.split_seed)
+    x = (images / 16.0).astype(np.float32)  # pixel values are 0..16
+    y = y.astype(np.int64)
     if cfg.classes is not None:
         relabel = {digit: i for i, digit in enumerate(cfg.classes)}
         keep = np.isin(y, cfg.classes)
@@ -69,3 +72,44 @@ def write_digits_folder(
         (picture.convert("RGB") if rgb else picture).save(folder / f"{index:04d}.{suffix}")
         written[digit] += 1
     return out
+
+
+def digits_split(
+    test_fraction: float, val_fraction: float, split_seed: int
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """The digits' (N, 8, 8) images (0..16), their labels and the train, validation and test
+    indices of scikit-learn's stratified split: from the cache when this split was drawn before."""
+    key = json.dumps(["digits", version("scikit-learn"), test_fraction, val_fraction, split_seed])
+    path = cache_dir("digits") / f"split-{hashlib.sha256(key.encode()).hexdigest()[:20]}.npz"
+    try:
+        with np.load(path) as saved:
+            if str(saved["key"]) == key:
+                return saved["images"], saved["target"], tuple(saved[name] for name in SPLITS)
+    except (OSError, KeyError, ValueError):
+        pass  # not drawn yet, or unreadable: draw it again
+    images, target, splits = _draw_split(test_fraction, val_fraction, split_seed)
+    buffer = io.BytesIO()
+    np.savez(
+        buffer, key=np.array(key), images=images, target=target, **dict(zip(SPLITS, splits, strict=True))
+    )
+    with contextlib.suppress(OSError):  # a cache that cannot be written: the next run draws it again
+        write_atomically(path, buffer.getvalue())
+    return images, target, splits
+
+
+def _draw_split(
+    test_fraction: float, val_fraction: float, split_seed: int
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    from sklearn.datasets import load_digits as sklearn_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = sklearn_digits()
+    y = bunch.target
+    index = np.arange(len(y))
+    rest, test = train_test_split(index, test_size=test_fraction, stratify=y, random_state=split_seed)
+    val_share = val_fraction / (1 - test_fraction)
+    if val_share > 0:
+        train, val = train_test_split(rest, test_size=val_share, stratify=y[rest], random_state=split_seed)
+    else:
+        train, val = rest, rest[:0]
+    return bunch.images, y, (train, val, test)

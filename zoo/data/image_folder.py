@@ -23,6 +23,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image
 
+from zoo.cache_dir import cache_dir
 from zoo.data.dataset import Dataset, Split
 from zoo.data.digits import write_digits_folder
 from zoo.data.image_files import ImageFiles
@@ -145,10 +146,9 @@ def class_names(train: Path) -> list[str]:
 def embedded_digits(size: int) -> Path:
     """scikit-learn's digits as a folder of ``size`` px RGB PNGs, written once under
     ``$ZOO_CACHE`` (default ``~/.cache/zoo``): the offline default of ``image_folder``."""
-    cache = Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo")
-    folder = cache / f"digits-{size}px"
+    folder = cache_dir(f"digits-{size}px")
     if not (folder / ".complete").is_file():
-        partial = cache / f".digits-{size}px.{os.getpid()}"
+        partial = folder.parent / f".digits-{size}px.{os.getpid()}"
         write_digits_folder(partial, size=size)
         (partial / ".complete").touch()
         try:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from zoo.cache_dir import cache_dir
 from zoo.data.shards import (
     LINE_KINDS,
     TABLE_KINDS,
@@ -179,8 +180,7 @@ def cache_folder(
         files.append([os.path.abspath(shard.path), shard.kind, size, mtime])
     described = json.dumps([INDEX_VERSION, files, list(survey.columns), survey.key(), sized])
     digest = hashlib.sha256(described.encode()).hexdigest()[:24]
-    root = Path(os.environ.get("ZOO_CACHE") or Path.home() / ".cache" / "zoo")
-    return root / "streams" / digest
+    return cache_dir("streams") / digest
 
 
 def _build(
