@@ -39,6 +39,7 @@ CASES = {
     "llama": (llama, "hf_llama.py", "llama"),
     "mistral": (llama, "hf_llama.py", "mistral"),
     "qwen2": (llama, "hf_llama.py", "qwen2"),
+    "qwen3": (llama, "hf_llama.py", "qwen3"),
 }
 
 

@@ -21,6 +21,7 @@ transformers' ``generate(do_sample=False)`` token for token in both twins.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -54,7 +55,8 @@ REFERENCE = 1e-4  # relative, max norm: zoo's twins against transformers
 TWINS = 1e-5  # the twins against each other on the same weights
 FAMILY = registry.get_family("llama")
 FRAMEWORKS = ("lightning", "keras")
-CASES = ("llama", "llama-untied", "mistral", "qwen2")
+CASES = ("llama", "llama-untied", "mistral", "qwen2", "qwen3")
+TYPES = ("llama", "mistral", "qwen2", "qwen3")  # the transformers classes the random configs draw
 RANDOM = int(os.environ.get("ZOO_PARITY_EXAMPLES", "10"))  # random configs against transformers
 # transformers' config fields zoo's config holds: an export must give them back as read.
 FAMILY_FIELDS = (
@@ -102,7 +104,9 @@ def test_parameter_counts_are_transformers(reference):
     assert listed["llama"] == counts["smollm-135m"]  # the family's defaults
 
 
-@pytest.mark.parametrize("preset", ["smollm-135m", "smollm-360m", "qwen2-0.5b", "llama-3.2-1b"])
+@pytest.mark.parametrize(
+    "preset", ["smollm-135m", "smollm-360m", "qwen2-0.5b", "llama-3.2-1b", "qwen3-0.6b", "qwen3-1.7b"]
+)
 def test_presets_are_the_published_configs(reference, preset):
     """Each preset is its model's config.json read by the hf format, field for field."""
     meta = json.loads((reference / "published" / preset / "config.json").read_text())
@@ -163,7 +167,7 @@ def hf_configs(draw, model_type: str) -> dict:
     kv, group = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     heads = kv * group
     head_dim = 2 * draw(st.integers(1, 8))
-    explicit = model_type != "qwen2" and draw(st.booleans())
+    explicit = model_type == "qwen3" or (model_type != "qwen2" and draw(st.booleans()))
     hidden = heads * (2 * draw(st.integers(1, 6)) if explicit else head_dim)
     steps, vocab = draw(st.integers(3, 8)), draw(st.integers(2, 64))
     context = draw(st.integers(steps, 32))
@@ -188,6 +192,8 @@ def hf_configs(draw, model_type: str) -> dict:
         }  # fmt: skip
     if model_type == "llama":
         config |= {"attention_bias": draw(st.booleans()), "mlp_bias": draw(st.booleans())}
+    if model_type == "qwen3":
+        config["attention_bias"] = draw(st.booleans())
     if model_type == "mistral":
         config["sliding_window"] = draw(st.none() | st.integers(context, 64))
     return {
@@ -199,14 +205,14 @@ def hf_configs(draw, model_type: str) -> dict:
 
 
 def drawn_configs(count: int) -> list[dict]:
-    """``count`` examples of :func:`hf_configs`, a third of each class, the same every run (the
+    """``count`` examples of :func:`hf_configs`, each class in turn, the same every run (the
     reference environment runs them all at once: one interpreter, not one per example)."""
-    found: list[dict] = []
-    for model_type in ("llama", "mistral", "qwen2"):
+    groups: list[list[dict]] = []
+    for model_type in TYPES:
         drawn: list[dict] = []
 
         @settings(
-            max_examples=-(-count // 3), derandomize=True, database=None, deadline=None,
+            max_examples=-(-count // len(TYPES)), derandomize=True, database=None, deadline=None,
             phases=[Phase.generate], suppress_health_check=list(HealthCheck),
         )  # fmt: skip
         @given(hf_configs(model_type))
@@ -214,7 +220,8 @@ def drawn_configs(count: int) -> list[dict]:
             drawn.append(case)  # noqa: B023 (run at once, in this iteration)
 
         collect()
-        found += drawn[: -(-count // 3)]
+        groups.append(drawn[: -(-count // len(TYPES))])
+    found = [case for group in itertools.zip_longest(*groups) for case in group if case is not None]
     return [{**case, "name": f"random-{i}"} for i, case in enumerate(found[:count])]
 
 
@@ -247,7 +254,14 @@ def _random_twins(**overrides):
     return perturbed_twins("llama-micro", vocab_size=97, max_position_embeddings=24, **overrides)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"num_key_value_heads": 1, "tie_word_embeddings": False}])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"num_key_value_heads": 1, "tie_word_embeddings": False},
+        {"model_type": "qwen3", "qk_norm": True, "head_dim": 24},
+    ],
+)
 def test_the_cache_computes_the_full_forward(overrides):
     """A prompt and then one token per decode call: each step's logits are the full forward's at
     that position, in both twins; past the context, generation re-reads the last window."""
@@ -456,7 +470,7 @@ def test_import_reads_a_sharded_directory_with_the_cli(reference, tmp_path):
     assert read_checkpoint(tmp_path / "q" / "model.safetensors").config.model_type == "qwen2"
 
 
-@pytest.mark.parametrize("case", ["llama", "llama-untied", "mistral", "qwen2", "qwen2-backbone"])
+@pytest.mark.parametrize("case", ["llama", "llama-untied", "mistral", "qwen2", "qwen2-backbone", "qwen3"])
 def test_export_loads_in_transformers(reference, imported, case, tmp_path):
     """``zoo export --format hf`` of the import, changed so that it is not the file it came from:
     transformers' from_pretrained loads every tensor strictly, gives the torch twin's outputs, and

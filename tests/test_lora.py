@@ -44,6 +44,11 @@ PEFT = 2e-5  # float32 logits of zoo's twins against PEFT on transformers, both 
 MODELS = {  # family, preset, fields, zoo's targets for the export
     "gpt2": ("gpt2-micro", {"n_layer": 2, "vocab_size": 101}, ["q", "v", "out_proj", "mlp.fc1"]),
     "llama": ("llama-micro", {"num_hidden_layers": 2, "vocab_size": 101}, ["q_proj", "v_proj", "down_proj"]),
+    "qwen3": (  # the llama family with Qwen3's query/key norms and a head width of its own
+        "llama-micro",
+        {"vocab_size": 101, "model_type": "qwen3", "qk_norm": True, "head_dim": 24},
+        ["q_proj", "k_proj", "o_proj", "up_proj"],
+    ),
     "bert": (
         "bert-micro",
         {"num_layers": 2, "vocab_size": 101, "task": "masked_language_modeling"},
@@ -63,7 +68,7 @@ def logits(model, ids: np.ndarray) -> np.ndarray:
 
 def base(tmp_path: Path, family_name: str) -> tuple[Path, dict]:
     preset, fields, _ = MODELS[family_name]
-    family = registry.get_family(family_name)
+    family = registry.get_family(preset)
     config = family.config.model_validate(registry.expand(preset, fields))
     tensors = seeded(family, config, 0)
     rng = np.random.default_rng(3)  # biases and norms away from their trivial init: a mapping error shows

@@ -1,10 +1,12 @@
-"""Hyperparameters of the llama family: transformers' ``LlamaConfig`` (and Mistral's and Qwen2's,
-which describe the same decoder), under transformers' field names.
+"""Hyperparameters of the llama family: transformers' ``LlamaConfig`` (and Mistral's, Qwen2's and
+Qwen3's, which describe the same decoder), under transformers' field names.
 
 The fields read across from a ``config.json`` one to one (``architectures.llama.config_json``),
 except the attention biases: Llama's ``attention_bias`` puts a bias on all four projections and
 Qwen2's attention always has one on the query, key and value projections and none on the
-output, so zoo says which with two fields, ``qkv_bias`` and ``output_bias``. ``model_type``
+output, so zoo says which with two fields, ``qkv_bias`` and ``output_bias``. Qwen3 is the same
+decoder with ``qk_norm`` (an RMSNorm on each head's query and key) and, usually, a ``head_dim``
+of its own (wider than hidden_size / num_attention_heads). ``model_type``
 remembers which transformers class the weights come from (and are exported as); it changes
 nothing the twins compute.
 
@@ -26,7 +28,7 @@ from zoo.family import ArchitectureConfig
 from zoo.nn import rotary
 
 EXAMPLE_LENGTH = 8  # token ids in an example batch: short, so the large-vocabulary presets stay cheap
-MODEL_TYPES = ("llama", "mistral", "qwen2")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 class Llama3RopeScaling(BaseModel):
@@ -67,7 +69,8 @@ class LlamaConfig(ArchitectureConfig):
     """Token embedding, ``num_hidden_layers`` pre-norm decoder layers (RMSNorm -> grouped-query
     causal self-attention with rotary positions -> add; RMSNorm -> SwiGLU MLP -> add), a final
     RMSNorm and a language-model head, tied to the token embedding or a matrix of its own:
-    transformers' ``LlamaForCausalLM`` (``MistralForCausalLM``, ``Qwen2ForCausalLM``).
+    transformers' ``LlamaForCausalLM`` (``MistralForCausalLM``, ``Qwen2ForCausalLM``, and with
+    ``qk_norm`` ``Qwen3ForCausalLM``).
 
     ``task`` "features" is the base model (``LlamaModel``): the final RMSNorm's hidden states
     (N, T, hidden_size) instead of logits. The defaults are SmolLM-135M's shape (HuggingFaceTB's
@@ -81,7 +84,7 @@ class LlamaConfig(ArchitectureConfig):
         "language_modeling",
         description="Next-token logits (LlamaForCausalLM), or the last hidden state (LlamaModel).",
     )
-    model_type: Literal["llama", "mistral", "qwen2"] = Field(
+    model_type: Literal["llama", "mistral", "qwen2", "qwen3"] = Field(
         "llama",
         description="The transformers class family of these weights (config.json's model_type), used by "
         "zoo export --format hf; the computation is the same.",
@@ -91,7 +94,7 @@ class LlamaConfig(ArchitectureConfig):
     intermediate_size: int = Field(1536, ge=1, le=262144, description="Hidden width of each SwiGLU MLP.")
     num_hidden_layers: int = Field(30, ge=1, le=256, description="Decoder layers.")
     num_attention_heads: int = Field(
-        9, ge=1, le=256, description="Query heads; must divide hidden_size (transformers checks it)."
+        9, ge=1, le=256, description="Query heads; must divide hidden_size unless head_dim is given."
     )
     num_key_value_heads: int | None = Field(
         3,
@@ -124,6 +127,11 @@ class LlamaConfig(ArchitectureConfig):
         False, description="A bias on the attention's output projection (Llama's attention_bias)."
     )
     mlp_bias: bool = Field(False, description="Biases on the MLP's three projections (Llama's mlp_bias).")
+    qk_norm: bool = Field(
+        False,
+        description="An RMSNorm (of head_dim features, rms_norm_eps) on each head's query and key before "
+        "the rotation (Qwen3's q_norm and k_norm).",
+    )
     tie_word_embeddings: bool = Field(
         True, description="The LM head is the token embedding (one matrix); false: a head matrix of its own."
     )
@@ -154,7 +162,7 @@ class LlamaConfig(ArchitectureConfig):
     @model_validator(mode="after")
     def _check(self):
         heads, kv = self.num_attention_heads, self.key_value_heads
-        if self.hidden_size % heads:
+        if self.head_dim is None and self.hidden_size % heads:
             fitting = [h for h in range(1, min(self.hidden_size, 256) + 1) if self.hidden_size % h == 0][-6:]
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {heads} "

@@ -1,4 +1,4 @@
-"""transformers' Llama / Mistral / Qwen2 ``config.json``, read and written: what each field means
+"""transformers' Llama / Mistral / Qwen2 / Qwen3 ``config.json``, read and written: what each field means
 to zoo's llama config.
 
 Reading (``config_fields``): the fields that map one to one, the head counts, the rotary
@@ -25,7 +25,7 @@ from typing import Any
 from architectures.llama.config import LlamaConfig
 from zoo.checkpoint.foreign import ForeignLayoutError
 
-CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}  # model_type -> class prefix
+CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}  # model_type -> prefix
 ARCHITECTURES = {
     f"{name}{suffix}": (model_type, task)
     for model_type, name in CLASSES.items()
@@ -40,7 +40,8 @@ _FIELDS = (
 # What each transformers config class (5.23) takes where config.json leaves a field out, for
 # every field zoo reads from config.json that no tensor shape shows (tests/test_hf_defaults.py
 # checks each value against the classes themselves). Llama and Qwen2 default their key/value
-# heads to the query heads, which no table can say.
+# heads to the query heads, which no table can say; Mistral's and Qwen3's are a number. Qwen3's
+# head_dim is 128 where config.json leaves it out, whatever the width.
 _SHARED_DEFAULTS = {
     "num_attention_heads": 32, "hidden_act": "silu", "rms_norm_eps": 1e-6, "initializer_range": 0.02,
     "attention_dropout": 0.0, "pad_token_id": None, "tie_word_embeddings": False, "rope_theta": 10000.0,
@@ -57,6 +58,11 @@ HF_DEFAULTS = {
     "qwen2": _SHARED_DEFAULTS | {
         "max_position_embeddings": 32768, "bos_token_id": None, "eos_token_id": None,
         "use_sliding_window": False, "sliding_window": None, "max_window_layers": 28,
+    },
+    "qwen3": _SHARED_DEFAULTS | {
+        "num_key_value_heads": 32, "head_dim": 128, "max_position_embeddings": 32768, "bos_token_id": None,
+        "eos_token_id": None, "attention_bias": False, "use_sliding_window": False, "sliding_window": None,
+        "max_window_layers": 28,
     },
 }  # fmt: skip
 # config.json's counts and sizes: whole numbers of at least 1 where given (transformers divides by them).
@@ -103,7 +109,8 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     heads = meta["num_attention_heads"]
     fields["num_key_value_heads"] = meta.get("num_key_value_heads") or heads
     head_dim = meta.get("head_dim")
-    if head_dim is not None and head_dim != meta.get("hidden_size", 0) // heads:
+    # Qwen3's head width is its own (128 where left out), never derived from the width
+    if head_dim is not None and (model_type == "qwen3" or head_dim != meta.get("hidden_size", 0) // heads):
         fields["head_dim"] = head_dim
     fields["tie_word_embeddings"] = bool(meta.get("tie_word_embeddings", False))
     theta, scaling, rope_refused = _rope(meta)
@@ -113,6 +120,7 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     refused += window_refused
     fields["sliding_window"] = window
     fields |= _biases(meta, model_type)
+    fields["qk_norm"] = model_type == "qwen3"
     if refused:
         raise ForeignLayoutError(f"config.json sets what zoo's llama cannot compute: {'; '.join(refused)}")
     return fields
@@ -171,11 +179,11 @@ def _rope(meta: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None, list[s
 
 def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | None, list[str]]:
     """The attention window transformers applies, or None: Mistral's ``sliding_window``; Qwen2's
-    only with ``use_sliding_window`` and on the layers ``layer_types`` (or ``max_window_layers``)
-    marks. A window shorter than the context is refused by the config."""
+    (and Qwen3's) only with ``use_sliding_window`` and on the layers ``layer_types`` (or
+    ``max_window_layers``) marks. A window shorter than the context is refused by the config."""
     if model_type == "mistral":
         return meta.get("sliding_window"), []
-    if model_type != "qwen2" or not meta.get("use_sliding_window", False):
+    if model_type not in ("qwen2", "qwen3") or not meta.get("use_sliding_window", False):
         return None, []
     layer_types = meta.get("layer_types")
     if layer_types is not None and "sliding_attention" not in layer_types:
@@ -187,13 +195,14 @@ def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | Non
 
 def _biases(meta: Mapping[str, Any], model_type: str) -> dict[str, bool]:
     """The bias layout each class has: Llama's ``attention_bias`` (all four attention projections)
-    and ``mlp_bias``; Qwen2's query/key/value biases; Mistral none."""
-    if model_type == "llama":
+    and ``mlp_bias``; Qwen3's ``attention_bias`` (the four attention projections); Qwen2's
+    query/key/value biases; Mistral none."""
+    if model_type in ("llama", "qwen3"):
         attention = bool(meta.get("attention_bias", False))
         return {
             "qkv_bias": attention,
             "output_bias": attention,
-            "mlp_bias": bool(meta.get("mlp_bias", False)),
+            "mlp_bias": model_type == "llama" and bool(meta.get("mlp_bias", False)),
         }
     return {"qkv_bias": model_type == "qwen2", "output_bias": False, "mlp_bias": False}
 
@@ -220,11 +229,13 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
     }
     if model_type == "llama":
         config |= {"attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias, "pretraining_tp": 1}
-    if model_type in ("llama", "mistral") or cfg.head_dim is not None:
+    if model_type in ("llama", "mistral", "qwen3") or cfg.head_dim is not None:
         config["head_dim"] = cfg.attention_head_dim
+    if model_type == "qwen3":
+        config["attention_bias"] = cfg.qkv_bias
     if model_type == "mistral":
         config["sliding_window"] = cfg.sliding_window
-    if model_type == "qwen2":
+    if model_type in ("qwen2", "qwen3"):
         config |= {
             "use_sliding_window": cfg.sliding_window is not None,
             "sliding_window": cfg.sliding_window,
@@ -235,12 +246,18 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
 
 def _check_expressible(cfg: LlamaConfig) -> None:
     """What each transformers class can hold: Llama one attention bias switch, Mistral no biases,
-    Qwen2 query/key/value biases only; only Mistral and Qwen2 have a sliding window."""
+    Qwen2 query/key/value biases only, Qwen3 one attention bias switch and no MLP bias; only Qwen3
+    has the query/key norms; only Mistral, Qwen2 and Qwen3 have a sliding window."""
     biases = (cfg.qkv_bias, cfg.output_bias, cfg.mlp_bias)
     layout = {"llama": cfg.qkv_bias == cfg.output_bias, "mistral": not any(biases)}
     layout["qwen2"] = biases == (True, False, False)
+    layout["qwen3"] = cfg.qkv_bias == cfg.output_bias and not cfg.mlp_bias
+    layout = {t: fits and cfg.qk_norm == (t == "qwen3") for t, fits in layout.items()}
     problems = []
-    if not layout[cfg.model_type]:
+    if cfg.qk_norm != (cfg.model_type == "qwen3"):
+        fix = "set model.model_type to qwen3" if cfg.qk_norm else "set qk_norm true, or another model_type"
+        problems.append(f"qk_norm {cfg.qk_norm}: only transformers' Qwen3 has the query/key norms ({fix})")
+    elif not layout[cfg.model_type]:
         fitting = [t for t, fits in layout.items() if fits]
         problems.append(
             f"its biases (qkv_bias {cfg.qkv_bias}, output_bias {cfg.output_bias}, mlp_bias {cfg.mlp_bias}) "

@@ -1,4 +1,4 @@
-"""transformers' Llama / Mistral / Qwen2 state dict <-> zoo's canonical tensors (the
+"""transformers' Llama / Mistral / Qwen2 / Qwen3 state dict <-> zoo's canonical tensors (the
 ``config.json`` beside them is read and written by ``architectures.llama.config_json``).
 
 zoo's torch twin holds transformers' tensors under transformers' names; the differences are:
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from architectures.llama.config import LlamaConfig
-from architectures.llama.config_json import config_fields, hf_config, model_type_and_task
+from architectures.llama.config_json import HF_DEFAULTS, config_fields, hf_config, model_type_and_task
 from architectures.llama.weights import table
 from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, renamed
 from zoo.checkpoint.tables import tensor_specs
@@ -51,7 +51,8 @@ def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple
         _agree(fields, shapes, backbone, model_type)
     except ForeignLayoutError as error:
         left_out = [key for key in ("num_attention_heads", "num_key_value_heads") if key not in meta]
-        if not left_out or (model_type != "mistral" and left_out == ["num_key_value_heads"]):
+        counted = "num_key_value_heads" in HF_DEFAULTS[model_type]  # a number, not the query heads
+        if not left_out or (not counted and left_out == ["num_key_value_heads"]):
             raise
         raise ForeignLayoutError(
             f"{error} ({', '.join(left_out)} left out of config.json: transformers' {model_type} "
@@ -122,7 +123,7 @@ def _shapes(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
     if missing:
         known = ("embed_tokens.", "layers.", "norm.")
         raise ForeignLayoutError(
-            "not a transformers Llama / Mistral / Qwen2 (*Model / *ForCausalLM): missing "
+            "not a transformers Llama / Mistral / Qwen2 / Qwen3 (*Model / *ForCausalLM): missing "
             + ", ".join(missing),
             [key for key in tensors if not key.startswith(known)],
             missing,

@@ -48,7 +48,7 @@ class DecoderLayer(layers.Layer):
         self.self_attn = GroupedQueryAttention(
             d, cfg.num_attention_heads, cfg.key_value_heads, cfg.attention_head_dim,
             qkv_bias=cfg.qkv_bias, out_bias=cfg.output_bias, dropout=cfg.attention_dropout,
-            kernel_initializer=init,
+            kernel_initializer=init, qk_norm_eps=cfg.rms_norm_eps if cfg.qk_norm else None,
         )  # fmt: skip
         self.post_attention_layernorm = RMSNorm(epsilon=cfg.rms_norm_eps)
         self.mlp = GatedMlp(d, cfg.intermediate_size, bias=cfg.mlp_bias, kernel_initializer=init)

@@ -1,5 +1,5 @@
 """Named Llama-class configs: the published shapes of SmolLM-135M / -360M (HuggingFaceTB's Llamas),
-Qwen2-0.5B and Llama-3.2-1B, and a micro one for tests.
+Qwen2-0.5B, Llama-3.2-1B and Qwen3-0.6B / -1.7B, and a micro one for tests.
 
 Each is the model's own ``config.json`` read field for field (its vocabulary included, so
 ``zoo list`` shows the published parameter counts; a recipe's data replaces it), and
@@ -17,6 +17,22 @@ _SMOLLM = {
     "tie_word_embeddings": True,
     "bos_token_id": 0,
     "eos_token_id": 0,
+}
+
+_QWEN3 = {
+    "model_type": "qwen3",
+    "qk_norm": True,
+    "vocab_size": 151936,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": True,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
 }
 
 PRESETS = (
@@ -108,6 +124,18 @@ PRESETS = (
             "eos_token_id": 128001,
         },
     ),
+    Preset(
+        "qwen3-0.6b",
+        "Qwen/Qwen3-0.6B: 28 layers, width 1024, 16 query / 8 key-value heads of 128 with query/key "
+        "RMSNorms, rope_theta 1e6, 40960 tokens, tied head.",
+        {**_QWEN3, "hidden_size": 1024, "intermediate_size": 3072},
+    ),
+    Preset(
+        "qwen3-1.7b",
+        "Qwen/Qwen3-1.7B: 28 layers, width 2048, 16 query / 8 key-value heads of 128 with query/key "
+        "RMSNorms, rope_theta 1e6, 40960 tokens, tied head.",
+        {**_QWEN3, "hidden_size": 2048, "intermediate_size": 6144},
+    ),
 )
 
 # transformers' hub names of these shapes (``zoo.load("HuggingFaceTB/SmolLM-135M")`` builds the
@@ -120,4 +148,8 @@ ALIASES = {
     "Qwen/Qwen2-0.5B": "qwen2-0.5b",
     "Qwen/Qwen2-0.5B-Instruct": "qwen2-0.5b",
     "meta-llama/Llama-3.2-1B": "llama-3.2-1b",
+    "Qwen/Qwen3-0.6B": "qwen3-0.6b",
+    "Qwen/Qwen3-0.6B-Base": "qwen3-0.6b",
+    "Qwen/Qwen3-1.7B": "qwen3-1.7b",
+    "Qwen/Qwen3-1.7B-Base": "qwen3-1.7b",
 }

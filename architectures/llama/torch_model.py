@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from architectures.llama.config import LlamaConfig, sequence_length_message
-from zoo.nn.cache import DecodeCache
+from zoo.nn.cache import DecodeCache, KeyValueSlots
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Embedding, GatedMlp, GroupedQueryAttention, RMSNorm, blocked_mask
 from zoo.nn.torch.attention import joined_padding, padded_positions
@@ -39,6 +39,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = GroupedQueryAttention(
             d, cfg.num_attention_heads, cfg.key_value_heads, cfg.attention_head_dim,
             qkv_bias=cfg.qkv_bias, out_bias=cfg.output_bias, dropout=cfg.attention_dropout,
+            qk_norm_eps=cfg.rms_norm_eps if cfg.qk_norm else None,
         )  # fmt: skip
         self.post_attention_layernorm = RMSNorm(d, eps=cfg.rms_norm_eps)
         self.mlp = GatedMlp(d, cfg.intermediate_size, activation="silu", bias=cfg.mlp_bias)
@@ -115,11 +116,11 @@ class Llama(CausalDecoder):
         h = self.embed_tokens(ids)
         cos, sin = rotary_tables(padded_positions(padding, past, steps, ids.device), self.inv_freq, h.dtype)
         blocked = blocked_mask(steps, padding, causal=True, device=ids.device, past=past)
-        presents = []
+        presents, empty = [], KeyValueSlots.empty(context)  # slots written in place
         checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled() and not cached
         for i, layer in enumerate(self.layers):
             if cached:
-                h, present = layer.forward_cached(h, cos, sin, blocked, cache.layers[i] if cache else None)
+                h, present = layer.forward_cached(h, cos, sin, blocked, cache.layers[i] if cache else empty)
                 presents.append(present)
             else:
                 h = (

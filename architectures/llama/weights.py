@@ -31,6 +31,10 @@ def table(cfg: LlamaConfig) -> list[Port]:
                 out_bias=cfg.output_bias,
                 layer=f"{layer}.self_attn",
             ),
+            *(
+                rmsnorm(f"{name}.self_attn.{part}", cfg.attention_head_dim, layer=f"{layer}.self_attn.{part}")
+                for part in (("q_norm", "k_norm") if cfg.qk_norm else ())
+            ),
             rmsnorm(f"{name}.post_attention_layernorm", d, layer=f"{layer}.post_attention_layernorm"),
             *gated_mlp(f"{name}.mlp", d, cfg.intermediate_size, bias=cfg.mlp_bias, layer=f"{layer}.mlp"),
         ]

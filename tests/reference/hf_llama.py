@@ -1,22 +1,27 @@
-"""transformers' Llama, Mistral and Qwen2 as the llama family's oracle (run in the reference environment).
+"""transformers' Llama, Mistral, Qwen2 and Qwen3 as the llama family's oracle (run in the reference
+environment).
 
 ``hf_llama.py OUT`` writes, for the tests in zoo's environment:
 
 - ``counts.json``: parameters of ``*ForCausalLM`` built on the meta device from each published
-  config in ``PUBLISHED`` (SmolLM-135M / -360M, Qwen2-0.5B, Llama-3.2-1B; ``parameters()`` yields
-  a tied head once), and ``published/NAME/config.json``, that config as the model's repository
-  has it;
+  config in ``PUBLISHED`` (SmolLM-135M / -360M, Qwen2-0.5B, Llama-3.2-1B, Qwen3-0.6B / -1.7B;
+  ``parameters()`` yields a tied head once), and ``published/NAME/config.json``, that config as
+  the model's repository has it;
 - for each case of ``CASES`` (Llama with grouped-query attention and a padding id and a
   tokenizer; Llama untied, multi-query, with every bias, an explicit head_dim and llama3 rope
   scaling; Mistral with a sliding window as long as the context; Qwen2 with its query/key/value
-  biases, untied, saved in shards): the ``*ForCausalLM`` seeded, every RMSNorm weight and bias
-  randomised and the embeddings widened (greedy decoding then has no near-ties), written by
+  biases, untied, saved in shards; Qwen3 with its query/key norms and a head_dim of its own, in
+  shards too): the
+  ``*ForCausalLM`` seeded, every RMSNorm weight and bias randomised and the embeddings widened
+  (greedy decoding then has no near-ties), written by
   ``save_pretrained`` to ``CASE/`` and its base model to ``CASE-backbone/``; ``CASE-inputs.npy``,
   ``CASE-padding.npy`` (True at padding: a left- and a right-padded row) and, in eval mode with
   that attention mask and the position ids ``generate`` derives from it, ``CASE-logits.npy`` and
   ``CASE-hidden.npy``; ``CASE-generated.npy``: greedy ``generate`` from ``CASE-prompts.npy``
   (left-padded, ``CASE-prompt-padding.npy``), the new tokens only; ``CASE-config.json``: the
-  config as transformers holds it (``to_dict()``).
+  config as transformers holds it (``to_dict()``). For the cases of ``GRADIENTS``, ``CASE-weights.npy``
+  (W, random, zero at padding) and ``CASE-gradients.npz``: each parameter's gradient of
+  ``sum(logits * W)`` in eval mode, under the backbone's names (no ``model.`` prefix).
 
 ``hf_llama.py OUT random CONFIGS`` does the same (no generation, no backbone) for each entry of
 the JSON list CONFIGS ({"name", "config", "seed", "batch", "steps"}), into ``NAME/`` and
@@ -82,6 +87,19 @@ PUBLISHED = {
         "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
         "vocab_size": 128256,
     },
+    **{
+        name: {
+            "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+            "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+            "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": intermediate,
+            "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+            "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+            "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+            "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+            "use_sliding_window": False, "vocab_size": 151936,
+        }
+        for name, hidden, intermediate in (("qwen3-0.6b", 1024, 3072), ("qwen3-1.7b", 2048, 6144))
+    },
 }  # fmt: skip
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 101}
 CASES = {
@@ -111,8 +129,15 @@ CASES = {
          "bos_token_id": 5, "eos_token_id": 6},
         (3, 12), 6,
     ),
+    "qwen3": (
+        {"model_type": "qwen3", **TINY, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+         "max_position_embeddings": 48, "tie_word_embeddings": True, "rope_theta": 1000000.0,
+         "rms_norm_eps": 1e-5, "bos_token_id": 5, "eos_token_id": 6},
+        (3, 12), 6,
+    ),
 }  # fmt: skip
-SHARDED = {"qwen2"}  # saved in shards, with model.safetensors.index.json
+GRADIENTS = {"qwen3"}  # gradients against the twins' too
+SHARDED = {"qwen2", "qwen3"}  # saved in shards, with model.safetensors.index.json
 TOKENIZED = {"llama"}  # a tokenizer.json beside the weights
 CHARACTERS = "abcdefghijklmnopqrstuvwxyz .,:;!?'\n" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789()[]{}=+-*/_<>#@"
 
@@ -214,6 +239,8 @@ def fixtures(out: Path) -> None:
         np.save(out / f"{case}-prompts.npy", prompts)
         np.save(out / f"{case}-prompt-padding.npy", prompt_padding)
         np.save(out / f"{case}-generated.npy", greedy(model, prompts, prompt_padding, new_tokens))
+        if case in GRADIENTS:
+            gradients(model, out, case, ids, rng)
 
 
 def random_cases(out: Path, configs: str) -> None:
@@ -224,6 +251,20 @@ def random_cases(out: Path, configs: str) -> None:
         outputs(
             model, out, entry["name"], entry["batch"], entry["steps"], np.random.default_rng(entry["seed"])
         )
+
+
+def gradients(model, out: Path, name: str, ids: np.ndarray, rng: np.random.Generator) -> None:
+    """Each parameter's gradient of ``sum(logits * W)`` on ``ids`` with their padding (eval mode)."""
+    pad = np.load(out / f"{name}-padding.npy")
+    attention = torch.from_numpy(~pad).long()
+    weights = rng.standard_normal((*ids.shape, model.config.vocab_size)).astype(np.float32)
+    weights[pad] = 0.0
+    np.save(out / f"{name}-weights.npy", weights)
+    model.zero_grad()
+    logits = model(torch.from_numpy(ids), attention_mask=attention, position_ids=positions(attention)).logits
+    (logits * torch.from_numpy(weights)).sum().backward()
+    found = {key.removeprefix("model."): p.grad.numpy() for key, p in model.named_parameters()}
+    np.savez(out / f"{name}-gradients.npz", **found)
 
 
 def greedy(model, prompts: np.ndarray, pad: np.ndarray, new_tokens: int) -> np.ndarray:

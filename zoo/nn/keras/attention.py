@@ -21,6 +21,7 @@ import keras
 from keras import layers, ops
 
 from zoo.nn.keras.linear import Dense, add_bias
+from zoo.nn.keras.norm import RMSNorm
 from zoo.nn.keras.rotary import apply_rotary
 
 
@@ -145,7 +146,9 @@ class GroupedQueryAttention(layers.Layer):
     Not a low-precision layer itself: its Dense projections are (they get the mixed policy),
     so its inputs stay float32 and the rotary tables reach it unrounded. The two attention
     products run in the projections' compute dtype, the rotation in float32 before them and
-    the softmax in float32, as torch's autocast orders them.
+    the softmax in float32, as torch's autocast orders them. ``qk_norm_eps`` (Qwen3's) adds
+    ``q_norm`` and ``k_norm``, RMSNorms over each head's features before the rotation; they read
+    the projections' output as it is (no autocast), so a mixed twin rounds as torch's does.
     """
 
     def __init__(
@@ -158,6 +161,7 @@ class GroupedQueryAttention(layers.Layer):
         out_bias: bool = False,
         dropout: float = 0.0,
         kernel_initializer: keras.initializers.Initializer | str = "glorot_uniform",
+        qk_norm_eps: float | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -178,11 +182,17 @@ class GroupedQueryAttention(layers.Layer):
         self.v_proj = dense(num_kv_heads * head_dim, qkv_bias)
         self.o_proj = dense(hidden_size, out_bias)
         self.dropout = layers.Dropout(dropout)
+        normed = qk_norm_eps is not None  # Qwen3's per-head query and key RMSNorms
+        self.q_norm = RMSNorm(epsilon=qk_norm_eps, autocast=False) if normed else None
+        self.k_norm = RMSNorm(epsilon=qk_norm_eps, autocast=False) if normed else None
 
     def build(self, input_shape, cos_shape=None, sin_shape=None, blocked_shape=None):
         for projection in (self.q_proj, self.k_proj, self.v_proj):
             projection.build((*input_shape[:-1], self.hidden_size))
         self.o_proj.build((*input_shape[:-1], self.num_heads * self.head_dim))
+        if self.q_norm is not None:
+            self.q_norm.build((None, None, None, self.head_dim))
+            self.k_norm.build((None, None, None, self.head_dim))
 
     def call(self, x, cos, sin, blocked=None, training=False):
         return self.call_cached(x, cos, sin, blocked, training=training)[0]
@@ -194,6 +204,8 @@ class GroupedQueryAttention(layers.Layer):
         steps = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         q = self._heads(self.q_proj(x), steps, self.num_heads)
         k = self._heads(self.k_proj(x), steps, self.num_kv_heads)
+        if self.q_norm is not None:  # over each head's features, before the rotation
+            q, k = self.q_norm(q), self.k_norm(k)
         v = self._heads(self.v_proj(x), steps, self.num_kv_heads)
         product = self.q_proj.compute_dtype
         q, k = (ops.cast(apply_rotary(t, cos, sin), product) for t in (q, k))

@@ -51,7 +51,10 @@ class RMSNorm(layers.Layer):
         dtype = keras.backend.result_type(inputs.dtype, "float32")
         x = ops.cast(inputs, dtype)
         normed = x * ops.rsqrt(ops.mean(ops.square(x), axis=-1, keepdims=True) + self.epsilon)
-        return ops.cast(self.scale, self.compute_dtype) * ops.cast(normed, self.compute_dtype)
+        # Back to the input's dtype first, as transformers (the same as the compute dtype but
+        # where a layer built with autocast=False reads a lower-precision input).
+        normed = ops.cast(ops.cast(normed, inputs.dtype), self.compute_dtype)
+        return ops.cast(self.scale, self.compute_dtype) * normed
 
     def compute_output_shape(self, input_shape):
         return input_shape

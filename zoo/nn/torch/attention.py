@@ -15,7 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo.nn.cache import KeyValueSlots
 from zoo.nn.errors import InputError
+from zoo.nn.torch.norm import RMSNorm
 from zoo.nn.torch.rotary import apply_rotary
 
 
@@ -61,15 +63,17 @@ class SelfAttention(nn.Module):
         self,
         x: torch.Tensor,
         blocked: torch.Tensor | None = None,
-        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | KeyValueSlots | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Incremental decoding: this step's T queries attend over the ``past`` keys and values
         (each (N, heads, P, head_dim)) followed by this step's own, so a decoder reads each token
         once instead of re-reading its whole window per generated token.
 
         Returns the output (N, T, E) and the keys and values to pass as ``past`` next time, now
-        (N, heads, P + T, head_dim). ``blocked`` is broadcastable to (N, heads, T, P + T)
-        (:func:`blocked_mask` with ``past=P``). The arithmetic is :meth:`forward`'s, key for key.
+        (N, heads, P + T, head_dim): concatenated, or written into ``past``'s slots where it is a
+        ``zoo.nn.cache.KeyValueSlots`` (the decoders' ``decode`` passes one). ``blocked`` is
+        broadcastable to (N, heads, T, P + T) (:func:`blocked_mask` with ``past=P``). The
+        arithmetic is :meth:`forward`'s, key for key.
         """
         n, t, _ = x.shape
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
@@ -78,12 +82,11 @@ class SelfAttention(nn.Module):
         q, k, v = (
             part.reshape(n, t, self.num_heads, self.head_dim).transpose(1, 2) for part in qkv.chunk(3, -1)
         )
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        k, v, present = joined_keys_values(past, k, v)
         scores = q @ k.transpose(-2, -1)  # (N, heads, T, P + T), in the compute dtype
         probs = attention_probabilities(scores, blocked, self.head_dim)
         out = self.dropout(probs) @ v
-        return self.out_proj(out.transpose(1, 2).reshape(n, t, self.embed_dim)), (k, v)
+        return self.out_proj(out.transpose(1, 2).reshape(n, t, self.embed_dim)), present
 
 
 def attention_probabilities(
@@ -133,9 +136,10 @@ class GroupedQueryAttention(nn.Module):
     ``v_proj``, ``o_proj``, each an ``nn.Linear``), so a Llama, Mistral or Qwen2 state dict maps
     onto it by name. ``qkv_bias`` puts a bias on the query, key and value projections and
     ``out_bias`` one on the output: Llama's ``attention_bias`` is both, Qwen2's attention has
-    the first only. Query head h reads key/value head ``h // (num_heads / num_kv_heads)``.
-    Arithmetic as :class:`SelfAttention`'s: products in the compute dtype, the scaled, masked
-    softmax in float32 at least.
+    the first only. ``qk_norm_eps`` (Qwen3's) adds ``q_norm`` and ``k_norm``, RMSNorms of
+    ``head_dim`` features on each head's query and key before the rotation. Query head h reads
+    key/value head ``h // (num_heads / num_kv_heads)``. Arithmetic as :class:`SelfAttention`'s:
+    products in the compute dtype, the scaled, masked softmax in float32 at least.
     """
 
     def __init__(
@@ -147,6 +151,7 @@ class GroupedQueryAttention(nn.Module):
         qkv_bias: bool = False,
         out_bias: bool = False,
         dropout: float = 0.0,
+        qk_norm_eps: float | None = None,
     ):
         super().__init__()
         if num_heads % num_kv_heads:
@@ -157,6 +162,9 @@ class GroupedQueryAttention(nn.Module):
         self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=out_bias)
         self.dropout = nn.Dropout(dropout)  # on the attention probabilities
+        normed = qk_norm_eps is not None  # Qwen3's per-head query and key RMSNorms
+        self.q_norm = RMSNorm(head_dim, eps=qk_norm_eps) if normed else None
+        self.k_norm = RMSNorm(head_dim, eps=qk_norm_eps) if normed else None
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, blocked: torch.Tensor | None = None
@@ -171,7 +179,7 @@ class GroupedQueryAttention(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         blocked: torch.Tensor | None = None,
-        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | KeyValueSlots | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """As :meth:`SelfAttention.forward_cached`: this step's queries over the ``past`` keys and
         values (each (N, num_kv_heads, P, head_dim), keys already turned to their positions)
@@ -179,16 +187,29 @@ class GroupedQueryAttention(nn.Module):
         n, t, _ = x.shape
         q = self.q_proj(x).view(n, t, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:  # over each head's features, before the rotation
+            q, k = self.q_norm(q), self.k_norm(k)
         v = self.v_proj(x).view(n, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        k, v, present = joined_keys_values(past, k, v)
         group = self.num_heads // self.num_kv_heads
         keys, values = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = q @ keys.transpose(-2, -1)  # (N, heads, T, P + T), in the compute dtype
         probs = attention_probabilities(scores, blocked, self.head_dim)
         out = (self.dropout(probs) @ values).transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim)
-        return self.o_proj(out), (k, v)
+        return self.o_proj(out), present
+
+
+def joined_keys_values(past, keys: torch.Tensor, values: torch.Tensor):
+    """The keys and values to attend over, ``past``'s (a ``(keys, values)`` pair or
+    ``zoo.nn.cache.KeyValueSlots``, or None) followed by these, and what to pass as ``past``
+    next time: the pair concatenated, or the slots written in place."""
+    if isinstance(past, KeyValueSlots):
+        present = past.extended(keys, values)
+        return present.keys, present.values, present
+    if past is not None:
+        keys, values = torch.cat([past[0], keys], dim=2), torch.cat([past[1], values], dim=2)
+    return keys, values, (keys, values)
 
 
 def joined_padding(
