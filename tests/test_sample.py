@@ -229,3 +229,16 @@ def test_sampling_settings_at_their_edges():
     for temperature in (1e-320, 5e-324):  # subnormal: logits / t overflow to inf
         chosen = Sampling(temperature=temperature, seed=1).choose(logits, np.random.default_rng(1))
         assert chosen.tolist() == [1]
+
+
+def test_many_prompts_without_a_cache_go_in_batches_of_one_length(tmp_path):
+    """A model that re-reads its window (no key/value cache) takes no padding: a list of prompts
+    of several lengths goes in batches of one length, each text the prompt's alone, in order."""
+    from zoo.sample import sample_tokens
+
+    checkpoint = _checkpoint(tmp_path, "transformer-tiny", task="language_modeling", max_len=16)
+    prompts = ["ab", "abc", "b", "ca", "", "j"]
+    settings = dict(temperature=0.9, seed=4, repetition_penalty=1.2)
+    together = sample_tokens(checkpoint, prompts, 6, batch_size=2, **settings)
+    assert together == [sample_tokens(checkpoint, prompt, 6, **settings) for prompt in prompts]
+    assert [each.text[: len(prompt)] for each, prompt in zip(together, prompts, strict=True)] == prompts

@@ -107,18 +107,21 @@ def model_tokenizer(checkpoint: Checkpoint, preprocessing):
 def logits(
     model: Model, x: np.ndarray, padding_mask: np.ndarray | None = None, token_types=None
 ) -> np.ndarray:
-    """The twin's outputs in inference mode, as float32 numpy, for canonical-layout inputs."""
+    """The twin's outputs in inference mode, as float32 numpy, for canonical-layout inputs: the
+    Keras twin through its traced forward (one trace for every batch), the torch twin eager
+    under ``torch.inference_mode``."""
     extras = {}
     if padding_mask is not None and padding_mask.any():
         extras["padding_mask"] = padding_mask
     if token_types is not None:
         extras["token_type_ids"] = token_types
-    if model.keras:
-        x = keras_layout(x, model.checkpoint.family.input_kind)
-        return np.asarray(model.twin(x, **extras, training=False), dtype=np.float32)
+    if model.keras:  # one traced function for every batch
+        from zoo.nn.keras.inference import traced_forward  # imports TensorFlow
+
+        return traced_forward(model.twin)(keras_layout(x, model.checkpoint.family.input_kind), **extras)
     import torch
 
-    with torch.no_grad():
+    with torch.inference_mode():
         named = {key: torch.from_numpy(value) for key, value in extras.items()}
         return model.twin(torch.from_numpy(np.ascontiguousarray(x)), **named).float().numpy()
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from architectures.gpt2.config import GPT2Config, sequence_length_message
-from zoo.nn.cache import DecodeCache
+from zoo.nn.cache import DecodeCache, KeyValueSlots
 from zoo.nn.errors import InputError
 from zoo.nn.torch import Embedding, Mlp, SelfAttention, blocked_mask
 from zoo.nn.torch.attention import joined_padding, padded_positions
@@ -112,11 +112,11 @@ class GPT2(CausalDecoder):
         positions = padded_positions(padding, past, steps, ids.device)
         h = self.drop(self.wte(ids) + self.wpe(positions))
         blocked = blocked_mask(steps, padding, causal=True, device=ids.device, past=past)
-        presents = []
+        presents, empty = [], KeyValueSlots.empty(self.zoo_config.n_positions)  # written in place
         checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled() and not cached
         for i, block in enumerate(self.h):
             if cached:
-                h, present = block.forward_cached(h, blocked, cache.layers[i] if cache else None)
+                h, present = block.forward_cached(h, blocked, cache.layers[i] if cache else empty)
                 presents.append(present)
             else:
                 h = checkpointed_call(block, h, blocked) if checkpointing else block(h, blocked)

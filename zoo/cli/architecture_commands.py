@@ -12,7 +12,8 @@ import click
 from zoo import registry
 from zoo.cli.errors import user_errors
 from zoo.cli.output import emit_json, for_scripts, overrides_option, table, type_name
-from zoo.recipe import Recipe, load_recipe
+from zoo.recipe import Recipe
+from zoo.recipe.loader import load_recipe_chain
 
 
 @click.command("list")
@@ -90,15 +91,22 @@ def show(name: str, as_json: bool, quiet: bool) -> None:
 @click.command()
 @click.argument("recipe", type=click.Path(dir_okay=False, path_type=Path))
 @overrides_option
+@click.option("--show", is_flag=True,
+              help="Print the resolved recipe headed by the files it was built from (its base: chain), "
+              "also with --quiet; with --json: {\"bases\": [...], \"recipe\": {...}}.")  # fmt: skip
 @for_scripts
 @user_errors
-def validate(recipe: Path, overrides: tuple[str, ...], as_json: bool, quiet: bool) -> None:
-    """Validate a recipe and print it resolved (presets expanded, defaults filled).
+def validate(recipe: Path, overrides: tuple[str, ...], show: bool, as_json: bool, quiet: bool) -> None:
+    """Validate a recipe and print it resolved (bases merged, presets expanded, defaults filled).
 
     --quiet prints nothing: the exit status is the verdict (0 valid, 2 with the errors on stderr)."""
-    resolved = load_recipe(recipe, overrides)
+    resolved, bases = load_recipe_chain(recipe, overrides)
     if as_json:
-        emit_json(resolved.to_dict())
+        emit_json({"bases": bases, "recipe": resolved.to_dict()} if show else resolved.to_dict())
+    elif show:
+        for file in [*bases, str(recipe)]:
+            click.echo(f"# {'base' if file in bases else 'recipe'}: {file}")
+        click.echo(resolved.to_yaml(), nl=False)
     elif not quiet:
         click.echo(resolved.to_yaml(), nl=False)
 

@@ -28,7 +28,7 @@ from zoo.limits import special_file_problem
 from zoo.nn.errors import input_error
 from zoo.recipe import RecipeError
 from zoo.runs import TrainingStopped
-from zoo.sample import PromptError
+from zoo.sampling import PromptError
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1

@@ -19,6 +19,7 @@ from keras import ops
 
 from zoo.nn.cache import DecodeCache, StaticCache
 from zoo.nn.errors import InputError, input_error
+from zoo.nn.keras.kept import kept_on_model
 
 
 class CausalDecoder(keras.Model):
@@ -73,12 +74,7 @@ class CausalDecoder(keras.Model):
     def compiled_generation_functions(self) -> CompiledGeneration:
         """This model's traced prefill and decode step, made on first use (and again if its
         variables changed since: a LoRA adapter attached, which changes the computation)."""
-        key = tuple(id(variable) for variable in self.weights)
-        held = self.__dict__.get("_zoo_generation")
-        if held is None or held.key != key:
-            held = CompiledGeneration(self, key)
-            object.__setattr__(self, "_zoo_generation", held)  # not a tracked Keras attribute
-        return held
+        return kept_on_model(self, "_zoo_generation", CompiledGeneration)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
