@@ -127,3 +127,19 @@ def test_tracking_settings_are_not_a_recipe_change(tmp_path):
     assert run.recipe_changes(edited) == []
     edited["trainer"] = {**recipe["trainer"], "max_epochs": 3}
     assert run.recipe_changes(edited) == ["trainer.max_epochs: 30 -> 3"]
+
+
+def test_a_field_added_since_a_run_started_is_no_recipe_change(tmp_path):
+    """A run recorded before trainer.label_smoothing and trainer.max_steps existed resumes: its
+    record is read by today's schema, the new fields at their defaults."""
+    run = RunDir.create(tmp_path, "run")
+    recipe = load_recipe(RECIPE).to_dict()
+    older = {
+        **recipe,
+        "trainer": {k: v for k, v in recipe["trainer"].items() if k not in ("label_smoothing", "max_steps")},
+    }
+    run.write_recipe(older, "")
+    assert run.recipe_changes(recipe) == []
+    assert run.recipe_changes({**recipe, "trainer": {**recipe["trainer"], "label_smoothing": 0.1}}) == [
+        "trainer.label_smoothing: 0.0 -> 0.1"
+    ]

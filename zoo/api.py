@@ -27,15 +27,17 @@ from zoo.checkpoint.metadata import METADATA_ORDER
 from zoo.checkpoint.state import latest_state
 from zoo.checkpoint_tokenizer import saved_tokenizer
 from zoo.data import load_dataset
+from zoo.early_stopping import OUTCOME, monitor_mode
 from zoo.interchange.inputs import adapter_of, is_adapter_file
 from zoo.limits import parse_json
 from zoo.loading import checkpoint_file, describe_directory, merged, warn_random_weights
-from zoo.lora import read_adapter, save_adapter
+from zoo.lora import read_adapter
 from zoo.metrics_file import read_metrics
 from zoo.plan import RunPlan, plan_run
 from zoo.recipe import Recipe, load_recipe
 from zoo.recipe.capabilities import PRECISIONS
-from zoo.runs import RunDir, check_run_folder, prepare_resume, read_run, record_stop, signals
+from zoo.runs import RunDir, prepare_resume, read_run, record_stop, signals
+from zoo.runs.export import best_of, write_model
 from zoo.runs.growth import loss_explosion
 
 log = logging.getLogger("zoo")
@@ -109,25 +111,8 @@ def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
     run, recipe, config = plan.run, plan.recipe, plan.config
     if run is None:  # another rank of a data-parallel job: rank 0 writes the files
         return TrainResult(plan.folder, plan.folder / "model.safetensors", metrics, plan.framework)
-    check_run_folder(run.path)  # a folder deleted under the run is not recreated to hold its checkpoint
-    if recipe.init.lora is not None:  # the adapter alone, naming its base
-        base = (
-            {"path": str(recipe.init.from_.resolve())} if recipe.init.from_ else {"seed": recipe.trainer.seed}
-        )
-        checkpoint = save_adapter(
-            model, run.path / "adapter.safetensors", base,
-            recipe=recipe.to_dict(), metrics=metrics, vocab=plan.dataset.vocab,
-        )  # fmt: skip
-    else:
-        checkpoint = save_twin(
-            model,
-            run.checkpoint,
-            recipe=recipe.to_dict(),
-            metrics=metrics,
-            vocab=plan.dataset.vocab,
-            dtype=recipe.export.dtype,
-            preprocessing=plan.preprocessing,
-        )
+    early = {k: metrics.pop(k) for k in OUTCOME if k in metrics}
+    checkpoint = write_model(plan, model, metrics)
     if plan.dataset.tokenizer is not None:  # the ids mean nothing without it: it travels alongside
         plan.dataset.tokenizer.save(checkpoint.parent)
     history = read_metrics(run.metrics)
@@ -139,8 +124,27 @@ def _train_and_export(plan: RunPlan, started: float) -> TrainResult:
         "preset": config.preset, "metrics": metrics,
         "total_seconds": round(time.perf_counter() - started, 3),
         "checkpoint": str(checkpoint), **({"loss_exploded": exploded} if exploded else {}),
+        **early_stopping_summary(recipe, checkpoint, early),
     })  # fmt: skip
     return TrainResult(run.path, checkpoint, metrics, plan.framework, history)
+
+
+def early_stopping_summary(recipe: Recipe, checkpoint: Path, early: dict[str, float]) -> dict[str, Any]:
+    """summary.json's ``early_stopping``: the monitored metric, the best epoch (its value, its
+    checkpoint) and the last one's, and the epoch the run stopped early at (None: it ran its length)."""
+    config = recipe.trainer.early_stopping
+    if config is None or "last_epoch" not in early:
+        return {}
+    best = best_of(checkpoint)
+    stopped, found = early.get("stopped_epoch"), "best_epoch" in early
+    return {"early_stopping": {
+        "monitor": config.monitor, "mode": monitor_mode(config.monitor, config.mode),
+        "stopped_epoch": int(stopped) if stopped is not None else None,
+        "best": {"epoch": int(early["best_epoch"]) if found else None, "value": early.get("best_value"),
+                 "checkpoint": str(best) if found else None},
+        "last": {"epoch": int(early["last_epoch"]), "value": early["last_value"],
+                 "checkpoint": str(checkpoint)},
+    }}  # fmt: skip
 
 
 def resume(run_dir: str | Path, force: bool = False) -> TrainResult:
@@ -183,8 +187,8 @@ def _finished(run: RunDir, recipe: Recipe) -> TrainResult | None:
     )
     log.info(
         f"{run.path} finished already ({info.epochs} epochs): nothing to resume, nothing changed. To "
-        f"train it longer, raise trainer.max_epochs in {run.recipe} and run zoo resume --force; to "
-        f"train on from its weights, {start}"
+        f"train it longer, raise trainer.max_epochs (or max_steps) in {run.recipe} and run zoo resume "
+        f"--force; to train on from its weights, {start}"
     )
     history = read_metrics(run.metrics) if run.metrics.is_file() else []
     framework = summary.get("framework") or recipe.trainer.framework
@@ -212,17 +216,20 @@ def load_checkpoint(path, framework: str = "lightning", architecture: str | None
 
 def evaluate(
     checkpoint: str | Path,
-    recipe: Recipe | str | Path | dict,
+    recipe: Recipe | str | Path | dict | None = None,
     framework: str = "lightning",
     overrides: list[str] | tuple = (),
 ) -> dict[str, float]:
     """Metrics of a checkpoint on the test split of a recipe's data, in either framework, on
-    the recipe's accelerator and in its precision."""
+    the recipe's accelerator and in its precision. Without ``recipe``, the checkpoint's own:
+    its run folder's recipe.yaml, else the recipe recorded in the checkpoint."""
     framework = framework_name(framework)
-    if not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe, overrides)
     # a LoRA adapter merged onto its base too
     found = zoo.checkpoint.metadata.read_checkpoint(checkpoint_file(checkpoint))
+    if recipe is None:
+        recipe = recorded_recipe(Path(checkpoint), found)
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe, overrides)
     dataset = load_dataset(recipe.data, found.family.input_kind, tokenizer=saved_tokenizer(found))
     task = found.config.active_task
     if task != dataset.task:
@@ -239,6 +246,23 @@ def evaluate(
     metrics = backend.evaluate(model, dataset, recipe.trainer, recipe.data.eval_batch_size)
     refuse_nonfinite_metrics(found, metrics, dataset.test, recipe.trainer.precision)
     return metrics
+
+
+def recorded_recipe(given: Path, found) -> Path | dict[str, Any]:
+    """The recipe a checkpoint was trained with: the recipe.yaml of the run folder ``given`` is (or
+    holds the .safetensors file ``given``), else the one its metadata records."""
+    folder = given if given.is_dir() else given.parent if given.suffix == ".safetensors" else None
+    if folder is not None and (folder / "recipe.yaml").is_file():
+        log.info(f"evaluating on the recipe {folder / 'recipe.yaml'}")
+        return folder / "recipe.yaml"
+    recorded = found.json("recipe", {})
+    if isinstance(recorded, dict) and recorded:
+        log.info(f"evaluating on the recipe recorded in {found.path}")
+        return recorded
+    raise CheckpointError(
+        f"{given}: records no recipe (an imported or hand-saved checkpoint) and has no run folder's "
+        "recipe.yaml; give --recipe RECIPE, whose data's test split it is evaluated on"
+    )
 
 
 class NonFiniteMetrics(NonFiniteTensors):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +20,48 @@ TASK_METRICS = {
 }
 
 
-def task_metrics(task: str, tokenizer=None) -> tuple[str, ...]:
+# trainer.metrics: what a recipe may add to its task's metrics, per task. Every one is an epoch
+# value computed alike in both frameworks: top-k accuracy a mean over samples (as accuracy),
+# macro F1 from the epoch's confusion counts (per class 2tp / (2tp + fp + fn), averaged over the
+# classes that occur among the labels or predictions, as scikit-learn's f1_score(average="macro")
+# and torchmetrics do), perplexity exp of the epoch's mean cross-entropy (2 ** bpc / bpt).
+TOP_K = re.compile(r"top([1-9][0-9]*)_accuracy$")
+MACRO_F1, PERPLEXITY = "macro_f1", "perplexity"
+EXTRA_METRICS = {
+    "classification": ("topK_accuracy", MACRO_F1),
+    "language_modeling": (PERPLEXITY,),
+}
+
+
+def top_k(name: str) -> int | None:
+    """k of a ``topK_accuracy`` metric name, else None."""
+    found = TOP_K.match(name)
+    return int(found.group(1)) if found else None
+
+
+def extra_metric_problem(name: str, task: str) -> str | None:
+    """Why ``trainer.metrics`` cannot ask for ``name`` in a ``task`` run, or None."""
+    offered = EXTRA_METRICS.get(task, ())
+    if name in offered or (top_k(name) is not None and "topK_accuracy" in offered):
+        return None
+    what = ", ".join(offered) if offered else "none"
+    example = " (K a number: top5_accuracy)" if "topK_accuracy" in offered else ""
+    return f"{name!r} is not a metric of a {task} run; it offers {what}{example}"
+
+
+def task_metrics(task: str, tokenizer=None, extra: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
     """The metrics a run of ``task`` logs, under the same names in both frameworks. A language
     model's loss in bits is per character (``bpc``) where its tokens are characters, and per token
     (``bpt``) where ``tokenizer`` makes tokens of several characters (BPE, WordPiece...): read as
     bits per character, that number would be several times too high."""
     if task == "language_modeling" and tokenizer is not None and tokenizer.kind != "char":
-        return (BITS_PER_TOKEN,)
-    return TASK_METRICS[task]
+        return (BITS_PER_TOKEN, *extra)
+    return (*TASK_METRICS[task], *extra)
 
 
-def metric_columns(task: str, tokenizer=None) -> list[str]:
-    """The per-epoch CSV columns: identical for both frameworks."""
-    metrics = task_metrics(task, tokenizer)
+def metric_columns(task: str, tokenizer=None, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The per-epoch CSV columns: identical for both frameworks (``extra``: trainer.metrics)."""
+    metrics = task_metrics(task, tokenizer, extra)
     return [
         "epoch", "step", "lr", "train_loss", *(f"train_{m}" for m in metrics),
         "val_loss", *(f"val_{m}" for m in metrics), "epoch_seconds",
@@ -43,9 +73,9 @@ class MetricsLog:
     (zoo.progress.EpochLines) also gets each row, in the columns' order: the progress lines of a
     run whose stderr is not a terminal."""
 
-    def __init__(self, path: Path, task: str, append: bool = False, echo=None, tokenizer=None):
+    def __init__(self, path: Path, task: str, append: bool = False, echo=None, tokenizer=None, extra=()):
         self.path = path
-        self.columns = metric_columns(task, tokenizer)
+        self.columns = metric_columns(task, tokenizer, extra)
         self.echo = echo
         if append and path.exists():
             return  # a resumed run continues its file

@@ -22,7 +22,8 @@ from zoo import finetune, peak_memory, registry
 from zoo.backend import StepPlan, framework_name
 from zoo.checkpoint_tokenizer import saved_tokenizer
 from zoo.data import DataError
-from zoo.hardware import check_trainer
+from zoo.hardware import SetupError, check_trainer
+from zoo.metrics_file import top_k
 from zoo.recipe import Recipe, load_recipe
 from zoo.runs import RunDir, check_launch, is_primary_process
 
@@ -87,6 +88,7 @@ def plan_run(
     for note in dataset.notes:
         log.warning(note)
     check_context(config, dataset)
+    check_top_k(recipe.trainer.metrics, config)
     recipe = recipe.model_copy(update={"model": config})
     preprocessing = _preprocessing(recipe, family, dataset, config, labels)
     # Last of the refusals: the estimate traces the bound config on the data's own examples.
@@ -142,6 +144,17 @@ def _preprocessing(
     return fitting_labels(
         of_recipe_data(data, family.input_kind, labels=names, tokenizer=dataset.tokenizer), config
     )
+
+
+def check_top_k(metrics: list[str], config: ArchitectureConfig) -> None:
+    """A top-k accuracy (trainer.metrics) over more classes than the model has says nothing."""
+    classes = getattr(config, "num_classes", None)
+    for k in (top_k(name) for name in metrics):
+        if k is not None and classes is not None and k > classes:
+            raise SetupError(
+                f"trainer.metrics asks for top{k}_accuracy but the model has {classes} classes; "
+                f"use a k of at most {classes}"
+            )
 
 
 def check_context(config: ArchitectureConfig, dataset: Dataset) -> None:

@@ -16,6 +16,7 @@ from zoo.cli.output import emit_json, for_scripts, framework_option, overrides_o
 from zoo.limits import MAX_BATCH_SIZE, MAX_SAMPLE_LENGTH, MAX_TOP_K
 from zoo.recipe.trainer import SEED_LIMIT
 from zoo.sample import sample_tokens
+from zoo.sampling import MAX_REPETITION_PENALTY
 
 
 @click.command()
@@ -51,17 +52,19 @@ def inspect(checkpoint: Path, as_json: bool, quiet: bool) -> None:
 
 @click.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.option("--recipe", "recipe", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The recipe whose data's test split is used.")  # fmt: skip
+@click.option("--recipe", "recipe", type=click.Path(dir_okay=False, path_type=Path),
+              help="The recipe whose data's test split is used (default: the checkpoint's own, its run "
+              "folder's recipe.yaml or the recipe recorded in it).")  # fmt: skip
 @framework_option
 @overrides_option
 @for_scripts
 @user_errors
 def evaluate(
-    checkpoint: Path, recipe: Path, framework: str | None, overrides: tuple[str, ...], quiet: bool,
+    checkpoint: Path, recipe: Path | None, framework: str | None, overrides: tuple[str, ...], quiet: bool,
     as_json: bool,
 ) -> None:  # fmt: skip
-    """Metrics of a checkpoint on a recipe's test split, in either framework."""
+    """Metrics of a checkpoint on a recipe's test split (the checkpoint's own recipe without
+    --recipe), in either framework."""
     with script_output(quiet, as_json):
         metrics = run_evaluation(checkpoint, recipe, framework or "lightning", overrides)
     if as_json:
@@ -72,7 +75,9 @@ def evaluate(
 
 @click.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.option("--prompt", default="", help="Text to continue.")
+@click.option("--prompt", default=None, help="Text to continue (default: from the start token).")
+@click.option("--prompts", "prompts_file", type=click.File("r", encoding="utf-8"), default=None,
+              help="A file of prompts, one a line (blank lines skipped; - is stdin).")  # fmt: skip
 @click.option("--length", default=200, show_default=True, type=click.IntRange(1, MAX_SAMPLE_LENGTH),
               help="Tokens to generate.")  # fmt: skip
 @click.option("--temperature", default=0.0, show_default=True, type=FiniteFloatRange(0), help="0 is greedy.")
@@ -80,34 +85,61 @@ def evaluate(
               help="Sample among the k most likely tokens.")  # fmt: skip
 @click.option("--top-p", type=FiniteFloatRange(0, 1, min_open=True), default=None,
               help="Sample among the likeliest tokens whose probabilities add up to p.")  # fmt: skip
+@click.option("--repetition-penalty", default=1.0, show_default=True,
+              type=FiniteFloatRange(0, MAX_REPETITION_PENALTY, min_open=True),
+              help="Divide the positive logits and multiply the negative ones of tokens already in the text "
+              "(1 is none; transformers' repetition_penalty).")  # fmt: skip
+@click.option("--stop", "stops", multiple=True,
+              help="End a text just after this string once generated; repeatable.")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, SEED_LIMIT - 1),
               help="Seed of the sampling (temperature > 0).")  # fmt: skip
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1, MAX_BATCH_SIZE),
+              help="Prompts generated together (left-padded).")  # fmt: skip
 @click.option("--ignore-eos", is_flag=True,
               help="Go on past the end-of-sequence token (by default generation stops there).")  # fmt: skip
 @framework_option
 @for_scripts
 @user_errors
 def sample(
-    checkpoint: Path, prompt: str, length: int, temperature: float, top_k: int | None, top_p: float | None,
-    seed: int, ignore_eos: bool, framework: str | None, as_json: bool, quiet: bool,
+    checkpoint: Path, prompt: str | None, prompts_file, length: int, temperature: float, top_k: int | None,
+    top_p: float | None, repetition_penalty: float, stops: tuple[str, ...], seed: int, batch_size: int,
+    ignore_eos: bool, framework: str | None, as_json: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """Generate text from a language-model checkpoint, a LoRA adapter or a run folder (greedy, or
-    sampled with temperature, top-k, top-p), up to --length tokens or the end-of-sequence token.
+    sampled with temperature, top-k, top-p), up to --length tokens, the end-of-sequence token or
+    a --stop string.
 
     The text is the output in every mode but --json, which adds the token ids and why generation
-    stopped ("stop": "eos" or "length")."""
+    stopped ("stop": "eos", "stop" or "length"). With --prompts each prompt's text follows a line
+    "--- N ---" (N from 1), and --json writes a list."""
+    if prompt is not None and prompts_file is not None:
+        raise click.UsageError("give --prompt or --prompts, not both")
+    prompts: str | list[str] = "" if prompt is None else prompt
+    if prompts_file is not None:
+        prompts = [line for line in prompts_file.read().splitlines() if line.strip()]
+        if not prompts:
+            raise click.BadParameter(
+                f"{prompts_file.name} has no prompts: write one a line", param_hint="'--prompts'"
+            )
     framework = framework or "lightning"
     with script_output(quiet, as_json):
         done = sample_tokens(
-            checkpoint, prompt, length, temperature, framework, seed, top_k, top_p, ignore_eos=ignore_eos
-        )
+            checkpoint, prompts, length, temperature, framework, seed, top_k, top_p, ignore_eos=ignore_eos,
+            repetition_penalty=repetition_penalty, stop=stops, batch_size=batch_size,
+        )  # fmt: skip
+    many = isinstance(prompts, list)
     if as_json:
-        emit_json({
-            "checkpoint": str(checkpoint), "framework": framework, "prompt": prompt, "text": done.text,
-            "prompt_ids": done.prompt_ids, "ids": done.ids, "stop": done.stop,
-        })  # fmt: skip
+        documents = [
+            {"checkpoint": str(checkpoint), "framework": framework, "prompt": text, "text": each.text,
+             "prompt_ids": each.prompt_ids, "ids": each.ids, "stop": each.stop}
+            for text, each in zip(prompts if many else [prompts], done if many else [done], strict=True)
+        ]  # fmt: skip
+        emit_json(documents if many else documents[0])
         return
-    click.echo(done.text)
+    for number, each in enumerate(done if many else [done], 1):
+        if many:
+            click.echo(f"--- {number} ---")
+        click.echo(each.text)
 
 
 @click.command()

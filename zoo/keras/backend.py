@@ -45,7 +45,10 @@ class KerasBackend(Backend):
         if trainer.precision != "32-true":  # the twin as a run of this recipe would have trained it
             model = build_keras(family, model.zoo_config, trainer.precision, model_tensors(model))
         model = for_batches(model, dataset)
-        compile_for(model, dataset.task, optimizer="sgd", metric=dataset.metrics[0])
+        compile_for(
+            model, dataset.task, optimizer="sgd", metric=dataset.metrics[0],
+            smoothing=trainer.label_smoothing, extra=tuple(trainer.metrics),
+        )  # fmt: skip
         test = eval_dataset(dataset.test, batch_size, family.input_kind)
         results = model.evaluate(test, verbose=0, return_dict=True)
         return {f"test_{k}": float(v) for k, v in results.items()}

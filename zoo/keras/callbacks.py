@@ -219,9 +219,10 @@ class SaveState(BatchCounter):
 
     def __init__(
         self, run_dir: Path, batches_per_epoch: int, every_n_steps: int | None, keep: int,
-        losses: StopOnNonFiniteLoss | None = None, threads: int | None = None,
+        losses: StopOnNonFiniteLoss | None = None, threads: int | None = None, early=None,
     ):  # fmt: skip
         super().__init__()
+        self.early = early  # zoo.early_stopping.EarlyStopping: its decision goes in every state
         self.run_dir, self.batches = Path(run_dir), batches_per_epoch
         self.every_n_steps, self.keep, self.losses, self.threads = every_n_steps, keep, losses, threads
         self.saved = -1
@@ -288,6 +289,7 @@ class SaveState(BatchCounter):
             "batches_done": batches_done, "epoch": epoch, "batch": index, "step": step,
             "epoch_seconds": seconds if index else 0.0,
             "first_batch_loss": self.losses.first if self.losses else None, "num_threads": self.threads,
+            **({"early_stopping": self.early.state()} if self.early is not None else {}),
         }  # fmt: skip
         save_state(self.model, state.state_path(self.run_dir, step, "safetensors"), self.keep, position)
         self.saved = batches_done

@@ -2,7 +2,8 @@
 text to a Keras twin.
 
 The formulas are zoo.lightning.task's: cross-entropy ``sum / max(count, 1)`` over the
-counted labels, computed in float32; epoch metrics weight each batch by its samples, as
+counted labels, computed in float32, label smoothing as torch's ``cross_entropy`` takes it;
+epoch metrics weight each batch by its samples, as
 Lightning's epoch sums and Keras' own loss tracker do.
 """
 
@@ -23,9 +24,22 @@ def counted(y_true):
     return ops.where(keep, y_true, ops.zeros_like(y_true)), ops.cast(keep, "float32")
 
 
-def token_cross_entropy(y_true, y_pred):
+def cross_entropy(labels, logits, smoothing: float = 0.0):
+    """Cross-entropy of each label, in float32. With ``smoothing`` s it is torch's
+    ``cross_entropy(label_smoothing=s)`` over C classes: ``(1 - s) * -log p[label] + s * mean_c
+    -log p[c]`` (the target puts 1 - s + s/C on the label and s/C on every other class); Keras'
+    SparseCategoricalCrossentropy has no label smoothing for sparse labels."""
+    logits = ops.cast(logits, "float32")
+    if not smoothing:
+        return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    log_p = ops.log_softmax(logits, axis=-1)
+    picked = ops.take_along_axis(log_p, ops.expand_dims(ops.cast(labels, "int64"), -1), axis=-1)
+    return -(1.0 - smoothing) * ops.squeeze(picked, -1) - smoothing * ops.mean(log_p, axis=-1)
+
+
+def token_cross_entropy(y_true, y_pred, smoothing: float = 0.0):
     labels, keep = counted(y_true)
-    nats = keras.losses.sparse_categorical_crossentropy(labels, ops.cast(y_pred, "float32"), from_logits=True)
+    nats = cross_entropy(labels, y_pred, smoothing)
     return ops.sum(nats * keep) / ops.maximum(ops.sum(keep), 1.0)
 
 
@@ -45,15 +59,28 @@ class TokenCrossEntropy(keras.losses.Loss):
     replicas) and a doubled loss in the logs. Reduced by Keras, each replica's mean counts
     1/replicas, as DDP averages the processes' gradients."""
 
-    def __init__(self, name: str = "token_cross_entropy"):
+    def __init__(self, name: str = "token_cross_entropy", smoothing: float = 0.0):
         super().__init__(name=name, reduction="sum_over_batch_size")
+        self.smoothing = smoothing
 
     def call(self, y_true, y_pred):
         labels, keep = counted(y_true)
-        logits = ops.cast(y_pred, "float32")
-        nats = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        nats = cross_entropy(labels, y_pred, self.smoothing)
         elements = ops.cast(ops.size(keep), "float32")
         return nats * keep * (elements / ops.maximum(ops.sum(keep), 1.0))
+
+
+class SmoothedCrossEntropy(keras.losses.Loss):
+    """A classifier's mean cross-entropy with label smoothing (:func:`cross_entropy`), reduced by
+    Keras as its own SparseCategoricalCrossentropy is."""
+
+    def __init__(self, smoothing: float, name: str = "smoothed_cross_entropy"):
+        super().__init__(name=name, reduction="sum_over_batch_size")
+        self.smoothing = smoothing
+
+    def call(self, y_true, y_pred):
+        labels = ops.reshape(ops.cast(y_true, "int64"), ops.shape(y_pred)[:-1])
+        return cross_entropy(labels, y_pred, self.smoothing)
 
 
 class BatchMean(keras.metrics.Mean):
@@ -73,6 +100,16 @@ class TokenBits(BatchMean):
 
     def value_of(self, y_true, y_pred):
         return token_cross_entropy(y_true, y_pred) / math.log(2)
+
+
+class Perplexity(BatchMean):
+    """exp of the epoch's mean token cross-entropy (2 ** the bits above); trainer.metrics."""
+
+    def value_of(self, y_true, y_pred):
+        return token_cross_entropy(y_true, y_pred)
+
+    def result(self):
+        return ops.cast(ops.exp(ops.cast(super().result(), "float64")), "float32")
 
 
 class TokenAccuracy(BatchMean):

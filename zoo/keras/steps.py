@@ -20,6 +20,7 @@ from zoo.finetune import merged_tensors
 from zoo.keras.data import train_dataset
 from zoo.keras.onednn import onednn_words
 from zoo.lora import attach
+from zoo.metrics_file import MACRO_F1, PERPLEXITY, top_k
 from zoo.precision import PRECISIONS
 
 if TYPE_CHECKING:
@@ -75,7 +76,10 @@ class KerasSteps:
         model = for_batches(model, dataset)
         jit_compile = trainer_cfg.compile if jit_compile is None else jit_compile
         scaled = loss_scaled(optimizer, trainer_cfg.precision)
-        compile_for(model, dataset.task, scaled, jit_compile, dataset.metrics[0])
+        compile_for(
+            model, dataset.task, scaled, jit_compile, dataset.metrics[0], trainer_cfg.label_smoothing,
+            tuple(trainer_cfg.metrics),
+        )  # fmt: skip
         return cls(model, optimizer)
 
 
@@ -89,22 +93,51 @@ def train_stream(plan: StepPlan, epochs: int, **position: Any):
     )  # fmt: skip
 
 
-def compile_for(model, task: str, optimizer, jit_compile: bool = False, metric: str | None = None) -> None:
+def compile_for(
+    model, task: str, optimizer, jit_compile: bool = False, metric: str | None = None, smoothing: float = 0.0,
+    extra: tuple[str, ...] = (),
+) -> None:  # fmt: skip
     """Loss and metrics per task, the same quantities the Lightning tasks log, under the same
     names (``metric``: the data's, :attr:`zoo.data.Dataset.metrics`). Token tasks skip
-    ``IGNORE_INDEX`` labels (padding, unmasked positions)."""
+    ``IGNORE_INDEX`` labels (padding, unmasked positions); ``smoothing``: the recipe's
+    ``trainer.label_smoothing`` (in the loss only: bits per token stay the plain cross-entropy's);
+    ``extra``: ``trainer.metrics`` (:func:`extra_measures`)."""
     import keras
 
-    from zoo.keras.losses import TokenAccuracy, TokenBits, TokenCrossEntropy
+    from zoo.keras.losses import SmoothedCrossEntropy, TokenAccuracy, TokenBits, TokenCrossEntropy
 
     if task == "classification":
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        loss = (
+            SmoothedCrossEntropy(smoothing)
+            if smoothing
+            else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
         measure = keras.metrics.SparseCategoricalAccuracy(name=metric or "accuracy")
     elif task == "language_modeling":
-        loss, measure = TokenCrossEntropy(), TokenBits(name=metric or "bpc")
+        loss, measure = TokenCrossEntropy(smoothing=smoothing), TokenBits(name=metric or "bpc")
     else:  # token_classification, masked_language_modeling
-        loss, measure = TokenCrossEntropy(), TokenAccuracy(name=metric or "accuracy")
-    model.compile(optimizer=optimizer, loss=loss, metrics=[measure], jit_compile=jit_compile)
+        loss, measure = TokenCrossEntropy(smoothing=smoothing), TokenAccuracy(name=metric or "accuracy")
+    measures = [measure, *(extra_measures(extra, model.zoo_config) if extra else ())]
+    model.compile(optimizer=optimizer, loss=loss, metrics=measures, jit_compile=jit_compile)
+
+
+def extra_measures(names, config) -> list:
+    """trainer.metrics as Keras metrics under their zoo names: Keras' top-k accuracy, zoo's macro
+    F1 (zoo.keras.metrics.MacroF1) over the model's classes and perplexity."""
+    import keras
+
+    from zoo.keras.losses import Perplexity
+    from zoo.keras.metrics import MacroF1
+
+    measures = []
+    for name in names:
+        if (k := top_k(name)) is not None:
+            measures.append(keras.metrics.SparseTopKCategoricalAccuracy(k=k, name=name))
+        elif name == MACRO_F1:
+            measures.append(MacroF1(config.num_classes, name=name))
+        elif name == PERPLEXITY:
+            measures.append(Perplexity(name=name))
+    return measures
 
 
 def for_batches(model, dataset: Dataset):

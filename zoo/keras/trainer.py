@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from zoo.backend import StepPlan
 from zoo.data import steps_per_epoch
+from zoo.early_stopping import EarlyStopping, check_validation
 from zoo.hardware import SetupError, check_trainer, kernel_threads, resolve_accelerator
 from zoo.initial_weights import initial_tensors
 from zoo.keras.data import eval_dataset, per_worker
@@ -22,7 +23,8 @@ from zoo.keras.steps import KerasSteps, train_stream
 from zoo.metrics_file import MetricsLog
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
 from zoo.runs import signals
-from zoo.schedule import lr_table, optimizer_steps
+from zoo.runs.export import best_exporter
+from zoo.schedule import epoch_spans, lr_table, optimizer_steps, run_length
 
 if TYPE_CHECKING:
     from zoo.plan import RunPlan
@@ -114,6 +116,7 @@ class Loop:
     val: Any
     progress: str
     callbacks: list[Any]
+    early: EarlyStopping | None = None  # trainer.early_stopping's decision
 
     def train(self, first_epoch: int, last_epoch: int, skip: int, steps: int) -> None:
         """Keras' ``fit`` over epochs ``first_epoch`` to ``last_epoch``, ``skip`` batches into the first."""
@@ -157,19 +160,23 @@ def fit(plan: RunPlan) -> tuple[Any, dict[str, float]]:
     keras.utils.set_random_seed(trainer_cfg.seed)
     batches = steps_per_epoch(len(plan.dataset.train), plan.recipe.data.batch_size)
     updates = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
-    table = lr_table(plan.recipe.schedule, plan.recipe.optimizer.lr, updates, trainer_cfg.max_epochs)
+    epochs, total = run_length(trainer_cfg, updates)
+    table = lr_table(plan.recipe.schedule, plan.recipe.optimizer.lr, updates, epochs, total)
     strategy = distribution_strategy(trainer_cfg)
+    early = EarlyStopping.from_recipe(trainer_cfg.early_stopping)
+    check_validation(early, len(plan.dataset.val))
     twin, model, position = build_start(plan, strategy, table)
     eval_batch, kind = plan.recipe.data.eval_batch_size, plan.family.input_kind
     val = eval_dataset(plan.dataset.val, eval_batch, kind) if len(plan.dataset.val) else None
     losses = StopOnNonFiniteLoss(first=position.get("first_batch_loss"))  # states before it have none
     progress = training_progress(trainer_cfg.progress_bar) if plan.run else "none"
-    callbacks = [losses, *run_callbacks(plan, progress, batches, losses, threads)]
-    loop = Loop(plan, model, strategy, val, progress, callbacks)
-    seconds = train_epochs(loop, position, batches)
+    callbacks = [losses, *stop_early(plan, early, twin, position)]
+    callbacks += run_callbacks(plan, progress, batches, losses, threads, epochs, early)
+    loop = Loop(plan, model, strategy, val, progress, callbacks, early)
+    seconds = train_epochs(loop, position, batches, total * trainer_cfg.accumulate_grad_batches)
     test = model.evaluate(eval_dataset(plan.dataset.test, eval_batch, kind), verbose=0, return_dict=True)
     replicas = strategy.num_replicas_in_sync if strategy else 1
-    metrics = {f"test_{k}": float(v) for k, v in test.items()}
+    metrics = {f"test_{k}": float(v) for k, v in test.items()} | (early.outcome() if early else {})
     first = losses.first  # zoo.runs.growth compares the last epoch's loss with it
     return twin, {
         **metrics, "train_seconds": seconds, "replicas": replicas, "num_threads": threads,
@@ -201,37 +208,48 @@ def build_start(plan: RunPlan, strategy, table) -> tuple[Any, Any, dict[str, Any
     return twin, model, position
 
 
-def run_callbacks(plan: RunPlan, progress: str, batches: int, losses, threads: int) -> list[Any]:
+def stop_early(plan: RunPlan, early: EarlyStopping | None, twin, position: dict[str, Any]) -> list[Any]:
+    """trainer.early_stopping's callback, its decision continued from a resume state's."""
+    if early is None:
+        return []
+    from zoo.keras.early_stopping import StopEarly
+
+    early.restore(position.get("early_stopping"))
+    return [StopEarly(early, twin, best_exporter(plan))]
+
+
+def run_callbacks(
+    plan: RunPlan, progress: str, batches: int, losses, threads: int, epochs: int, early=None
+) -> list[Any]:
     """A run folder's callbacks: the metrics CSV, TensorBoard and MLflow, and training states."""
     from zoo.keras.callbacks import SaveState, tracking_callbacks
 
     run, recipe = plan.run, plan.recipe
     if not run:
         return []
-    lines = EpochLines(recipe.trainer.max_epochs) if progress == "lines" else None
+    lines = EpochLines(epochs) if progress == "lines" else None
     log = MetricsLog(
         run.metrics, plan.dataset.task, append=plan.resume is not None, echo=lines,
-        tokenizer=plan.dataset.tokenizer,
+        tokenizer=plan.dataset.tokenizer, extra=recipe.trainer.metrics,
     )  # fmt: skip
     callbacks = tracking_callbacks(recipe, run.path, log, len(plan.dataset.train))  # CSV, TensorBoard, MLflow
     export = recipe.export
     return [
         *callbacks,
-        SaveState(run.path, batches, export.state_every_n_steps, export.keep_states, losses, threads),
+        SaveState(run.path, batches, export.state_every_n_steps, export.keep_states, losses, threads, early),
     ]
 
 
-def train_epochs(loop: Loop, position: dict[str, Any], batches: int) -> float:
-    """The epochs left, from ``position`` (a resume state's): the rest of the epoch it stopped
-    in, then the others. Returns the seconds they took."""
-    epoch, skip = position.get("epoch", 0), position.get("batch", 0)
-    max_epochs = loop.plan.recipe.trainer.max_epochs
+def train_epochs(loop: Loop, position: dict[str, Any], batches: int, total: int) -> float:
+    """The batches left up to the run's ``total``, from ``position`` (a resume state's): the rest of
+    the epoch it stopped in, the other epochs, and the part of one where ``trainer.max_steps`` ends
+    the run (zoo.schedule.epoch_spans). Returns the seconds they took."""
+    spans = epoch_spans(position.get("epoch", 0), position.get("batch", 0), batches, total)
     started = time.perf_counter()
     # SaveState stops fit on SIGTERM at a step end, saved; without it (no run folder) it stops at once.
     with bar_on_stderr(loop.progress), signals.loop_stops() if loop.plan.run else contextlib.nullcontext():
-        if skip:  # the rest of the epoch the state stopped in
-            loop.train(epoch, epoch + 1, skip, batches - skip)
-            epoch += 1
-        if epoch < max_epochs:
-            loop.train(epoch, max_epochs, 0, batches)
+        for first, end, skip, steps in spans:
+            if loop.early is not None and loop.early.stopped:  # trainer.early_stopping ended the run
+                break
+            loop.train(first, end, skip, steps)
     return time.perf_counter() - started

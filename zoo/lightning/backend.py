@@ -36,7 +36,15 @@ class LightningBackend(Backend):
 
         tester = evaluation_trainer(trainer)
         pin = resolve_accelerator(trainer.accelerator) == "gpu"  # as fit does
-        task = TASKS[dataset.task](model, None, None, metric=dataset.metrics[0])
+        smoothing = trainer.label_smoothing
+        task = TASKS[dataset.task](
+            model,
+            None,
+            None,
+            metric=dataset.metrics[0],
+            label_smoothing=smoothing,
+            extra=tuple(trainer.metrics),
+        )
         results = tester.test(task, loader(dataset.test, batch_size, pin_memory=pin), verbose=False)[0]
         return {k: float(v) for k, v in results.items()}
 

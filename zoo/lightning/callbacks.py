@@ -78,6 +78,8 @@ class EpochMetrics(L.Callback):
             count = torch.tensor([sums.count], dtype=sums.total.dtype, device=sums.total.device)
             totals = trainer.strategy.reduce(torch.cat([sums.total, count]), reduce_op="sum")
             progress |= {"names": list(sums.names), "totals": totals[:-1].cpu(), "count": int(totals[-1])}
+            if sums.counts is not None:  # macro F1's confusion counts (trainer.metrics)
+                progress["counts"] = trainer.strategy.reduce(sums.counts, reduce_op="sum").cpu()
         checkpoint[self.KEY] = progress
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
@@ -104,10 +106,13 @@ class EpochMetrics(L.Callback):
             return
         from zoo.lightning.task import EpochSums
 
-        sums = EpochSums(list(resumed["names"]))
+        sums = EpochSums(list(resumed["names"]), getattr(pl_module, "extra", ()))
         totals = resumed["totals"].to(pl_module.device)
         # The sums are over all ranks already: rank 0 holds them, the others start from zero.
         sums.total = totals if trainer.is_global_zero else totals.zero_()
+        if resumed.get("counts") is not None:
+            counts = resumed["counts"].to(pl_module.device)
+            sums.counts = counts if trainer.is_global_zero else counts.zero_()
         sums.count = int(resumed["count"]) if trainer.is_global_zero else 0
         pl_module.sums["train"] = sums
 

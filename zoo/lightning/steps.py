@@ -127,8 +127,9 @@ def build_task(plan: StepPlan, model: torch.nn.Module, table, *, compiled: bool 
     compiled = recipe.trainer.compile if compiled is None else compiled
     metric = plan.dataset.metrics[0]
     return TASKS[plan.dataset.task](
-        model, recipe.optimizer, table, compiled=compiled, groups=groups, metric=metric
-    )
+        model, recipe.optimizer, table, compiled=compiled, groups=groups, metric=metric,
+        label_smoothing=recipe.trainer.label_smoothing, extra=tuple(recipe.trainer.metrics),
+    )  # fmt: skip
 
 
 def initialise(model: torch.nn.Module, init) -> list[dict]:

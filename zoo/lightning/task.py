@@ -13,9 +13,11 @@ import math
 import lightning as L
 import torch
 import torch.nn.functional as F
+from torchmetrics.functional.classification import multiclass_accuracy, multiclass_stat_scores
 
 from zoo.data import IGNORE_INDEX
 from zoo.lightning.optim import build_optimizer, build_scheduler
+from zoo.metrics_file import MACRO_F1, PERPLEXITY, top_k
 
 
 class Task(L.LightningModule):
@@ -36,8 +38,15 @@ class Task(L.LightningModule):
         compiled: bool = False,
         groups=None,
         metric=None,
+        label_smoothing: float = 0.0,
+        extra: tuple[str, ...] = (),
     ):
         super().__init__()
+        self.extra = tuple(extra)  # trainer.metrics: top-k accuracy, macro F1, perplexity
+        self.top_ks = [k for k in map(top_k, self.extra) if k is not None]
+        self.batch_counts: torch.Tensor | None = None  # macro F1: the batch's (tp, fp, fn) per class
+        self.label_smoothing = label_smoothing  # trainer.label_smoothing: in the loss, not in bits
+        self.last_step: int | None = None  # the run's last step where trainer.max_steps sets it
         self.model = model
         self.metric = metric or self.METRIC
         self.groups = groups
@@ -86,8 +95,8 @@ class Task(L.LightningModule):
     def _step(self, batch, stage: str) -> torch.Tensor:
         loss, metrics, n = self.loss_and_metrics(batch)
         if stage not in self.sums:
-            self.sums[stage] = EpochSums(["loss", *metrics])
-        self.sums[stage].add([loss, *metrics.values()], n)
+            self.sums[stage] = EpochSums(["loss", *metrics], self.extra)
+        self.sums[stage].add([loss, *metrics.values()], n, self.batch_counts)
         return loss
 
     def _log_epoch(self, stage: str) -> None:
@@ -108,6 +117,17 @@ class Task(L.LightningModule):
         if self.trainer.is_last_batch:
             self._log_epoch("train")
         return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        trainer = self.trainer
+        if self.last_step is None or trainer.global_step < self.last_step:
+            return
+        if not trainer.is_last_batch:
+            # trainer.max_steps ends the run inside an epoch: that part is an epoch as Keras' fit
+            # ends it (zoo.schedule.epoch_spans), its train metrics logged, and (a stop asked for)
+            # validated.
+            self._log_epoch("train")
+        trainer.should_stop = True
 
     def validation_step(self, batch, batch_idx):
         self._step(batch, "val")
@@ -132,32 +152,54 @@ class Task(L.LightningModule):
 
 class EpochSums:
     """Batch-size-weighted sums of a stage's metrics, on the metrics' device, in at least
-    float32 (a bf16 running sum would stop growing after a few hundred steps)."""
+    float32 (a bf16 running sum would stop growing after a few hundred steps); with macro F1
+    asked for (``extra``: trainer.metrics), the epoch's confusion counts per class."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], extra: tuple[str, ...] = ()):
         self.names = names
+        self.extra = extra
         self.total: torch.Tensor | None = None
         self.count = 0
+        self.counts: torch.Tensor | None = None  # (3, classes): tp, fp, fn
 
-    def add(self, values: list[torch.Tensor], n: int) -> None:
+    def add(self, values: list[torch.Tensor], n: int, counts: torch.Tensor | None = None) -> None:
         stacked = torch.stack([v.detach() for v in values])
         stacked = stacked.to(torch.promote_types(stacked.dtype, torch.float32)) * n
         self.total = stacked if self.total is None else self.total + stacked
         self.count += n
+        if counts is not None:
+            self.counts = counts if self.counts is None else self.counts + counts
 
     def means(self, strategy) -> dict[str, torch.Tensor]:
-        """Means over every batch of every process (data parallel: one all-reduce of sums)."""
+        """Means over every batch of every process (data parallel: one all-reduce of sums), and
+        the metrics of the epoch as a whole: macro F1 of the confusion counts, perplexity."""
         count = torch.tensor([self.count], dtype=self.total.dtype, device=self.total.device)
         totals = strategy.reduce(torch.cat([self.total, count]), reduce_op="sum")
-        return dict(zip(self.names, totals[:-1] / totals[-1], strict=True))
+        means = dict(zip(self.names, totals[:-1] / totals[-1], strict=True))
+        if MACRO_F1 in self.extra and self.counts is not None:
+            means[MACRO_F1] = macro_f1(strategy.reduce(self.counts, reduce_op="sum"))
+        if PERPLEXITY in self.extra:  # exp of the mean cross-entropy: the bits (names[1]) in nats
+            means[PERPLEXITY] = torch.exp(means[self.names[1]].double() * math.log(2)).float()
+        return means
 
 
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the labels that count (not ``IGNORE_INDEX``); 0 when none do."""
+def macro_f1(counts: torch.Tensor) -> torch.Tensor:
+    """Macro F1 of (tp, fp, fn) counts per class: 2tp / (2tp + fp + fn) averaged over the classes
+    that occur among the labels or the predictions (zoo.metrics_file; scikit-learn's rule)."""
+    tp, fp, fn = counts.double()
+    seen = (tp + fp + fn) > 0
+    f1 = 2 * tp[seen] / (2 * tp[seen] + fp[seen] + fn[seen])
+    return (f1.mean() if len(f1) else torch.zeros((), dtype=torch.float64)).float()
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
+    """Mean cross-entropy over the labels that count (not ``IGNORE_INDEX``); 0 when none do.
+    ``smoothing``: torch's ``label_smoothing``, over the counted labels only."""
     flat = labels.reshape(-1)
     total = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX, reduction="sum"
-    )
+        logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX, reduction="sum",
+        label_smoothing=smoothing,
+    )  # fmt: skip
     return total / (flat != IGNORE_INDEX).sum().clamp(min=1)
 
 
@@ -171,9 +213,18 @@ def token_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class ClassificationTask(Task):
     def loss_and_metrics(self, batch):
         logits, y = self.logits_and_labels(batch)
-        loss = F.cross_entropy(logits, y)
+        loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
         accuracy = (logits.argmax(-1) == y).float().mean()
-        return loss, {self.metric: accuracy}, len(y)
+        metrics = {self.metric: accuracy}
+        classes = logits.shape[-1]
+        for k in self.top_ks:  # the share of samples whose label is among the k highest logits
+            metrics[f"top{k}_accuracy"] = multiclass_accuracy(
+                logits.detach(), y, classes, top_k=k, average="micro", validate_args=False
+            )
+        if MACRO_F1 in self.extra:
+            scores = multiclass_stat_scores(logits.detach(), y, classes, average=None, validate_args=False)
+            self.batch_counts = scores[:, [0, 1, 3]].T.to(torch.float64)  # tp, fp, fn per class
+        return loss, metrics, len(y)
 
 
 class LanguageModelTask(Task):
@@ -184,8 +235,9 @@ class LanguageModelTask(Task):
 
     def loss_and_metrics(self, batch):
         logits, y = self.logits_and_labels(batch)
-        loss = token_cross_entropy(logits, y)
-        return loss, {self.metric: loss / math.log(2)}, len(y)
+        loss = token_cross_entropy(logits, y, self.label_smoothing)
+        nats = token_cross_entropy(logits, y) if self.label_smoothing else loss
+        return loss, {self.metric: nats / math.log(2)}, len(y)
 
 
 class TokenTask(Task):
@@ -195,7 +247,8 @@ class TokenTask(Task):
 
     def loss_and_metrics(self, batch):
         logits, y = self.logits_and_labels(batch)
-        return token_cross_entropy(logits, y), {self.metric: token_accuracy(logits, y)}, len(y)
+        loss = token_cross_entropy(logits, y, self.label_smoothing)
+        return loss, {self.metric: token_accuracy(logits, y)}, len(y)
 
 
 TASKS = {

@@ -21,6 +21,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from zoo.checkpoint.file import CheckpointError
 from zoo.data import steps_per_epoch
+from zoo.early_stopping import EarlyStopping, check_validation
 from zoo.hardware import SetupError, check_trainer, ddp_timeout_s, resolve_accelerator
 from zoo.initial_weights import seeded_torch_model
 from zoo.lightning.callbacks import (
@@ -34,11 +35,13 @@ from zoo.lightning.callbacks import (
     TensorBoardWriter,
 )
 from zoo.lightning.data import loader
+from zoo.lightning.early_stopping import StopEarly
 from zoo.lightning.steps import LightningSteps, quiet
 from zoo.metrics_file import MetricsLog
 from zoo.progress import EpochLines, bar_on_stderr, training_progress
 from zoo.runs import signals
-from zoo.schedule import lr_table, optimizer_steps
+from zoo.runs.export import best_exporter
+from zoo.schedule import lr_table, optimizer_steps, run_length
 from zoo.tracking import open_tracker
 
 if TYPE_CHECKING:
@@ -108,6 +111,7 @@ class Loop:
     losses: StopOnNonFiniteLoss
     restored: Restored
     progress: str  # "bar", "lines" or "none" (zoo.progress.training_progress)
+    early: EarlyStopping | None = None  # trainer.early_stopping's decision
 
 
 def fit(plan: RunPlan) -> tuple[torch.nn.Module, dict[str, float]]:
@@ -121,17 +125,18 @@ def fit(plan: RunPlan) -> tuple[torch.nn.Module, dict[str, float]]:
     model = seeded_model(plan)
     batches = steps_per_epoch(len(plan.dataset.train), plan.recipe.data.batch_size)
     updates = optimizer_steps(batches, trainer_cfg.accumulate_grad_batches)
-    table = lr_table(plan.recipe.schedule, plan.recipe.optimizer.lr, updates, trainer_cfg.max_epochs)
+    epochs, total = run_length(trainer_cfg, updates)
+    table = lr_table(plan.recipe.schedule, plan.recipe.optimizer.lr, updates, epochs, total)
     pin = accelerator == "gpu"  # decoded image batches go to the GPU from page-locked memory
     steps = LightningSteps.for_run(plan.steps, model, table, pin_memory=pin)
-    loop = loop_callbacks(plan, steps, batches, threads)
-    trainer = build_trainer(plan, accelerator, steps, loop)
+    loop = loop_callbacks(plan, steps, batches, threads, epochs)
+    trainer = build_trainer(plan, accelerator, steps, loop, (epochs, total))
     seconds = train(plan, trainer, steps, loop, pin)
     test_loader = loader(plan.dataset.test, plan.recipe.data.eval_batch_size, pin_memory=pin)
     with bar_on_stderr(loop.progress), zoo_stops(loop.restored):
         results = trainer.test(steps.task, test_loader, verbose=False)[0]
     model.eval()
-    metrics = {k: float(v) for k, v in results.items()}
+    metrics = {k: float(v) for k, v in results.items()} | (loop.early.outcome() if loop.early else {})
     first = loop.losses.first  # zoo.runs.growth compares the last epoch's loss with it
     return model, {
         **metrics, "train_seconds": seconds, "replicas": trainer.world_size, "num_threads": threads.count,
@@ -149,7 +154,9 @@ def seeded_model(plan: RunPlan) -> torch.nn.Module:
     return model
 
 
-def loop_callbacks(plan: RunPlan, steps: LightningSteps, batches: int, threads: KernelThreads) -> Loop:
+def loop_callbacks(
+    plan: RunPlan, steps: LightningSteps, batches: int, threads: KernelThreads, epochs: int
+) -> Loop:
     """The callbacks of a run: the progress bar, epoch metrics and tracking, the non-finite loss
     stop, the resume position, training states and the kernel threads."""
     recipe, run, dataset = plan.recipe, plan.run, plan.dataset
@@ -157,13 +164,22 @@ def loop_callbacks(plan: RunPlan, steps: LightningSteps, batches: int, threads: 
     # Before the first step: a tracking store that refuses the run fails it now.
     tracker = open_tracker(recipe, run.path if run else None, len(dataset.train), TensorBoardWriter)
     progress = training_progress(trainer_cfg.progress_bar)
-    lines = EpochLines(trainer_cfg.max_epochs) if progress == "lines" else None
+    lines = EpochLines(epochs) if progress == "lines" else None
     resumed = plan.resume is not None
     metrics_log = (
-        MetricsLog(run.metrics, dataset.task, append=resumed, echo=lines, tokenizer=dataset.tokenizer)
+        MetricsLog(
+            run.metrics,
+            dataset.task,
+            append=resumed,
+            echo=lines,
+            tokenizer=dataset.tokenizer,
+            extra=trainer_cfg.metrics,
+        )
         if run
         else None
     )
+    early = EarlyStopping.from_recipe(trainer_cfg.early_stopping)
+    check_validation(early, len(dataset.val))
     callbacks = [
         # tqdm refreshed every few steps: Lightning's default Rich bar costs more per step
         # than a small model's step takes.
@@ -173,20 +189,27 @@ def loop_callbacks(plan: RunPlan, steps: LightningSteps, batches: int, threads: 
             losses := StopOnNonFiniteLoss(),
             *([StepScalars(tracker, recipe.data.batch_size)] if tracker and tracker.writer else []),
             ResumePosition(steps.loader.sampler, batches, trainer_cfg.seed),
+            *([StopEarly(early, best_exporter(plan))] if early else []),
             SaveState(plan.folder, recipe.export.state_every_n_steps, recipe.export.keep_states),
             threads,
             restored := Restored(),
         ),
     ]
-    return Loop(callbacks, losses, restored, progress)
+    return Loop(callbacks, losses, restored, progress, early)
 
 
-def build_trainer(plan: RunPlan, accelerator: str, steps: LightningSteps, loop: Loop) -> L.Trainer:
-    """Lightning's Trainer for the recipe's devices and strategy, with the kit's step options;
-    zoo's callbacks do the logging, checkpointing and progress lines."""
+def build_trainer(
+    plan: RunPlan, accelerator: str, steps: LightningSteps, loop: Loop, length: tuple[int, int]
+) -> L.Trainer:
+    """Lightning's Trainer for the recipe's devices and strategy, with the kit's step options,
+    training ``length`` (epochs, optimizer steps: zoo.schedule.run_length); zoo's callbacks do the
+    logging, checkpointing and progress lines. Lightning's own ``max_steps`` is not used: a run it
+    stopped at an epoch's end resumed (``--force``, the steps raised) into that epoch again here
+    (Lightning 2.6); the task asks for the stop instead (``Task.last_step``), as early stopping does."""
     trainer_cfg = plan.recipe.trainer
+    steps.task.last_step = length[1] if trainer_cfg.max_steps is not None else None
     return L.Trainer(
-        max_epochs=trainer_cfg.max_epochs,
+        max_epochs=length[0],  # and the task stops at length[1] steps (Task.last_step)
         accelerator=accelerator,
         devices=trainer_cfg.devices,
         num_nodes=trainer_cfg.num_nodes,

@@ -7,41 +7,32 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from zoo.limits import MAX_RECIPE_BYTES
+from zoo.recipe.bases import read_recipe_file, resolve_bases
 from zoo.recipe.errors import RecipeError, describe
-from zoo.recipe.overrides import RefusedYAML, apply_override, read_yaml
+from zoo.recipe.overrides import apply_override
 from zoo.recipe.schema import Recipe, text_problem
 
 
 def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    """Read a YAML recipe (or a dict), apply ``a.b=value`` overrides, validate."""
+    """Read a YAML recipe (or a dict), merge it over its ``base`` chain (zoo.recipe.bases), apply
+    ``a.b=value`` overrides, validate once."""
+    return load_recipe_chain(path, overrides)[0]
+
+
+def load_recipe_chain(
+    path: str | Path | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()
+) -> tuple[Recipe, list[str]]:
+    """:func:`load_recipe`, and the files of the recipe's ``base`` chain (the deepest base first;
+    empty for a recipe without one), which ``zoo validate --show`` names."""
     if isinstance(path, dict):
-        raw, source = copy.deepcopy(path), "<recipe>"
+        source = "<recipe>"
+        raw, bases = resolve_bases(copy.deepcopy(path), None, source)
     else:
         source = str(path)
         path = Path(path)
-        if not path.is_file():
-            raise RecipeError(
-                source, ["no such file; recipes live in recipes/ (e.g. recipes/cnn-digits.yaml)"]
-            )
-        size = path.stat().st_size
-        if size > MAX_RECIPE_BYTES:
-            raise RecipeError(source, [f"{size:,} bytes; a recipe is at most {MAX_RECIPE_BYTES:,} bytes"])
-        try:
-            raw = read_yaml(path.read_text(encoding="utf-8")) or {}
-        except UnicodeDecodeError as error:
-            raise RecipeError(
-                source, [f"not UTF-8 text (byte {error.start}: {error.reason}); save the recipe as UTF-8"]
-            ) from None
-        except RefusedYAML as error:
-            raise RecipeError(source, [str(error)]) from None
-        except yaml.YAMLError as error:
-            raise RecipeError(source, [f"not valid YAML: {error}"]) from None
-        if not isinstance(raw, dict):
-            raise RecipeError(source, ["a recipe is a YAML mapping of sections (model, data, ...)"])
+        raw, bases = resolve_bases(read_recipe_file(path, source), path, source)
         # A file name that is not UTF-8 (its bytes kept as surrogates): its text, for the runs' folders.
         raw.setdefault("name", path.stem.encode(errors="surrogateescape").decode(errors="replace"))
     problems = []
@@ -62,7 +53,7 @@ def load_recipe(path: str | Path | dict[str, Any], overrides: list[str] | tuple[
     problems = coerced_numbers(raw, recipe)
     if problems:
         raise RecipeError(source, problems)
-    return recipe
+    return recipe, bases
 
 
 def coerced_numbers(raw: Any, value: Any, path: str = "") -> list[str]:

@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, model_
 
 from zoo import registry
 from zoo.family import Family
+from zoo.metrics_file import BITS_PER_TOKEN, TASK_METRICS, extra_metric_problem
 from zoo.recipe.data import (
     DataBase,
     DigitsData,
@@ -222,6 +223,41 @@ class Recipe(Section):
         return self
 
     @model_validator(mode="after")
+    def _metrics_offered(self):
+        """trainer.metrics names metrics of this run's task, each once."""
+        task, asked = data_task(self.data), self.trainer.metrics
+        for name in asked:
+            problem = extra_metric_problem(name, task)
+            if problem:
+                raise ValueError(f"trainer.metrics: {problem}")
+        if len(set(asked)) < len(asked):
+            raise ValueError(f"trainer.metrics names a metric twice ({', '.join(asked)}); name each once")
+        return self
+
+    @model_validator(mode="after")
+    def _monitor_computed(self):
+        """trainer.early_stopping monitors a metric this run computes, on data it has."""
+        early = self.trainer.early_stopping
+        if early is None:
+            return self
+        names = monitorable(data_task(self.data), self.trainer.metrics)
+        if early.monitor not in names:
+            raise ValueError(
+                f"trainer.early_stopping.monitor {early.monitor!r} is not a metric of a "
+                f"{data_task(self.data)} run; use one of {', '.join(names)}"
+            )
+        if (
+            early.monitor.startswith("val_")
+            and getattr(self.data, "val_fraction", None) == 0
+            and (self.data.name != "npz")
+        ):
+            raise ValueError(
+                f"trainer.early_stopping.monitor is {early.monitor!r} but data.val_fraction is 0 (no "
+                "validation data); set data.val_fraction above 0 or monitor a train_ metric"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _lora_targets(self):
         """Every ``init.lora.target`` must name a projection of this model (zoo.recipe.lora_targets)."""
         if self.init.lora is not None:
@@ -308,6 +344,15 @@ def classifies_token_ids(family: Family) -> bool:
     return "classification" in family.tasks and (
         family.input_kind == "tokens" or "inputs" in family.config.DATA_FIELDS
     )
+
+
+def monitorable(task: str, extra: list[str] = ()) -> list[str]:
+    """The epoch metrics ``trainer.early_stopping`` may monitor in a ``task`` run (a language
+    model's bits are per character or per token, as its tokenizer decides: both are named;
+    ``extra``: trainer.metrics)."""
+    bits = (BITS_PER_TOKEN,) if task == "language_modeling" else ()
+    metrics = ("loss", *TASK_METRICS[task], *bits, *extra)
+    return [f"{split}_{m}" for split in ("val", "train") for m in metrics]
 
 
 def data_task(data: DataBase) -> str:

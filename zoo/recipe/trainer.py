@@ -26,6 +26,34 @@ SEED_LIMIT = 2**32  # numpy's and torch's seeds are unsigned 32-bit (torch also 
 # and (Keras) every epoch's sample order, 8 bytes x samples x epochs. 10,000 epochs of
 # 60,000 samples is 4.8 GB already; 1e9 would ask for terabytes before the first step.
 MAX_EPOCHS = 10_000
+DEFAULT_EPOCHS = 10  # max_epochs where a recipe sets neither it nor max_steps
+MAX_STEPS = 10_000_000  # a float64 rate per step: 80 MB of table
+
+
+class EarlyStoppingConfig(Section):
+    """``trainer.early_stopping``: stop when the monitored metric stops improving, and export the
+    best epoch's weights beside the last (zoo.early_stopping holds the rule both frameworks follow)."""
+
+    monitor: str = Field(
+        "val_loss",
+        pattern=r"^(train|val)_[a-z0-9_]+$",
+        description="A metrics.csv column of the run's epochs: val_loss, val_accuracy, val_bpc, "
+        "train_loss...",
+    )
+    mode: Literal["auto", "min", "max"] = Field(
+        "auto", description="min or max; auto: max for accuracies and F1, min for losses, bits, perplexity."
+    )
+    patience: PositiveInt | None = Field(
+        3,
+        description="Stop after this many epochs in a row without improvement; None: never stop, only "
+        "export the best epoch.",
+    )
+    min_delta: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="An epoch improves only when it beats the best by more than this.",
+    )
 
 
 class TrainerConfig(Section):
@@ -33,12 +61,42 @@ class TrainerConfig(Section):
         "lightning",
         description="lightning (PyTorch) or keras (TensorFlow); 'torch' means lightning.",
     )
-    max_epochs: int = Field(
-        10,
+    max_epochs: int | None = Field(
+        None,
         gt=0,
         le=MAX_EPOCHS,
         description=f"Epochs to train (at most {MAX_EPOCHS:,}: both frameworks tabulate the learning "
-        "rate of every step, and Keras every epoch's sample order, before the first step).",
+        "rate of every step, and Keras every epoch's sample order, before the first step). None: "
+        f"{DEFAULT_EPOCHS}, or as many as max_steps needs when that is set.",
+    )
+    max_steps: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_STEPS,
+        description="Optimizer steps to train (with accumulate_grad_batches, one step is that many "
+        "batches); with max_epochs too, the run stops at whichever comes first, as Lightning's "
+        "Trainer does. The learning-rate schedule spans the steps the run will take.",
+    )
+    label_smoothing: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Label smoothing s of every task's cross-entropy loss (classification, language "
+        "models, token labels), as torch's cross_entropy(label_smoothing=s): the target is 1 - s on "
+        "the label plus s / classes on every class; labels that count in no loss stay uncounted, and "
+        "bits per character/token stay the plain cross-entropy's. The same formula in Keras.",
+    )
+    early_stopping: EarlyStoppingConfig | None = Field(
+        None,
+        description="Stop when a monitored epoch metric stops improving, and export the best epoch's "
+        "weights as model.best.safetensors beside the last (monitor, mode, patience, min_delta).",
+    )
+    metrics: list[str] = Field(
+        [],
+        description="Epoch metrics besides the task's own (loss, accuracy or bits): topK_accuracy "
+        "(top5_accuracy...) and macro_f1 for classification, perplexity for language models; in "
+        "metrics.csv, the progress lines, TensorBoard, summary.json and zoo evaluate, in both frameworks.",
     )
     precision: Precision = Field(
         "32-true",

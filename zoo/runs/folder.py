@@ -3,6 +3,7 @@ recipe recorded at the start, its summary at the end, and checked before a resum
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -19,6 +20,8 @@ from zoo.checkpoint.state import step_of
 from zoo.hardware import SetupError
 from zoo.limits import read_json
 from zoo.metrics_file import MetricsLog
+from zoo.recipe.errors import RecipeError
+from zoo.recipe.loader import load_recipe
 from zoo.recipe.schema import anchored_paths, run_name_problem
 from zoo.tracking import finish_mlflow
 
@@ -91,6 +94,11 @@ class RunDir:
         found = read_json(recorded, error=SetupError, fix=fix)
         # A run recorded before recipes kept absolute paths: its relative ones, as zoo reads them now.
         found = anchored_paths(found) if isinstance(found, dict) else found
+        # Read by today's schema, so a field added since the run started is its default, not a
+        # change (trainer.label_smoothing, trainer.max_steps, trainer.metrics); a record it refuses is
+        # compared as is.
+        with contextlib.suppress(RecipeError):
+            found = load_recipe(found).to_dict() if isinstance(found, dict) else found
         before, now = _flat(found), _flat(recipe)
         return [
             f"{key}: {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
