@@ -10,7 +10,8 @@ still run; the exit status is 1 if any failed.
 
 ``--rounds`` goes to every benchmark that takes fastest-of-N rounds (the others repeat
 inside one process). On a quiet 2-core machine, ``--rounds 1`` took 53 minutes and
-``--rounds 2`` takes about 90, most of it ``real_sizes`` (gpt2 and bert-base steps of
+``--rounds 2`` takes about 90 (timed before issue 41 added prediction, cold_start and
+peers), most of it ``real_sizes`` (gpt2 and bert-base steps of
 several seconds, four ways each) and ``data_parallel``. Run it with nothing else on the
 machine: every figure is a fastest-of, and other work only slows runs down.
 """
@@ -41,6 +42,9 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("checkpoint_io", "checkpoint_io.py", ["--rounds", "3"], False),
     ("framework_profile", "framework_profile.py", [], False),
     ("generation", "generation.py", [], True),  # issue 41: Keras compiled greedy generation
+    ("prediction", "prediction.py", [], True),  # issue 41: zoo predict's traced Keras forward
+    ("cold_start", "cold_start.py", [], True),  # issue 41: a 0.5 GB checkpoint into each twin
+    ("peers", "peers.py", [], True),  # issue 41: transformers, keras-hub, timm (the bench extra)
     ("speed", "speed.py", ["--epochs", "4"], True),
     ("compile", "compile.py", ["--steps", "5", "--rounds", "3"], False),  # rounds in one process
     ("data_parallel", "data_parallel.py", [], True),

@@ -22,7 +22,7 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from results_section import write_section
+from results_section import publish
 
 SECTION = "## Greedy generation, Keras compiled (`bench/generation.py`)"
 # ~5M parameters: issue 41's Llama (4 layers, width 256, 8 query / 4 key-value heads).
@@ -140,10 +140,7 @@ def main() -> int:
         f"decode step {traces['step']}.",
     ]
     text = "\n".join(lines)
-    print(text)
-    if args.write_results:
-        write_section(SECTION, text)
-    return 0
+    return publish(SECTION, text, args.write_results)
 
 
 if __name__ == "__main__":

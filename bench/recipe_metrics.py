@@ -6,8 +6,14 @@ then the two frameworks share everything but kernel rounding (the same initial t
 batches, learning rates and optimizer arithmetic), which is what the second table of the
 README shows.
 
+Each run's time is printed beside its metric: the whole ``zoo train`` command (imports, data,
+training, export) and its training alone (summary.json's ``train_seconds``), with
+``ZOO_NUM_THREADS`` set to the machine's cores so that a figure does not follow the load at the
+moment it started (zoo's default thread count does).
+
 Run: ``python bench/recipe_metrics.py [--no-dropout] [recipes/x.yaml ...]`` (the whole
-set takes about 15 minutes on 2 cores; the two character LMs are most of it).
+set took about 15 minutes on 2 cores before the pydocs and image-folder recipes joined it; the
+character LMs are most of that).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,13 +51,21 @@ def overrides(path: Path, no_dropout: bool) -> list[str]:
 
 
 def train(path: Path, framework: str, sets: list[str], out: Path) -> dict[str, float]:
+    """The run's test metrics, with ``command_seconds``: the whole ``zoo train`` process."""
     command = [str(Path(sys.executable).with_name("zoo")), "train", str(path), "--framework", framework]
     for item in [*sets, f"export.dir={out}"]:
         command += ["--set", item]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "ZOO_NUM_THREADS": str(os.cpu_count()), **os.environ}
+    started = time.perf_counter()
     subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True)
+    seconds = time.perf_counter() - started
     summaries = sorted(out.glob(f"*-{framework}-*/summary.json"), key=lambda p: p.stat().st_mtime)
-    return json.loads(summaries[-1].read_text())["metrics"]
+    return {**json.loads(summaries[-1].read_text())["metrics"], "command_seconds": seconds}
+
+
+def timing(result: dict[str, float]) -> str:
+    """``whole s (training s)``."""
+    return f"{result['command_seconds']:.0f} s ({result['train_seconds']:.0f} s)"
 
 
 def main() -> None:
@@ -59,8 +74,9 @@ def main() -> None:
     parser.add_argument("recipes", nargs="*", type=Path)
     args = parser.parse_args()
     paths = args.recipes or sorted((ROOT / "recipes").glob("*.yaml"))
-    print("| recipe | model | test metric, Lightning | Keras | difference |")
-    print("|---|---|---|---|---|")
+    print(f"On {os.cpu_count()} cores; time: the whole `zoo train` command (its training alone).")
+    print("| recipe | model | test metric, Lightning | Keras | difference | time, Lightning | Keras |")
+    print("|---|---|---|---|---|---|---|")
     for path in paths:
         recipe = load_recipe(path)
         with tempfile.TemporaryDirectory() as tmp:
@@ -73,7 +89,9 @@ def main() -> None:
         values = [results[fw][key] for fw in FRAMEWORKS]
         cells = [form.format(v) for v in values]
         name, model = f"`{path.name}`", recipe.model.preset or recipe.model.architecture
-        print(f"| {name} | {model} | {cells[0]} | {cells[1]} | {values[1] - values[0]:+.4f} |", flush=True)
+        times = " | ".join(timing(results[fw]) for fw in FRAMEWORKS)
+        difference = values[1] - values[0]
+        print(f"| {name} | {model} | {cells[0]} | {cells[1]} | {difference:+.4f} | {times} |", flush=True)
 
 
 if __name__ == "__main__":
