@@ -3,7 +3,8 @@
 
 The same weights in all three (the torch twin seeded, the Keras twin loaded from it), a batch
 of ``--batch`` prompts of ``--prompt`` tokens, the last two left-padded by a few tokens, and
-``--new`` generated tokens through ``zoo.sample.generate``: prefill then one token a step.
+``--new`` generated tokens through ``zoo.sample.generate``: the Keras twin compiled runs its
+traced greedy loop (prefill and every step in one call), the others prefill then one token a step.
 Every contender must produce the same tokens. One thread for each framework, contenders
 interleaved in rounds after one warm-up generation each (the traces of the compiled step are
 made there and reported apart); each figure is the fastest round. Tokens per second counts
@@ -136,8 +137,8 @@ def main() -> int:
         "",
         f"Ratio, Keras compiled / Keras eager: **{rate['Keras twin, compiled'] / eager:.1f}x**; "
         f"Keras compiled / torch twin: **{rate['Keras twin, compiled'] / torch_rate:.2f}**. "
-        f"Traces of the compiled functions over the whole run: prefill {traces['prefill']}, "
-        f"decode step {traces['step']}.",
+        f"Traces of the compiled functions over the whole run: greedy loop {traces['greedy']}, "
+        f"prefill {traces['prefill']}, decode step {traces['step']}.",
     ]
     text = "\n".join(lines)
     return publish(SECTION, text, args.write_results)

@@ -99,18 +99,40 @@ def test_compiled_logits_are_the_eager_decodes(twins):
 
 def test_the_decode_step_is_traced_once(twins):
     """Tokens, prompt lengths, batch sizes, generation lengths and padding or none: one trace of
-    the prefill and one of the decode step, for the model's whole life (a trace per token would
-    count one per token here)."""
+    the prefill, one of the decode step (sampling) and one of the greedy loop, for the model's
+    whole life (a trace per token would count one per token here)."""
     config, _, keras_model = twins
     functions = keras_model.compiled_generation_functions()
     for rows, steps, new, seed in ((3, 7, 9, 0), (2, 4, 13, 1), (1, 9, 5, 2)):
         prompts, padding = left_padded(config.vocab_size, rows, steps, seed)
         generate(keras_model, prompts, new, Sampling(), padding_mask=padding)
         generate(keras_model, prompts, new, SAMPLINGS["sampled"])
-    assert functions.traces == {"prefill": 1, "step": 1}
+    assert functions.traces == {"prefill": 1, "step": 1, "greedy": 1}
     assert functions.prefill.experimental_get_tracing_count() == 1
     assert functions._step.experimental_get_tracing_count() == 1
+    assert functions.greedy.experimental_get_tracing_count() == 1
     assert keras_model.compiled_generation_functions() is functions  # kept while the weights are
+
+
+def test_the_greedy_loop_is_the_step_by_step_one(twins):
+    """The one traced greedy loop against the prefill + decode steps it replaces (a repetition
+    penalty of 1 + 1e-9 sends generate through those, with the same greedy choice at these
+    logits) and the torch twin: the same tokens, ending where every row has met an end id."""
+    config, torch_model, keras_model = twins
+    prompts, padding = left_padded(config.vocab_size, rows=3, steps=5, seed=4)
+    stepwise = Sampling(repetition_penalty=1 + 1e-9)
+    whole = generate(keras_model, prompts, 15, Sampling(), padding_mask=padding)
+    assert whole.shape == (3, 15)
+    assert whole.tolist() == generate(keras_model, prompts, 15, stepwise, padding_mask=padding).tolist()
+    # an end id from each row (its 3rd, 6th and 4th token): the loop stops once all have met one
+    eos = {int(whole[0, 2]), int(whole[1, 5]), int(whole[2, 3])}
+    stops = max(int(np.isin(row, list(eos)).nonzero()[0][0]) + 1 for row in whole)
+    early = generate(keras_model, prompts, 15, Sampling(), padding_mask=padding, eos=eos)
+    assert stops <= 6 and early.shape == (3, stops)
+    assert early.tolist() == whole[:, :stops].tolist()
+    expected = generate(torch_model, prompts, 15, Sampling(), padding_mask=padding, eos=eos)
+    assert early.tolist() == expected.tolist()
+    assert keras_model.compiled_generation_functions().traces["greedy"] == 1
 
 
 @pytest.mark.parametrize("steps", [20, 30])

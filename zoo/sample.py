@@ -290,11 +290,13 @@ def generate(
     runner = _Runner(model, room=min(window, min(prompts.shape[1], window) + length))
     if not runner.cached and padding_mask is not None and np.any(padding_mask):
         raise PromptError(f"a {type(model).__name__} without a key/value cache takes unpadded prompts only")
+    padding = np.zeros(prompts.shape, bool) if padding_mask is None else np.asarray(padding_mask, bool)
+    penalised = sampling.repetition_penalty != 1
+    if runner.loops_greedily(sampling, stop, prompts.shape[1] + length):
+        return runner.model.greedy(prompts, padding, length, eos)  # the loop below, traced whole
     rows = np.arange(len(prompts))
     rngs = [np.random.default_rng(sampling.seed) for _ in rows]
     ids = prompts
-    padding = np.zeros(prompts.shape, bool) if padding_mask is None else np.asarray(padding_mask, bool)
-    penalised = sampling.repetition_penalty != 1
     out = np.zeros((prompts.shape[0], length), dtype=np.int64)
     stops = np.asarray(sorted(eos), dtype=np.int64)
     ended = np.zeros(prompts.shape[0], dtype=bool)
@@ -321,7 +323,9 @@ class _Runner:
 
     A Keras twin runs compiled (unless its ``compiled_generation`` is set False: then eagerly,
     as before issue 41): with a cache (GPT-2's and Llama's) it reads the prompt with ``prefill``
-    into a static cache of ``room`` slots and then each token with the traced ``decode_step``;
+    into a static cache of ``room`` slots and then each token with the traced ``decode_step``
+    (greedy decoding that fits the context, with no penalty or stop string, runs all of its
+    steps in one traced loop instead: ``greedy``);
     without one, its re-read window goes through one traced call. The torch twin calls
     ``decode``, or the model, eagerly."""
 
@@ -333,6 +337,13 @@ class _Runner:
         self.static = self.compiled and self.cached and callable(getattr(model, "decode_step", None))
         if not self.keras:
             model.eval()
+
+    def loops_greedily(self, sampling: Sampling, stop: Any, slots: int) -> bool:
+        """Whether the Keras twin's one traced greedy loop writes the tokens: greedy, with no
+        penalty nor stop string (numpy's work between steps), into a static cache that never
+        fills (``slots``, prompt and new tokens, within the room)."""
+        plain = sampling.greedy and sampling.repetition_penalty == 1 and stop is None
+        return self.static and plain and self.room == slots
 
     def full(self, cache: Any, window: int) -> bool:
         """Whether the next token finds no room: the position table (``window``) is full, or a
