@@ -1,7 +1,9 @@
 """Greedy generation in tokens per second: the Keras twin compiled, the Keras twin's eager decode
-(what ``zoo sample`` ran before issue 41) and the torch twin, on one ~5M-parameter Llama.
+(what ``zoo sample`` ran before issue 41) and the torch twin, on one ~5M-parameter Llama; and
+the Keras twin with ``jit_compile=True``, its greedy loop XLA-compiled (Keras' "auto" leaves XLA
+off on a CPU).
 
-The same weights in all three (the torch twin seeded, the Keras twin loaded from it), a batch
+The same weights in all four (the torch twin seeded, the Keras twin loaded from it), a batch
 of ``--batch`` prompts of ``--prompt`` tokens, the last two left-padded by a few tokens, and
 ``--new`` generated tokens through ``zoo.sample.generate``: the Keras twin compiled runs its
 traced greedy loop (prefill and every step in one call), the others prefill then one token a step.
@@ -86,18 +88,19 @@ def main() -> int:
     for row in range(max(0, args.batch - 2), args.batch):
         padding[row, : 2 + 3 * (row % 2)] = True
 
-    def run(model, compiled: bool = True):
+    def run(model, compiled: bool = True, xla: bool = False):
         def go():
-            keras_model.compiled_generation = compiled
+            keras_model.compiled_generation, keras_model.jit_compile = compiled, xla
             try:
                 return generate(model, prompts, args.new, Sampling(), padding_mask=padding)
             finally:
-                keras_model.compiled_generation = True
+                keras_model.compiled_generation, keras_model.jit_compile = True, False
 
         return go
 
     contenders = {
         "Keras twin, compiled": run(keras_model),
+        "Keras twin, compiled, jit_compile=True (XLA)": run(keras_model, xla=True),
         "Keras twin, eager decode": run(keras_model, compiled=False),
         "torch twin": run(torch_model),
     }
@@ -123,7 +126,7 @@ def main() -> int:
         f"Llama of {parameters / 1e6:.1f}M parameters ({LLAMA_5M['num_hidden_layers']} layers, width "
         f"{LLAMA_5M['hidden_size']}), {args.batch} prompts of {args.prompt} tokens (two left-padded) + "
         f"{args.new} greedy tokens, one thread, fastest of {args.rounds} interleaved rounds; the same "
-        "tokens from all three.",
+        "tokens from all four.",
         "",
         "| contender | tokens/s | x eager Keras | x torch twin | first call (s) |",
         "|---|---|---|---|---|",
@@ -137,7 +140,8 @@ def main() -> int:
         "",
         f"Ratio, Keras compiled / Keras eager: **{rate['Keras twin, compiled'] / eager:.1f}x**; "
         f"Keras compiled / torch twin: **{rate['Keras twin, compiled'] / torch_rate:.2f}**. "
-        f"Traces of the compiled functions over the whole run: greedy loop {traces['greedy']}, "
+        f"Traces of the compiled functions over the whole run: greedy loop {traces['greedy']}, XLA "
+        f"greedy loop {traces['greedy_xla']}, "
         f"prefill {traces['prefill']}, decode step {traces['step']}.",
     ]
     text = "\n".join(lines)

@@ -107,7 +107,11 @@ def test_the_decode_step_is_traced_once(twins):
         prompts, padding = left_padded(config.vocab_size, rows, steps, seed)
         generate(keras_model, prompts, new, Sampling(), padding_mask=padding)
         generate(keras_model, prompts, new, SAMPLINGS["sampled"])
-    assert functions.traces == {"prefill": 1, "step": 1, "greedy": 1}
+    assert {k: functions.traces[k] for k in ("prefill", "step", "greedy")} == {
+        "prefill": 1,
+        "step": 1,
+        "greedy": 1,
+    }
     assert functions.prefill.experimental_get_tracing_count() == 1
     assert functions._step.experimental_get_tracing_count() == 1
     assert functions.greedy.experimental_get_tracing_count() == 1
@@ -133,6 +137,30 @@ def test_the_greedy_loop_is_the_step_by_step_one(twins):
     expected = generate(torch_model, prompts, 15, Sampling(), padding_mask=padding, eos=eos)
     assert early.tolist() == expected.tolist()
     assert keras_model.compiled_generation_functions().traces["greedy"] == 1
+
+
+def test_with_jit_compile_the_greedy_loop_runs_under_xla_to_the_same_tokens(twins):
+    """A model whose ``jit_compile`` is True (Keras' "auto" on a GPU; False on this CPU) runs the
+    greedy loop XLA-compiled: the same tokens, and the checks XLA would drop made before it."""
+    from zoo.nn.errors import InputError
+
+    config, torch_model, keras_model = twins
+    prompts, padding = left_padded(config.vocab_size, rows=3, steps=5, seed=5)
+    resolved = keras_model.jit_compile  # Keras' "auto": False on a machine without an accelerator
+    try:
+        keras_model.jit_compile = False
+        plain = generate(keras_model, prompts, 10, Sampling(), padding_mask=padding)
+        keras_model.jit_compile = True
+        compiled = generate(keras_model, prompts, 10, Sampling(), padding_mask=padding)
+        with pytest.raises(InputError, match="token ids must lie in"):
+            keras_model.greedy(np.array([[1, config.vocab_size]]), length=2)
+        with pytest.raises(ValueError, match="do not fit the context"):
+            keras_model.greedy(prompts, padding, CONTEXT)
+    finally:
+        keras_model.jit_compile = resolved
+    assert compiled.tolist() == plain.tolist()
+    assert compiled.tolist() == generate(torch_model, prompts, 10, Sampling(), padding_mask=padding).tolist()
+    assert keras_model.compiled_generation_functions().traces["greedy_xla"] == 1
 
 
 @pytest.mark.parametrize("steps", [20, 30])

@@ -21,7 +21,7 @@ import tensorflow as tf
 from keras import ops
 
 from zoo.nn.cache import DecodeCache, StaticCache
-from zoo.nn.errors import InputError, input_error
+from zoo.nn.errors import InputError, input_error, token_ids_message
 from zoo.nn.keras.kept import kept_on_model
 
 
@@ -79,12 +79,29 @@ class CausalDecoder(keras.Model):
         (N, k) token ids, the most likely token each step (ties to the lowest id, as numpy's
         ``argmax``), k = ``length``, or fewer once every row has produced one of the ``eos``
         ids. Prefill and decode steps as :meth:`prefill` and :meth:`decode_step` compute them,
-        all in one traced call: the tokens ``zoo.sample.generate`` writes step by step."""
+        all in one traced call: the tokens ``zoo.sample.generate`` writes step by step. XLA
+        compiles it where the model's ``jit_compile`` is True (Keras resolves its "auto" to
+        True on a GPU, False on a CPU; set it to choose)."""
         ids = np.asarray(ids, dtype=np.int64)
         padding = np.zeros(ids.shape, bool) if padding_mask is None else np.asarray(padding_mask, bool)
+        self._check_greedy(ids, length)
         stops = np.asarray(sorted(eos), dtype=np.int64)
-        greedy = self.compiled_generation_functions().greedy
-        return np.asarray(in_zoo_words(greedy, ids, padding, np.int32(length), stops))
+        functions = self.compiled_generation_functions()
+        greedy = functions.greedy_xla if self.jit_compile else functions.greedy
+        tokens, written = greedy(ids, padding, np.int32(length), stops)
+        return np.asarray(tokens)[:, : int(written)]
+
+    def _check_greedy(self, ids: np.ndarray, length: int) -> None:
+        """The checks the model makes in a graph, made here: XLA drops a graph's assertions, and
+        out of range a gather there reads a clamped row instead of failing."""
+        vocab, context = self.zoo_config.vocab_size, self.zoo_config.context_length()
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+            raise InputError(token_ids_message(vocab))
+        if context and ids.shape[1] + length > context:
+            raise ValueError(
+                f"{ids.shape[1]} prompt + {length} new tokens do not fit the context of {context}: "
+                "zoo.sample.generate goes on past it, re-reading the last window"
+            )
 
     def compiled_generation_functions(self) -> CompiledGeneration:
         """This model's traced prefill and decode step, made on first use (and again if its
@@ -107,7 +124,7 @@ class CompiledGeneration:
 
     def __init__(self, model: CausalDecoder, key: tuple):
         self.model, self.key = model, key
-        self.traces = {"prefill": 0, "step": 0, "greedy": 0}
+        self.traces = {"prefill": 0, "step": 0, "greedy": 0, "greedy_xla": 0}
         # AutoGraph off: no Python control flow here depends on a tensor's value, and without
         # its conversion of every Keras call the two traces take 1.3 s instead of 2.7 s (5M Llama).
         self.prefill = tf.function(
@@ -119,15 +136,17 @@ class CompiledGeneration:
                 tf.TensorSpec((), tf.int32),
             ),
         )
-        self.greedy = tf.function(
-            self._greedy,
-            autograph=False,
-            input_signature=(
-                tf.TensorSpec((None, None), tf.int64),
-                tf.TensorSpec((None, None), tf.bool),
-                tf.TensorSpec((), tf.int32),
-                tf.TensorSpec((None,), tf.int64),
-            ),
+        greedy_signature = (
+            tf.TensorSpec((None, None), tf.int64),
+            tf.TensorSpec((None, None), tf.bool),
+            tf.TensorSpec((), tf.int32),
+            tf.TensorSpec((None,), tf.int64),
+        )
+        self.greedy = tf.function(self._greedy, autograph=False, input_signature=greedy_signature)
+        # XLA-compiled, for a model whose ``jit_compile`` is True (Keras' "auto": on a GPU, not on
+        # a CPU), as keras-hub's generate: one compilation per batch, prompt and generation length.
+        self.greedy_xla = tf.function(
+            self._greedy_xla, autograph=False, input_signature=greedy_signature, jit_compile=True
         )
         self._step = None
 
@@ -176,26 +195,41 @@ class CompiledGeneration:
         return self.model.forward_head(h[:, -1]), cache
 
     def _greedy(self, ids, padding, length, eos):
+        self.traces["greedy"] += 1
+        return self._greedy_loop(ids, padding, length, eos)
+
+    def _greedy_xla(self, ids, padding, length, eos):
+        self.traces["greedy_xla"] += 1
+        return self._greedy_loop(ids, padding, length, eos)
+
+    def _greedy_loop(self, ids, padding, length, eos):
         """Prefill into ``T + length`` slots (the room ``zoo.sample`` gives the step-by-step
         path, so the sums are the same), then a ``tf.while_loop`` of decode steps until
-        ``length`` tokens or every row has ended: (N, k) int64."""
-        self.traces["greedy"] += 1
+        ``length`` tokens or every row has ended: the (N, length) tokens (zeros past the end)
+        and how many were written. Shapes XLA can compile: the tokens go into a preallocated
+        tensor, not a growing TensorArray."""
         logits, cache = self._prefilled(ids, padding, tf.shape(ids)[1] + length)
-        token = most_likely(logits)
-        ended = tf.reduce_any(tf.equal(token[:, None], eos[None, :]), axis=1)
-        tokens = tf.TensorArray(tf.int64, size=0, dynamic_size=True, element_shape=(None,)).write(0, token)
+        rows = tf.range(tf.shape(ids)[0])
+
+        def chosen(step, logits, ended, tokens):
+            token = most_likely(logits)
+            ended = tf.logical_or(ended, tf.reduce_any(tf.equal(token[:, None], eos[None, :]), axis=1))
+            at = tf.stack([rows, tf.fill(tf.shape(rows), step)], axis=1)
+            return token, ended, tf.tensor_scatter_nd_update(tokens, at, token)
+
+        nothing = tf.zeros(tf.shape(rows), tf.bool)
+        token, ended, tokens = chosen(0, logits, nothing, tf.zeros((tf.shape(ids)[0], length), tf.int64))
 
         def going(step, token, cache, ended, tokens):
             return tf.logical_and(step < length, tf.logical_not(tf.reduce_all(ended)))
 
         def one_more(step, token, cache, ended, tokens):
             logits, cache = self._decoded(token[:, None], cache)
-            token = most_likely(logits)
-            ended = tf.logical_or(ended, tf.reduce_any(tf.equal(token[:, None], eos[None, :]), axis=1))
-            return step + 1, token, cache, ended, tokens.write(step, token)
+            token, ended, tokens = chosen(step, logits, ended, tokens)
+            return step + 1, token, cache, ended, tokens
 
-        *_, tokens = tf.while_loop(going, one_more, (tf.constant(1), token, cache, ended, tokens))
-        return tf.transpose(tokens.stack())
+        step, _, _, _, tokens = tf.while_loop(going, one_more, (tf.constant(1), token, cache, ended, tokens))
+        return tokens, step
 
 
 def most_likely(logits):
