@@ -7,16 +7,29 @@ Below both of those modules, so neither imports the other for it.
 from __future__ import annotations
 
 import math
+import mmap
 
 import numpy as np
 
 ALIGNMENT = 64  # bytes: what Eigen's vectorised kernels want, and what TensorFlow allocates
+# From this size on an array gets a mapping of its own, backed by huge pages where the kernel
+# gives them on request (transparent_hugepage "madvise", the common default): the first write
+# to fresh memory faults once per 2 MiB instead of once per 4 KiB. Reading a 498 MB checkpoint
+# into fresh memory here: 0.4 GB/s in 4 KiB pages, 1.5-2.0 GB/s in huge pages.
+HUGE_PAGES_FROM = 2 << 20
 
 
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """``np.empty`` on a 64-byte boundary, so that TensorFlow can adopt the memory as is."""
+    """``np.empty`` on a 64-byte boundary, so that TensorFlow can adopt the memory as is; a
+    large one in a mapping of its own that asks for huge pages (``HUGE_PAGES_FROM``), page
+    aligned and exactly its size, freed with the array."""
     dtype = np.dtype(dtype)
-    return aligned_view(np.empty(math.prod(shape) * dtype.itemsize + ALIGNMENT, np.uint8), shape, dtype)
+    size = math.prod(shape) * dtype.itemsize
+    if size >= HUGE_PAGES_FROM and hasattr(mmap, "MADV_HUGEPAGE"):
+        mapping = mmap.mmap(-1, size)
+        mapping.madvise(mmap.MADV_HUGEPAGE)
+        return np.frombuffer(mapping, np.uint8, count=size).view(dtype).reshape(shape)
+    return aligned_view(np.empty(size + ALIGNMENT, np.uint8), shape, dtype)
 
 
 def aligned_view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
