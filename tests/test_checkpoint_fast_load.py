@@ -104,3 +104,30 @@ def test_a_twin_with_state_from_init_is_built_the_ordinary_way(tmp_path):
     model = load_torch(dataclasses.replace(checkpoint, family=family))
     assert torch.equal(model.steps, torch.arange(4.0)) and torch.equal(model.scale, torch.full((2,), 3.0))
     assert_same_tensors(model_tensors(model), load_file(path))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_keras_load_read_in_many_chunks_is_the_saved_model(dtype, tmp_path, monkeypatch):
+    """The Keras load starts each port as soon as its tensors are read (zoo.checkpoint.file's
+    chunks, 32 MiB in use): with chunks of a few KiB, ports start all through the read, and
+    the loaded twin is the one a whole read gives, a bfloat16 export's too (each chunk made
+    float32 before its ports run)."""
+    import zoo.checkpoint.file
+
+    name, fields = "gpt2-micro", {"n_layer": 2}
+    torch.manual_seed(5)
+    original = _create(name, fields, "lightning")
+    path = zoo.save_checkpoint(original, tmp_path / "model.safetensors", dtype=dtype)
+    whole = zoo.load_checkpoint(path, framework="keras")
+    calls = []
+    reader = zoo.checkpoint.file.read_aligned
+
+    def counted(path, arrived=None):
+        return reader(path, None if arrived is None else lambda n, t: (calls.append(n), arrived(n, t)))
+
+    monkeypatch.setattr(zoo.checkpoint.file, "READ_CHUNK", 4096)
+    monkeypatch.setattr(zoo.checkpoint.tensors, "read_aligned", counted)
+    chunked = zoo.load_checkpoint(path, framework="keras")
+    assert len(calls) >= 8 and sorted(n for names in calls for n in names) == sorted(load_file(path))
+    for a, b in zip(whole.weights, chunked.weights, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a.numpy(), b.numpy()), a.path

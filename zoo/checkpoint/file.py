@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,12 @@ def some(names: list[str], limit: int = 5) -> str:
 # ------------------------------------------------------------------------------- read
 
 
-def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
+READ_CHUNK = 32 << 20  # bytes: a chunked read hands on its tensors about this often
+
+
+def read_aligned(
+    path: str | Path, arrived: Callable[[list[str], dict[str, np.ndarray]], None] | None = None
+) -> dict[str, np.ndarray]:
     """A safetensors file's tensors, each read into its own aligned array (from the page
     cache: one copy, no map left behind). ``read_checkpoint`` has already checked the header;
     a file cut short since is refused here.
@@ -95,14 +101,16 @@ def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
     The tensors are read by ``preadv``, one system call for up to ``IOV_MAX`` buffers, which
     holds the GIL only while the arrays are made: a load reads in a second thread while its
     main thread builds a Keras twin in Python, and a read call per tensor would wait for
-    that thread's GIL (up to the 5 ms switch interval) each time."""
+    that thread's GIL (up to the 5 ms switch interval) each time. With ``arrived``, the file
+    is read in chunks of about ``READ_CHUNK`` bytes, and ``arrived(names, tensors)`` is called
+    once a chunk's tensors are in: work on them starts while the rest is read."""
     with open(path, "rb", buffering=0) as handle:
         (length,) = np.frombuffer(handle.read(8), "<u8")
         header = parse_header(handle.read(int(length)), path)
         entries = sorted(
             (entry["data_offsets"], name, entry) for name, entry in header.items() if name != "__metadata__"
         )  # in file order, so that the buffers follow each other
-        tensors, buffers, cursor = {}, [], 0
+        tensors, chunks, cursor = {}, [([], [], 0)], 0
         for (begin, end), name, entry in entries:
             if begin != cursor:  # safetensors lays tensors end to end; this file changed since
                 raise CheckpointError(f"{path}: {name} does not start where the tensor before it ends")
@@ -110,10 +118,20 @@ def read_aligned(path: str | Path) -> dict[str, np.ndarray]:
             if dtype == "bfloat16":
                 dtype = ml_dtypes.bfloat16
             array = tensors[name] = aligned_empty(tuple(entry["shape"]), dtype)
+            names, buffers, size = chunks[-1]
+            names.append(name)
             if array.size:
                 buffers.append(memoryview(array.reshape(-1).view(np.uint8)))
+            chunks[-1] = (names, buffers, size + array.nbytes)
+            if arrived is not None and chunks[-1][2] >= READ_CHUNK:
+                chunks.append(([], [], 0))
             cursor = end
-        _read_into(handle, buffers, 8 + int(length), path)
+        offset = 8 + int(length)
+        for names, buffers, size in chunks:
+            _read_into(handle, buffers, offset, path)
+            offset += size
+            if arrived is not None and names:
+                arrived(names, tensors)
     return tensors
 
 

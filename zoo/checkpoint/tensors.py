@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,7 @@ from zoo.checkpoint.keras_variables import (
     port_arrays,
     tensors_to_keras,
 )
-from zoo.checkpoint.tables import keras_layer, tensor_specs
+from zoo.checkpoint.tables import Port, keras_layer, tensor_specs
 from zoo.checkpoint.writer import IO_THREADS, TensorStream
 
 if TYPE_CHECKING:
@@ -117,10 +119,11 @@ def load_keras(checkpoint: Checkpoint):
     with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="zoo-load") as pool:
 
         def read() -> tuple[dict[str, np.ndarray], list[str], list[Future]]:
-            tensors = as_float32(read_aligned(checkpoint.path))
-            spares, ported = Spares(table), {s.name for p in table for s in p.tensors}
-            bad = [name for name, tensor in tensors.items() if name not in ported and not finite(tensor)]
-            return tensors, bad, [pool.submit(_keras_port, port, tensors, spares) for port in table]
+            ready, ports = {}, _PortsAsRead(table, pool)
+            read_aligned(checkpoint.path, lambda names, read: ports.arrived(names, read, ready))
+            ported = {s.name for p in table for s in p.tensors}
+            bad = [name for name, tensor in ready.items() if name not in ported and not finite(tensor)]
+            return ready, bad, ports.all_submitted(ready)
 
         reading = pool.submit(read)
         model = None
@@ -141,6 +144,37 @@ def load_keras(checkpoint: Checkpoint):
         model = family.build_keras(config)
     tensors_to_keras(model, table, tensors, handed_over=True, arrays=arrays)
     return model
+
+
+class _PortsAsRead:
+    """Each port of a Keras load started as soon as the file's last tensor it reads is in
+    (``read_aligned``'s chunks): the transposes run beside the rest of the read."""
+
+    def __init__(self, table: Sequence[Port], pool: ThreadPoolExecutor) -> None:
+        self.table, self.pool, self.spares = table, pool, Spares(table)
+        self.waiting = [{s.name for s in port.tensors} for port in table]
+        self.readers: dict[str, list[int]] = defaultdict(list)
+        for index, names in enumerate(self.waiting):
+            for name in names:
+                self.readers[name].append(index)
+        self.started: list[Future | None] = [None] * len(table)
+
+    def arrived(self, names: list[str], read: dict[str, np.ndarray], ready: dict[str, np.ndarray]) -> None:
+        """``names`` are read: into ``ready`` as float32 (a bfloat16/float16 export's too), and
+        every port that now has all of its tensors started."""
+        ready.update(as_float32({name: read[name] for name in names}))
+        for name in names:
+            for index in self.readers.get(name, ()):
+                self.waiting[index].discard(name)
+                if not self.waiting[index]:
+                    self.started[index] = self.pool.submit(_keras_port, self.table[index], ready, self.spares)
+
+    def all_submitted(self, ready: dict[str, np.ndarray]) -> list[Future]:
+        """Every port's future, in table order; one whose tensor the file lacks fails in it."""
+        return [
+            future or self.pool.submit(_keras_port, port, ready, self.spares)
+            for future, port in zip(self.started, self.table, strict=True)
+        ]
 
 
 def _keras_port(port, tensors: dict[str, np.ndarray], spares) -> tuple[list[np.ndarray], list[str]]:
