@@ -29,6 +29,7 @@ FAMILIES = {
         "llama-micro",
         {"max_position_embeddings": CONTEXT, "num_key_value_heads": 1, "tie_word_embeddings": False},
     ),
+    "mistral-window": ("llama-micro", {"max_position_embeddings": CONTEXT, "sliding_window": 4}),
 }
 SAMPLINGS = {"greedy": Sampling(), "sampled": Sampling(temperature=0.9, top_k=20, top_p=0.95, seed=7)}
 ROUNDING = 1e-5  # compiled against eager Keras logits: float32 rounding (the sums' order differs)

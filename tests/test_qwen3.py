@@ -128,11 +128,11 @@ def test_a_left_out_head_dim_is_qwen3s_128(reference):
                 "sliding_window": 16,
                 "layer_types": ["full_attention", "sliding_attention"],
             },
-            "sliding_window 16",
+            "a sliding window on some layers only",
         ),
         (
             {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1, "layer_types": None},
-            "sliding_window 16",
+            "a sliding window on some layers only",
         ),
         ({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}, "Qwen3MoeForCausalLM"),
         ({"model_type": "qwen3_moe", "architectures": []}, "'qwen3_moe'"),

@@ -12,9 +12,9 @@ nothing the twins compute.
 
 What zoo's twins do not compute is refused here by name, so that nothing in a recipe or an
 imported config is ignored: a rope scaling other than ``llama3`` (pydantic refuses another
-``rope_type``), a sliding attention window shorter than the context (the twins attend over
-the whole context, which is the same thing only when the window covers it), a head width that
-rotary embeddings cannot turn (odd).
+``rope_type``), a head width that rotary embeddings cannot turn (odd). A ``sliding_window``
+shorter than the context is computed: Mistral's causal window, on every layer
+(``attention_window``; a config.json that windows some layers only is refused where it is read).
 """
 
 from __future__ import annotations
@@ -139,8 +139,9 @@ class LlamaConfig(ArchitectureConfig):
         None,
         ge=1,
         le=10_000_000,
-        description="Mistral's / Qwen2's attention window: accepted only when it covers the context "
-        "(>= max_position_embeddings), where it changes nothing; null for none.",
+        description="Mistral's (and Qwen2's / Qwen3's, on every layer) sliding attention window: each "
+        "token attends to itself and the sliding_window - 1 before it; null for none (one as long as the "
+        "context changes nothing).",
     )
     attention_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the attention probabilities.")
     initializer_range: float = Field(
@@ -180,19 +181,18 @@ class LlamaConfig(ArchitectureConfig):
                 f"the head width is {self.attention_head_dim} ({self._head_dim_words()}); rotary embeddings "
                 "turn pairs of features: give an even head_dim"
             )
-        if self.sliding_window is not None and self.sliding_window < self.max_position_embeddings:
-            raise ValueError(
-                f"sliding_window {self.sliding_window} is shorter than the context "
-                f"(max_position_embeddings {self.max_position_embeddings}); zoo's twins attend over the "
-                "whole context, so they compute a window only when it covers it: set sliding_window to "
-                "null (or >= max_position_embeddings), or lower max_position_embeddings to the window"
-            )
         if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
             raise ValueError(
                 f"pad_token_id {self.pad_token_id} is not below vocab_size {self.vocab_size}: set "
                 "pad_token_id to a token of the vocabulary, or null"
             )
         return self
+
+    @property
+    def attention_window(self) -> int | None:
+        """The sliding window the twins' masks apply: None where it covers the whole context."""
+        window = self.sliding_window
+        return window if window is not None and window < self.max_position_embeddings else None
 
     def _head_dim_words(self) -> str:
         if self.head_dim is not None:

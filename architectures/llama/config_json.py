@@ -180,7 +180,8 @@ def _rope(meta: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None, list[s
 def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | None, list[str]]:
     """The attention window transformers applies, or None: Mistral's ``sliding_window``; Qwen2's
     (and Qwen3's) only with ``use_sliding_window`` and on the layers ``layer_types`` (or
-    ``max_window_layers``) marks. A window shorter than the context is refused by the config."""
+    ``max_window_layers``) marks, when that is every layer: windows on some layers only are
+    refused (what the twins do not compute), named in the second item."""
     if model_type == "mistral":
         return meta.get("sliding_window"), []
     if model_type not in ("qwen2", "qwen3") or not meta.get("use_sliding_window", False):
@@ -188,7 +189,17 @@ def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | Non
     layer_types = meta.get("layer_types")
     if layer_types is not None and "sliding_attention" not in layer_types:
         return None, []
-    if layer_types is None and meta.get("max_window_layers", 28) >= meta.get("num_hidden_layers", 0):
+    if layer_types is None:  # transformers windows the layers from max_window_layers on
+        layers = meta.get("num_hidden_layers", 0)
+        first = meta.get("max_window_layers", 28)
+        layer_types = ["full_attention" if i < first else "sliding_attention" for i in range(layers)]
+    if "full_attention" in layer_types and "sliding_attention" in layer_types:
+        return None, [
+            f"a sliding window on some layers only ({layer_types.count('sliding_attention')} of "
+            f"{len(layer_types)}; zoo's twins window every layer or none: set use_sliding_window false, "
+            "or window every layer)"
+        ]
+    if "sliding_attention" not in layer_types:
         return None, []
     return meta.get("sliding_window"), []
 

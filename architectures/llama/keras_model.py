@@ -129,7 +129,8 @@ class Llama(CausalDecoder):
         padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
         h = self.embed_tokens(ids)
         cos, sin = rotary_tables(padded_positions(padding, past, steps), self.inv_freq, h.dtype)
-        blocked = blocked_mask(steps, padding, causal=True, past=past)
+        window = self.zoo_config.attention_window  # Mistral's sliding window, or None
+        blocked = blocked_mask(steps, padding, causal=True, past=past, window=window)
         presents = []
         checkpointing = training and self.grad_checkpointing and not cached
         for i, block in enumerate(self.blocks):
@@ -146,7 +147,8 @@ class Llama(CausalDecoder):
     def _run_static(self, ids, cache: StaticCache):
         """One token (N, 1) written into slot ``cache.length`` of a static cache (``decode_step``):
         :meth:`_run`'s arithmetic for that token, over every slot with the unwritten ones blocked."""
-        positions, blocked, write = static_step(cache.padding, cache.pads, cache.length)
+        window = self.zoo_config.attention_window
+        positions, blocked, write = static_step(cache.padding, cache.pads, cache.length, window)
         h = self.embed_tokens(ids)
         cos, sin = rotary_tables(positions, self.inv_freq, h.dtype)
         presents = []

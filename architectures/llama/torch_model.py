@@ -115,7 +115,8 @@ class Llama(CausalDecoder):
         padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
         h = self.embed_tokens(ids)
         cos, sin = rotary_tables(padded_positions(padding, past, steps, ids.device), self.inv_freq, h.dtype)
-        blocked = blocked_mask(steps, padding, causal=True, device=ids.device, past=past)
+        window = self.zoo_config.attention_window  # Mistral's sliding window, or None
+        blocked = blocked_mask(steps, padding, causal=True, device=ids.device, past=past, window=window)
         presents, empty = [], KeyValueSlots.empty(context)  # slots written in place
         checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled() and not cached
         for i, layer in enumerate(self.layers):

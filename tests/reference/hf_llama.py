@@ -9,7 +9,7 @@ environment).
   the model's repository has it;
 - for each case of ``CASES`` (Llama with grouped-query attention and a padding id and a
   tokenizer; Llama untied, multi-query, with every bias, an explicit head_dim and llama3 rope
-  scaling; Mistral with a sliding window as long as the context; Qwen2 with its query/key/value
+  scaling; Mistral with a sliding window of 5 tokens (shorter than its inputs); Qwen2 with its query/key/value
   biases, untied, saved in shards; Qwen3 with its query/key norms and a head_dim of its own, in
   shards too): the
   ``*ForCausalLM`` seeded, every RMSNorm weight and bias randomised and the embeddings widened
@@ -119,7 +119,7 @@ CASES = {
     ),
     "mistral": (
         {"model_type": "mistral", **TINY, "num_attention_heads": 8, "num_key_value_heads": 2,
-         "max_position_embeddings": 32, "sliding_window": 32, "tie_word_embeddings": False,
+         "max_position_embeddings": 32, "sliding_window": 5, "tie_word_embeddings": False,
          "rope_theta": 1000.0},
         (3, 12), 6,
     ),

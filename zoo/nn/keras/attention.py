@@ -118,10 +118,11 @@ def attention_probabilities(scores, blocked, head_dim: int):
     return ops.cast(ops.softmax(logits, axis=-1), scores.dtype)
 
 
-def blocked_mask(steps, padding_mask=None, causal: bool = False, past=0):
+def blocked_mask(steps, padding_mask=None, causal: bool = False, past=0, window: int | None = None):
     """True where attention is blocked, as ``zoo.nn.torch.attention.blocked_mask``: later keys
-    (``causal``) and padding keys (``padding_mask`` (N, P + T), True at padding) except a step's
-    own; the queries are the ``steps`` positions after ``past`` cached ones.
+    (``causal``), keys ``window`` or more places back (a causal sliding window) and padding keys
+    (``padding_mask`` (N, P + T), True at padding) except a step's own; the queries are the
+    ``steps`` positions after ``past`` cached ones.
 
     ``None`` when nothing is blocked, (T, P + T) without padding, (N, 1, T, P + T) with it.
     """
@@ -130,6 +131,8 @@ def blocked_mask(steps, padding_mask=None, causal: bool = False, past=0):
     queries = ops.arange(past, past + steps)[:, None]
     keys = ops.arange(past + steps)[None, :]
     blocked = ops.greater(keys, queries) if causal else None  # key after query
+    if causal and window is not None:
+        blocked = ops.logical_or(blocked, ops.less_equal(keys, queries - window))
     if padding_mask is None:
         return blocked
     padding = ops.cast(padding_mask, "bool")[:, None, None, :]
@@ -237,19 +240,23 @@ def extended(past, k, v, write=None):
     return ops.concatenate([past[0], k], axis=2), ops.concatenate([past[1], v], axis=2)
 
 
-def static_step(padding, pads, length):
+def static_step(padding, pads, length, window: int | None = None):
     """What one token written into slot ``length`` (a scalar tensor) of a static cache
     (``zoo.nn.cache.StaticCache``: ``padding`` (N, max_length) bool, ``pads`` (N,) each row's
     padding count) needs: its positions (N, 1), as :func:`padded_positions` counts them (the
     real tokens before it); the blocked keys (N, 1, 1, max_length), as :func:`blocked_mask`'s
-    (the slots after it and the prompt's padding); and the slot to write, (1, 1, max_length, 1).
+    (the slots after it, those ``window`` or more back and the prompt's padding); and the slot
+    to write, (1, 1, max_length, 1).
     """
     slots = ops.arange(ops.shape(padding)[1], dtype="int32")
     length = ops.cast(length, "int32")
     positions = (length - ops.cast(pads, "int32"))[:, None]
     here = ops.equal(slots, length)
     padded = ops.logical_and(ops.cast(padding, "bool"), ops.logical_not(here)[None])
-    blocked = ops.logical_or(ops.greater(slots, length)[None], padded)[:, None, None, :]
+    unwritten = ops.greater(slots, length)
+    if window is not None:
+        unwritten = ops.logical_or(unwritten, ops.less_equal(slots, length - window))
+    blocked = ops.logical_or(unwritten[None], padded)[:, None, None, :]
     return positions, blocked, here[None, None, :, None]
 
 

@@ -106,13 +106,16 @@ def blocked_mask(
     causal: bool = False,
     device=None,
     past: int = 0,
+    window: int | None = None,
 ) -> torch.Tensor | None:
-    """True where attention is blocked: later keys (``causal``) and padding keys (``padding_mask``
-    (N, P + T), True at padding), except a step's own key, so no row is empty (an all-blocked row
-    would give NaN, which the zero weights of other rows would carry everywhere).
+    """True where attention is blocked: later keys (``causal``), keys ``window`` or more places
+    back (a causal sliding window: Mistral's), and padding keys (``padding_mask`` (N, P + T),
+    True at padding), except a step's own key, so no row is empty (an all-blocked row would give
+    NaN, which the zero weights of other rows would carry everywhere).
 
     The queries are the ``steps`` positions after ``past`` cached ones (incremental decoding,
-    :meth:`SelfAttention.forward_cached`); the keys are all P + T positions.
+    :meth:`SelfAttention.forward_cached`); the keys are all P + T positions. Places count
+    padding too, as transformers' sliding-window mask counts cache positions.
     ``None`` when nothing is blocked, (T, P + T) without padding, (N, 1, T, P + T) with it.
     """
     if padding_mask is None and not causal:
@@ -120,6 +123,8 @@ def blocked_mask(
     queries = torch.arange(past, past + steps, device=device)[:, None]
     keys = torch.arange(past + steps, device=device)[None, :]
     blocked = keys > queries if causal else None  # key after query
+    if causal and window is not None:
+        blocked = blocked | (keys <= queries - window)
     if padding_mask is None:
         return blocked
     padding = padding_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
