@@ -40,6 +40,7 @@ CASES = {
     "mistral": (llama, "hf_llama.py", "mistral"),
     "qwen2": (llama, "hf_llama.py", "qwen2"),
     "qwen3": (llama, "hf_llama.py", "qwen3"),
+    "phi3": (llama, "hf_llama.py", "phi3"),
 }
 
 

@@ -56,7 +56,7 @@ REFERENCE = 1e-4  # relative, max norm: zoo's twins against transformers
 TWINS = 1e-5  # the twins against each other on the same weights
 FAMILY = registry.get_family("llama")
 FRAMEWORKS = ("lightning", "keras")
-CASES = ("llama", "llama-untied", "mistral", "qwen2", "qwen3")
+CASES = ("llama", "llama-untied", "mistral", "qwen2", "qwen3", "phi3")
 TYPES = ("llama", "mistral", "qwen2", "qwen3")  # the transformers classes the random configs draw
 RANDOM = int(os.environ.get("ZOO_PARITY_EXAMPLES", "10"))  # random configs against transformers
 # transformers' config fields zoo's config holds: an export must give them back as read.
@@ -466,7 +466,9 @@ def test_import_reads_a_sharded_directory_with_the_cli(reference, tmp_path):
     assert read_checkpoint(tmp_path / "q" / "model.safetensors").config.model_type == "qwen2"
 
 
-@pytest.mark.parametrize("case", ["llama", "llama-untied", "mistral", "qwen2", "qwen2-backbone", "qwen3"])
+@pytest.mark.parametrize(
+    "case", ["llama", "llama-untied", "mistral", "qwen2", "qwen2-backbone", "qwen3", "phi3"]
+)
 def test_export_loads_in_transformers(reference, imported, case, tmp_path):
     """``zoo export --format hf`` of the import, changed so that it is not the file it came from:
     transformers' from_pretrained loads every tensor strictly, gives the torch twin's outputs, and

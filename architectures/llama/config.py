@@ -1,5 +1,5 @@
-"""Hyperparameters of the llama family: transformers' ``LlamaConfig`` (and Mistral's, Qwen2's and
-Qwen3's, which describe the same decoder), under transformers' field names.
+"""Hyperparameters of the llama family: transformers' ``LlamaConfig`` (and Mistral's, Qwen2's,
+Qwen3's and Phi-3's, which describe the same decoder), under transformers' field names.
 
 The fields read across from a ``config.json`` one to one (``architectures.llama.config_json``),
 except the attention biases: Llama's ``attention_bias`` puts a bias on all four projections and
@@ -84,7 +84,7 @@ class LlamaConfig(ArchitectureConfig):
         "language_modeling",
         description="Next-token logits (LlamaForCausalLM), or the last hidden state (LlamaModel).",
     )
-    model_type: Literal["llama", "mistral", "qwen2", "qwen3"] = Field(
+    model_type: Literal["llama", "mistral", "qwen2", "qwen3", "phi3"] = Field(
         "llama",
         description="The transformers class family of these weights (config.json's model_type), used by "
         "zoo export --format hf; the computation is the same.",

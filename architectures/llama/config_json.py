@@ -25,7 +25,9 @@ from typing import Any
 from architectures.llama.config import LlamaConfig
 from zoo.checkpoint.foreign import ForeignLayoutError
 
-CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}  # model_type -> prefix
+CLASSES = {  # model_type -> class prefix
+    "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi3",
+}  # fmt: skip
 ARCHITECTURES = {
     f"{name}{suffix}": (model_type, task)
     for model_type, name in CLASSES.items()
@@ -64,7 +66,13 @@ HF_DEFAULTS = {
         "eos_token_id": None, "attention_bias": False, "use_sliding_window": False, "sliding_window": None,
         "max_window_layers": 28,
     },
+    "phi3": _SHARED_DEFAULTS | {
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 32000,
+        "pad_token_id": 32000, "sliding_window": None, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+    },
 }  # fmt: skip
+# Phi-3's dropouts zoo's llama does not have: refused unless 0 (what every released Phi-3 sets).
+_PHI3_DROPOUTS = ("resid_pdrop", "embd_pdrop")
 # config.json's counts and sizes: whole numbers of at least 1 where given (transformers divides by them).
 _COUNTS = ("num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings", "vocab_size")
 
@@ -104,6 +112,9 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     activation = meta.get("hidden_act", "silu")
     if activation not in ACTIVATIONS:
         refused.append(f"hidden_act {activation!r} (zoo computes {' / '.join(ACTIVATIONS)})")
+    if model_type == "phi3":
+        refused += [f"{key} {meta[key]} (zoo's llama has no such dropout: set it to 0)"
+                    for key in _PHI3_DROPOUTS if meta.get(key)]  # fmt: skip
     fields: dict[str, Any] = {key: meta[key] for key in _FIELDS if key in meta}
     fields["hidden_act"] = activation
     heads = meta["num_attention_heads"]
@@ -182,7 +193,7 @@ def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | Non
     (and Qwen3's) only with ``use_sliding_window`` and on the layers ``layer_types`` (or
     ``max_window_layers``) marks, when that is every layer: windows on some layers only are
     refused (what the twins do not compute), named in the second item."""
-    if model_type == "mistral":
+    if model_type in ("mistral", "phi3"):  # every layer
         return meta.get("sliding_window"), []
     if model_type not in ("qwen2", "qwen3") or not meta.get("use_sliding_window", False):
         return None, []
@@ -207,7 +218,7 @@ def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | Non
 def _biases(meta: Mapping[str, Any], model_type: str) -> dict[str, bool]:
     """The bias layout each class has: Llama's ``attention_bias`` (all four attention projections)
     and ``mlp_bias``; Qwen3's ``attention_bias`` (the four attention projections); Qwen2's
-    query/key/value biases; Mistral none."""
+    query/key/value biases; Mistral and Phi-3 none."""
     if model_type in ("llama", "qwen3"):
         attention = bool(meta.get("attention_bias", False))
         return {
@@ -240,12 +251,15 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
     }
     if model_type == "llama":
         config |= {"attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias, "pretraining_tp": 1}
-    if model_type in ("llama", "mistral", "qwen3") or cfg.head_dim is not None:
+    if model_type in ("llama", "mistral", "qwen3") or (cfg.head_dim is not None and model_type != "phi3"):
         config["head_dim"] = cfg.attention_head_dim
     if model_type == "qwen3":
         config["attention_bias"] = cfg.qkv_bias
-    if model_type == "mistral":
+    if model_type in ("mistral", "phi3"):
         config["sliding_window"] = cfg.sliding_window
+    if model_type == "phi3":
+        config |= {key: 0.0 for key in _PHI3_DROPOUTS}
+        config["original_max_position_embeddings"] = cfg.max_position_embeddings
     if model_type in ("qwen2", "qwen3"):
         config |= {
             "use_sliding_window": cfg.sliding_window is not None,
@@ -258,9 +272,10 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
 def _check_expressible(cfg: LlamaConfig) -> None:
     """What each transformers class can hold: Llama one attention bias switch, Mistral no biases,
     Qwen2 query/key/value biases only, Qwen3 one attention bias switch and no MLP bias; only Qwen3
-    has the query/key norms; only Mistral, Qwen2 and Qwen3 have a sliding window."""
+    has the query/key norms; Llama has no sliding window; Phi-3 no biases and no head width of
+    its own."""
     biases = (cfg.qkv_bias, cfg.output_bias, cfg.mlp_bias)
-    layout = {"llama": cfg.qkv_bias == cfg.output_bias, "mistral": not any(biases)}
+    layout = {"llama": cfg.qkv_bias == cfg.output_bias, "mistral": not any(biases), "phi3": not any(biases)}
     layout["qwen2"] = biases == (True, False, False)
     layout["qwen3"] = cfg.qkv_bias == cfg.output_bias and not cfg.mlp_bias
     layout = {t: fits and cfg.qk_norm == (t == "qwen3") for t, fits in layout.items()}
@@ -281,6 +296,11 @@ def _check_expressible(cfg: LlamaConfig) -> None:
         )
     if cfg.model_type == "llama" and cfg.sliding_window is not None:
         problems.append("transformers' Llama has no sliding_window (it covers the context: set it to null)")
+    if cfg.model_type == "phi3" and cfg.attention_head_dim * cfg.num_attention_heads != cfg.hidden_size:
+        problems.append(
+            f"head_dim {cfg.attention_head_dim}: transformers' Phi-3 derives it (hidden_size / "
+            "num_attention_heads); set head_dim to null, or another model_type"
+        )
     if problems:
         raise ForeignLayoutError(
             f"this llama config has no transformers {CLASSES[cfg.model_type]} form: {'; '.join(problems)}"

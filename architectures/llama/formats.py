@@ -1,5 +1,5 @@
-"""transformers' Llama / Mistral / Qwen2 / Qwen3 state dict <-> zoo's canonical tensors (the
-``config.json`` beside them is read and written by ``architectures.llama.config_json``).
+"""transformers' Llama / Mistral / Qwen2 / Qwen3 / Phi-3 state dict <-> zoo's canonical tensors
+(the ``config.json`` beside them is read and written by ``architectures.llama.config_json``).
 
 zoo's torch twin holds transformers' tensors under transformers' names; the differences are:
 
@@ -8,7 +8,9 @@ zoo's torch twin holds transformers' tensors under transformers' names; the diff
 - the head: a tied head (``tie_word_embeddings``) is the token embedding. Files that carry
   ``lm_head.weight`` anyway must carry the very same matrix, which is dropped; one that differs
   is refused. Written back once, as ``model.embed_tokens.weight`` (transformers re-ties on load);
-- buffers: the ``rotary_emb.inv_freq`` of older files is recomputed, skipped.
+- buffers: the ``rotary_emb.inv_freq`` of older files is recomputed, skipped;
+- Phi-3 stacks the query, key and value projections in one ``qkv_proj`` and the gate and up
+  projections in one ``gate_up_proj``: split on import, stacked again on export.
 
 The config: the shapes decide the vocabulary, width, depth, MLP width and which biases exist;
 ``config.json`` the head counts, head width, rotary embedding and the rest, checked against the
@@ -33,6 +35,7 @@ from zoo.checkpoint.tables import tensor_specs
 PREFIX = "model."
 HEAD = "lm_head.weight"
 _BUFFERS = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+FUSED_QKV, FUSED_MLP = "self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"  # Phi-3's
 
 
 # ---------------------------------------------------------------------- transformers -> zoo
@@ -42,6 +45,8 @@ def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple
     """A ``*ForCausalLM`` or ``*Model`` state dict of Llama, Mistral or Qwen2 (and its
     ``config.json``) -> zoo's config fields and tensors."""
     backbone, head, prefixed = _backbone(tensors)
+    if any(key.endswith(FUSED_QKV) for key in backbone):  # Phi-3's fused projections
+        backbone = _unfused(backbone, meta)
     shapes = _shapes(backbone)
     model_type, task = model_type_and_task(meta, prefixed or head is not None)
     fields = {"model_type": model_type, "task": task, **config_fields(meta, model_type)}
@@ -87,6 +92,52 @@ def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple
             f"these Llama weights have other shapes than config.json says: {'; '.join(wrong[:5])}"
         )
     return fields, {name: np.asarray(value, dtype=np.float32) for name, value in found.items()}
+
+
+def _unfused(backbone: dict[str, np.ndarray], meta: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Phi-3's ``qkv_proj`` (the query, key and value rows stacked) and ``gate_up_proj`` (the
+    gate's rows, then the up projection's) as the separate projections zoo's twins hold."""
+    if meta.get("model_type") != "phi3":
+        raise ForeignLayoutError(
+            f"fused qkv_proj / gate_up_proj weights are Phi-3's, but config.json's model_type is "
+            f"{meta.get('model_type')!r}: give Phi-3's config.json (model_type phi3)"
+        )
+    heads = meta.get("num_attention_heads", HF_DEFAULTS["phi3"]["num_attention_heads"])
+    kv = meta.get("num_key_value_heads") or heads
+    width = np.shape(backbone.get("embed_tokens.weight", np.zeros((0, 0))))[1]
+    head_dim = width // heads if isinstance(heads, int) and heads > 0 else 0
+    out = dict(backbone)
+    for key in [k for k in backbone if k.endswith(FUSED_QKV)]:
+        qkv, stem = out.pop(key), key.removesuffix("qkv_proj.weight")
+        rows = (heads * head_dim, kv * head_dim, kv * head_dim)
+        if head_dim == 0 or len(qkv) != sum(rows):
+            raise ForeignLayoutError(
+                f"{key} has {len(qkv)} rows; num_attention_heads {heads} and num_key_value_heads {kv} of "
+                f"width {head_dim} make {sum(rows)}: config.json's head counts do not fit the weights"
+            )
+        q, k, v = np.split(qkv, np.cumsum(rows)[:2])
+        out |= {f"{stem}q_proj.weight": q, f"{stem}k_proj.weight": k, f"{stem}v_proj.weight": v}
+    for key in [k for k in backbone if k.endswith(FUSED_MLP)]:
+        gate_up, stem = out.pop(key), key.removesuffix("gate_up_proj.weight")
+        if len(gate_up) % 2:
+            raise ForeignLayoutError(f"{key} has {len(gate_up)} rows: no gate and up projection of one width")
+        gate, up = np.split(gate_up, 2)
+        out |= {f"{stem}gate_proj.weight": gate, f"{stem}up_proj.weight": up}
+    return out
+
+
+def _fused(tensors: dict[str, Any]) -> dict[str, Any]:
+    """zoo's projections as Phi-3 stacks them (the inverse of :func:`_unfused`)."""
+    out = dict(tensors)
+    for key in [k for k in tensors if k.endswith("self_attn.q_proj.weight")]:
+        stem = key.removesuffix("q_proj.weight")
+        parts = [out.pop(f"{stem}{name}_proj.weight") for name in "qkv"]
+        out[stem + "qkv_proj.weight"] = np.concatenate(parts)
+    for key in [k for k in tensors if k.endswith("mlp.gate_proj.weight")]:
+        stem = key.removesuffix("gate_proj.weight")
+        gate, up = out.pop(f"{stem}gate_proj.weight"), out.pop(f"{stem}up_proj.weight")
+        out[stem + "gate_up_proj.weight"] = np.concatenate([gate, up])
+    return out
 
 
 def _pydantic_words(error: ValueError) -> str:
@@ -198,7 +249,7 @@ def to_hf(cfg: LlamaConfig, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors,
     ``model_type`` (a tied head once, as ``model.embed_tokens.weight``), and its ``config.json``."""
     config = hf_config(cfg)
     lm = cfg.active_task == "language_modeling"
-    out = {}
-    for name in tensor_specs(table(cfg)):
-        out[name if name == HEAD or not lm else PREFIX + name] = tensors[name]
-    return out, config
+    named = {name: tensors[name] for name in tensor_specs(table(cfg))}
+    if cfg.model_type == "phi3":
+        named = _fused(named)
+    return {name if name == HEAD or not lm else PREFIX + name: value for name, value in named.items()}, config

@@ -1,4 +1,4 @@
-"""transformers' Llama, Mistral, Qwen2 and Qwen3 as the llama family's oracle (run in the reference
+"""transformers' Llama, Mistral, Qwen2, Qwen3 and Phi-3 as the llama family's oracle (run in the reference
 environment).
 
 ``hf_llama.py OUT`` writes, for the tests in zoo's environment:
@@ -9,9 +9,9 @@ environment).
   the model's repository has it;
 - for each case of ``CASES`` (Llama with grouped-query attention and a padding id and a
   tokenizer; Llama untied, multi-query, with every bias, an explicit head_dim and llama3 rope
-  scaling; Mistral with a sliding window of 5 tokens (shorter than its inputs); Qwen2 with its query/key/value
-  biases, untied, saved in shards; Qwen3 with its query/key norms and a head_dim of its own, in
-  shards too): the
+  scaling; Mistral with a sliding window of 5 tokens (shorter than its inputs); Qwen2 with its
+  query/key/value biases, untied, saved in shards; Qwen3 with its query/key norms and a head_dim
+  of its own, in shards too; Phi-3 with its fused projections and a window of 6): the
   ``*ForCausalLM`` seeded, every RMSNorm weight and bias randomised and the embeddings widened
   (greedy decoding then has no near-ties), written by
   ``save_pretrained`` to ``CASE/`` and its base model to ``CASE-backbone/``; ``CASE-inputs.npy``,
@@ -133,6 +133,12 @@ CASES = {
         {"model_type": "qwen3", **TINY, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
          "max_position_embeddings": 48, "tie_word_embeddings": True, "rope_theta": 1000000.0,
          "rms_norm_eps": 1e-5, "bos_token_id": 5, "eos_token_id": 6},
+        (3, 12), 6,
+    ),
+    "phi3": (
+        {"model_type": "phi3", **TINY, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 32, "sliding_window": 6, "tie_word_embeddings": False,
+         "rope_theta": 10000.0, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
         (3, 12), 6,
     ),
 }  # fmt: skip

@@ -8,7 +8,8 @@ token ids INPUTS (.npy):
   puts it on the model; writes ``exported-logits.npy``, and ``exported-merged-logits.npy`` after
   ``merge_and_unload``;
 - always: a PEFT adapter made here (``get_peft_model`` with PEFT's default targets for the model
-  type, rank 4, alpha 8, then every B drawn from a normal so that it changes the logits; seed 0),
+  type, ``TARGETS`` where it has none, rank 4, alpha 8, then every B drawn from a normal so that
+  it changes the logits; seed 0),
   saved by ``save_pretrained`` to ``OUT/made``, and its logits, ``made-logits.npy``, and PEFT's
   trainable-parameter count in ``made.json``.
 """
@@ -23,6 +24,9 @@ import torch
 import transformers
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoConfig
+
+# Model types PEFT has no default targets for: what its users name (Phi-3's fused projections).
+TARGETS = {"phi3": ["qkv_proj", "o_proj", "gate_up_proj"]}
 
 
 def load(folder: str):
@@ -45,7 +49,9 @@ def main(out: Path, folder: str, inputs: str, exported: str | None = None) -> No
         np.save(out / "exported-logits.npy", logits(model, ids))
         np.save(out / "exported-merged-logits.npy", logits(model.merge_and_unload(), ids))
     torch.manual_seed(0)
-    model = get_peft_model(load(folder), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0))
+    base = load(folder)
+    targets = TARGETS.get(base.config.model_type)  # None: PEFT's default for the model type
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets))
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if "lora_B" in name:
