@@ -230,12 +230,17 @@ def cached_logits(model, ids: np.ndarray, padding: np.ndarray, prompt: int):
 
 def relative_error(got, expected) -> float:
     """max |got - expected| / max |expected|: the norm of the reference-implementation tests."""
-    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
-    return float(np.max(np.abs(got - expected)) / np.max(np.abs(expected)))
+    return max_diff(got, expected) / float(np.max(np.abs(np.asarray(expected, np.float64))))
 
 
 def max_diff(a, b) -> float:
-    return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
+    """max |a - b|, the difference taken in float64 (exact for float32 inputs) with no float64
+    copies of the inputs."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind not in "biuf" or b.dtype.kind not in "biuf":  # ml_dtypes' bfloat16: cast first
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    difference = np.asarray(np.subtract(a, b, dtype=np.float64))  # 0-d inputs give a scalar
+    return float(np.max(np.abs(difference, out=difference)))
 
 
 @pytest.fixture(scope="session")

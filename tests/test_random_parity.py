@@ -35,7 +35,11 @@ is chaotic (a Llama of 30 layers with weights of standard deviation 1), a roundi
 anywhere moves the gradients by far more than that: the float32 gap is then held to ``NOISE``
 times the spread that such a change gives, measured on the float64 torch twin whose weights are
 each moved by float32's rounding (``PERTURBATIONS`` draws). There, torch's own float32 error of
-a gradient was 2.3 and Keras' gap 26.7, while the draws moved it by 8 to 61.
+a gradient was 2.3 and Keras' gap 26.7, while the draws moved it by 8 to 61. Outputs over
+``FORWARD`` get the same second look (float64 outputs in agreement, the float32 gap within
+``NOISE`` times that spread): a three-layer Llama with Qwen3's norms, biases everywhere and an
+RMSNorm epsilon of 0.005 had torch's float32 error of its logits at 8.0e-6 and Keras' at 1.9e-4
+(2.1e-5 of their scale), its float64 twins 3e-13 apart.
 
 Inputs: a batch of 1..7 samples; for sequence and token inputs a sequence length of
 1..8 (at most the config's ``max_len`` where it has one); image sizes are config fields.
@@ -51,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import torch
+from conftest import max_diff
 from hypothesis import HealthCheck, example, given, settings
 from random_configs import (
     EXAMPLES,
@@ -76,6 +81,7 @@ ROUNDING = 1e-6  # ... or within this fraction of the model's largest gradient
 FLOAT64_AGREE = 1e-8  # measured 2e-9 on that BERT (its float32 attention scale apart: exact)
 FLOAT32_ROUNDING = 1e-5  # measured 7.8e-6 there; a 1% wrong bias gives 1e-2 relative
 PERTURBATIONS = 3  # float64 passes with every weight moved by float32's relative rounding
+OUTPUT_PROBLEMS = ("eval-mode outputs", "train-mode outputs")  # how differences() words them
 FLOAT32_EPS = 2.0**-24
 KINK = 1e-6  # a ReLU input this close to 0 (relative to its largest) may change sides in float32
 # TensorFlow's oneDNN convolutions round ~4.5x more than torch's (8.6e-7 vs
@@ -154,6 +160,7 @@ class Pass:
     state: dict[str, np.ndarray] = field(default_factory=dict)  # every tensor after training
     noise: dict[str, float] = field(default_factory=dict)  # torch: |float32 - float64| gradient
     exact_gradients: dict[str, np.ndarray] = field(default_factory=dict)  # torch: the float64 ones
+    exact_outputs: dict[str, np.ndarray] = field(default_factory=dict)  # torch: float64 eval, train
     start: torch.nn.Module | None = None  # torch: a float64 copy before any training pass
     # torch: |float32 - float64| of the eval and train outputs and of every tensor after training
     output_noise: dict[str, float] = field(default_factory=dict)
@@ -190,10 +197,12 @@ def torch_pass(model, x: np.ndarray, weights_rng: np.random.Generator) -> tuple[
     exact_inputs = inputs.double() if inputs.is_floating_point() else inputs
     exact.eval()
     with torch.no_grad():
-        result.output_noise["eval"] = _gap(result.eval, exact(exact_inputs).numpy())
+        result.exact_outputs["eval"] = exact(exact_inputs).numpy()
+    result.output_noise["eval"] = _gap(result.eval, result.exact_outputs["eval"])
     with _kinks(exact) as kinks:
         exact_train, exact_gradients = _torch_train(exact, exact_inputs, weights)
     result.kink = kinks[0] if kinks else None
+    result.exact_outputs["train"] = exact_train
     result.output_noise["train"] = _gap(result.train, exact_train)
     result.noise = {k: _gap(g, exact_gradients[k]) for k, g in result.gradients.items()}
     result.exact_gradients = exact_gradients
@@ -285,10 +294,12 @@ def keras_pass(model, table, x: np.ndarray, family: Family, weights: np.ndarray)
 
 
 def _gap(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    """max |a - b| (conftest.max_diff: no float64 copies of the inputs), inf where the shapes
+    differ: called for every tensor of every drawn config."""
+    a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         return math.inf
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
+    return max_diff(a, b) if a.size else 0.0
 
 
 def _scale(a: np.ndarray) -> float:
@@ -372,14 +383,15 @@ def _compare(family, table, torch_model, keras_model, x, rng, direction: str) ->
     torch_side, weights = torch_pass(torch_model, x, rng)
     keras_side = keras_pass(keras_model, table, x, family, weights)
     problems = differences(torch_side, keras_side)
-    if problems and all(p.startswith("gradient of ") for p in problems):
+    if problems and all(p.startswith(("gradient of ", *OUTPUT_PROBLEMS)) for p in problems):
         problems = _rounding_apart(family, table, keras_model, x, weights, torch_side, keras_side, problems)
     assert not problems, f"{direction}: the twins differ:\n  " + "\n  ".join(problems)
 
 
 def _rounding_apart(family, table, keras_model, x, weights, torch_side, keras_side, problems) -> list[str]:
-    """The gradient problems that remain once the twins are also compared in float64: none
-    when the float64 twins agree and every float32 gap is rounding-sized (module docstring)."""
+    """The output and gradient problems that remain once the twins are also compared in
+    float64: none when the float64 twins agree and every float32 gap is rounding-sized (module
+    docstring)."""
     from zoo.nn.keras.precision import dtype_policy
 
     state = {k: v.astype(np.float64) for k, v in keras_to_tensors(keras_model, table).items()}
@@ -387,18 +399,27 @@ def _rounding_apart(family, table, keras_model, x, weights, torch_side, keras_si
         exact_model = family.build_keras(keras_model.zoo_config)
     load_tensors(exact_model, state)
     exact = keras_pass(exact_model, table, x, family, weights.astype(np.float64))
+    scale = max(_scale(torch_side.exact_outputs[mode]) for mode in ("eval", "train"))
+    outputs_apart = max(_gap(torch_side.exact_outputs[m], getattr(exact, m)) for m in ("eval", "train"))
+    if outputs_apart > FLOAT64_AGREE * scale:
+        return [*problems, f"and in float64: the outputs {outputs_apart:.3g} > {FLOAT64_AGREE} * {scale:.3g}"]
     largest = max(float(np.max(np.abs(g))) for g in torch_side.exact_gradients.values() if g.size)
     apart = {k: _gap(g, exact.gradients[k]) for k, g in torch_side.exact_gradients.items()}
     if max(apart.values()) > FLOAT64_AGREE * largest:
         worst = max(apart, key=apart.get)
         return [*problems, f"and in float64: {worst} {apart[worst]:.3g} > {FLOAT64_AGREE} * {largest:.3g}"]
-    failed = [p.removeprefix("gradient of ").split(":")[0] for p in problems]
+    failed = [p.removeprefix("gradient of ").split(":")[0] for p in problems if p.startswith("gradient of ")]
     gaps = {k: _gap(torch_side.gradients[k], keras_side.gradients[k]) for k in failed}
     over = {k: gap for k, gap in gaps.items() if gap > FLOAT32_ROUNDING * largest}
+    for problem in problems:  # an output gap over FORWARD is held to rounding's spread alone
+        if problem.startswith(OUTPUT_PROBLEMS):
+            mode = problem.split("-mode")[0]
+            over[f"{mode} outputs"] = _gap(getattr(torch_side, mode), getattr(keras_side, mode))
     spread = _rounding_spread(torch_side, x, weights, list(over)) if over else {}
     return [
-        f"gradient of {k}: max |diff| {gap:.3g} > max({FLOAT32_ROUNDING} * {largest:.3g}, {NOISE} * "
-        f"{spread[k]:.3g}) (float64 twins agree; the largest gradient, rounding's spread)"
+        f"{'' if k.endswith(' outputs') else 'gradient of '}{k}: max |diff| {gap:.3g} > "
+        f"max({FLOAT32_ROUNDING} * {largest:.3g}, {NOISE} * {spread[k]:.3g}) (float64 twins agree; the "
+        "largest gradient, rounding's spread)"
         for k, gap in over.items()
         if gap > NOISE * spread[k]
     ]
@@ -407,9 +428,9 @@ def _rounding_apart(family, table, keras_model, x, weights, torch_side, keras_si
 def _rounding_spread(
     torch_side: Pass, x: np.ndarray, weights: np.ndarray, names: list[str]
 ) -> dict[str, float]:
-    """How far a rounding-sized change moves each named gradient: the largest change over
-    PERTURBATIONS float64 training passes of the torch twin, each with every parameter multiplied
-    by 1 + FLOAT32_EPS * N(0, 1) (fixed draws)."""
+    """How far a rounding-sized change moves each named gradient (or "eval outputs", "train
+    outputs"): the largest change over PERTURBATIONS float64 passes of the torch twin, each with
+    every parameter multiplied by 1 + FLOAT32_EPS * N(0, 1) (fixed draws)."""
     rng = np.random.default_rng(0)
     inputs = torch.from_numpy(x)
     inputs = inputs.double() if inputs.is_floating_point() else inputs
@@ -419,9 +440,16 @@ def _rounding_spread(
         with torch.no_grad():
             for p in moved.parameters():
                 p.mul_(1.0 + FLOAT32_EPS * torch.from_numpy(rng.normal(size=tuple(p.shape))))
-        _, gradients = _torch_train(moved, inputs, weights)
+        with torch.no_grad():
+            outputs = {"eval outputs": moved.eval()(inputs).numpy()}
+        outputs["train outputs"], gradients = _torch_train(moved, inputs, weights)
         for k in names:
-            spread[k] = max(spread[k], _gap(gradients[k], torch_side.exact_gradients[k]))
+            moved_to, exact = (
+                (outputs[k], torch_side.exact_outputs[k.split()[0]])
+                if k in outputs
+                else (gradients[k], torch_side.exact_gradients[k])
+            )
+            spread[k] = max(spread[k], _gap(moved_to, exact))
     return spread
 
 
