@@ -140,6 +140,22 @@ def test_the_greedy_loop_is_the_step_by_step_one(twins):
     assert keras_model.compiled_generation_functions().traces["greedy"] == 1
 
 
+@contextmanager
+def xla_allowed():
+    """TensorFlow's op determinism off, as it was before an earlier deterministic run in this
+    process turned it on: while it is on, Keras refuses ``jit_compile = True`` (with a warning),
+    and the greedy loop rightly stays the plain graph."""
+    from tensorflow.python.framework import config
+
+    deterministic = config.is_op_determinism_enabled()
+    config.disable_op_determinism()
+    try:
+        yield
+    finally:
+        if deterministic:
+            config.enable_op_determinism()
+
+
 def test_with_jit_compile_the_greedy_loop_runs_under_xla_to_the_same_tokens(twins):
     """A model whose ``jit_compile`` is True (Keras' "auto" on a GPU; False on this CPU) runs the
     greedy loop XLA-compiled: the same tokens, and the checks XLA would drop made before it."""
@@ -148,17 +164,19 @@ def test_with_jit_compile_the_greedy_loop_runs_under_xla_to_the_same_tokens(twin
     config, torch_model, keras_model = twins
     prompts, padding = left_padded(config.vocab_size, rows=3, steps=5, seed=5)
     resolved = keras_model.jit_compile  # Keras' "auto": False on a machine without an accelerator
-    try:
-        keras_model.jit_compile = False
-        plain = generate(keras_model, prompts, 10, Sampling(), padding_mask=padding)
-        keras_model.jit_compile = True
-        compiled = generate(keras_model, prompts, 10, Sampling(), padding_mask=padding)
-        with pytest.raises(InputError, match="token ids must lie in"):
-            keras_model.greedy(np.array([[1, config.vocab_size]]), length=2)
-        with pytest.raises(ValueError, match="do not fit the context"):
-            keras_model.greedy(prompts, padding, CONTEXT)
-    finally:
-        keras_model.jit_compile = resolved
+    with xla_allowed():
+        try:
+            keras_model.jit_compile = False
+            plain = generate(keras_model, prompts, 10, Sampling(), padding_mask=padding)
+            keras_model.jit_compile = True
+            assert keras_model.jit_compile
+            compiled = generate(keras_model, prompts, 10, Sampling(), padding_mask=padding)
+            with pytest.raises(InputError, match="token ids must lie in"):
+                keras_model.greedy(np.array([[1, config.vocab_size]]), length=2)
+            with pytest.raises(ValueError, match="do not fit the context"):
+                keras_model.greedy(prompts, padding, CONTEXT)
+        finally:
+            keras_model.jit_compile = resolved
     assert compiled.tolist() == plain.tolist()
     assert compiled.tolist() == generate(torch_model, prompts, 10, Sampling(), padding_mask=padding).tolist()
     assert keras_model.compiled_generation_functions().traces["greedy_xla"] == 1
