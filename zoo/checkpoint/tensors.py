@@ -121,8 +121,7 @@ def load_keras(checkpoint: Checkpoint):
         def read() -> tuple[dict[str, np.ndarray], list[str], list[Future]]:
             ready, ports = {}, _PortsAsRead(table, pool)
             read_aligned(checkpoint.path, lambda names, read: ports.arrived(names, read, ready))
-            ported = {s.name for p in table for s in p.tensors}
-            bad = [name for name, tensor in ready.items() if name not in ported and not finite(tensor)]
+            bad = [name for name, tensor in ready.items() if name not in ports.readers and not finite(tensor)]
             return ready, bad, ports.all_submitted(ready)
 
         reading = pool.submit(read)
@@ -153,7 +152,7 @@ class _PortsAsRead:
     def __init__(self, table: Sequence[Port], pool: ThreadPoolExecutor) -> None:
         self.table, self.pool, self.spares = table, pool, Spares(table)
         self.waiting = [{s.name for s in port.tensors} for port in table]
-        self.readers: dict[str, list[int]] = defaultdict(list)
+        self.readers: dict[str, list[int]] = defaultdict(list)  # tensor -> the ports that read it
         for index, names in enumerate(self.waiting):
             for name in names:
                 self.readers[name].append(index)

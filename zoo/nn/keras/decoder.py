@@ -88,7 +88,7 @@ class CausalDecoder(keras.Model):
         stops = np.asarray(sorted(eos), dtype=np.int64)
         functions = self.compiled_generation_functions()
         greedy = functions.greedy_xla if self.jit_compile else functions.greedy
-        tokens, written = greedy(ids, padding, np.int32(length), stops)
+        tokens, written = in_zoo_words(greedy, ids, padding, np.int32(length), stops)
         return np.asarray(tokens)[:, : int(written)]
 
     def _check_greedy(self, ids: np.ndarray, length: int) -> None:
