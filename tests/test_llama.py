@@ -456,6 +456,10 @@ def test_export_refuses_what_the_class_cannot_hold():
     with pytest.raises(ForeignLayoutError, match=r"not a mistral layout; set model.model_type to llama"):
         hf_config(registry.resolve_config("llama-micro", model_type="mistral", mlp_bias=True))
     assert hf_config(registry.resolve_config("qwen2-0.5b"))["architectures"] == ["Qwen2ForCausalLM"]
+    with pytest.raises(ForeignLayoutError, match=r"Llama has no sliding_window: set model.model_type to"):
+        hf_config(registry.resolve_config("llama-micro", sliding_window=16))
+    windowed = hf_config(registry.resolve_config("llama-micro", model_type="mistral", sliding_window=16))
+    assert windowed["sliding_window"] == 16
 
 
 def test_import_reads_a_sharded_directory_with_the_cli(reference, tmp_path):

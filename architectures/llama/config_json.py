@@ -295,7 +295,10 @@ def _check_expressible(cfg: LlamaConfig) -> None:
             )
         )
     if cfg.model_type == "llama" and cfg.sliding_window is not None:
-        problems.append("transformers' Llama has no sliding_window (it covers the context: set it to null)")
+        problems.append(
+            "transformers' Llama has no sliding_window: set model.model_type to mistral (or sliding_window "
+            "to null)"
+        )
     if cfg.model_type == "phi3" and cfg.attention_head_dim * cfg.num_attention_heads != cfg.hidden_size:
         problems.append(
             f"head_dim {cfg.attention_head_dim}: transformers' Phi-3 derives it (hidden_size / "
