@@ -38,7 +38,7 @@ LAYERS = (
      "zoo.precision", "zoo.native_logs", "zoo.metrics_file", "zoo.cache_dir", "zoo.nn.keras.skeleton",
      "zoo.checkpoint", "zoo.checkpoint.aligned", "zoo.checkpoint.foreign"),
     ("zoo.checkpoint.file", "zoo.checkpoint.writer", "zoo.checkpoint.tables",
-     "zoo.checkpoint.keras_variables", "zoo.checkpoint.state"),
+     "zoo.checkpoint.keras_variables", "zoo.checkpoint.state", "zoo.checkpoint.quantized"),
     ("zoo.family", "zoo.registry"),
     ("zoo.checkpoint.tensors",),
     ("zoo.checkpoint.metadata",),

@@ -28,6 +28,7 @@ _API = {
     "Predicted": "zoo.inference",
     "import_checkpoint": "zoo.interchange.importing",
     "export_checkpoint": "zoo.interchange.exporting",
+    "quantize_checkpoint": "zoo.interchange.quantizing",
     "Comparison": "zoo.compare",
     "compare": "zoo.compare",
     "Recipe": "zoo.recipe",

@@ -22,8 +22,9 @@ from zoo import peak_memory, registry
 from zoo.backend import backend_for, framework_name
 from zoo.backend import load_checkpoint as load_twin
 from zoo.backend import save_checkpoint as save_twin
-from zoo.checkpoint.file import CheckpointError, NonFiniteTensors
+from zoo.checkpoint.file import CheckpointError, NonFiniteTensors, read_header
 from zoo.checkpoint.metadata import METADATA_ORDER
+from zoo.checkpoint.quantized import SCALE
 from zoo.checkpoint.state import latest_state
 from zoo.checkpoint_tokenizer import saved_tokenizer
 from zoo.data import load_dataset
@@ -318,6 +319,10 @@ def inspect_checkpoint(path) -> dict[str, Any]:
         raw = checkpoint.metadata
         ports = checkpoint.family.weight_table(checkpoint.config)
         table = [(s.name, s.shape, s.dtype) for port in ports for s in port.tensors]
+        if checkpoint.quantization is not None:  # a weight stored as integers shows its scheme
+            stored = read_header(checkpoint.path)
+            scheme = checkpoint.quantization.scheme
+            table = [(n, shape, scheme if n + SCALE in stored else d) for n, shape, d in table]
     rank = {key: i for i, key in enumerate(METADATA_ORDER)}
     metadata: dict[str, Any] = {}
     for key in sorted(raw, key=lambda k: (rank.get(k, len(rank)), k)):

@@ -39,6 +39,7 @@ from zoo.checkpoint.file import (
     refuse_pickles,
     some,
 )
+from zoo.checkpoint.quantized import Scheme, canonical_view, dequantize_tensors, read_scheme
 from zoo.checkpoint.tables import tensor_specs
 from zoo.checkpoint.writer import TensorStream, write_safetensors
 from zoo.family import ArchitectureConfig, Family
@@ -51,7 +52,7 @@ FORMAT_VERSION = 1
 # a different order in every process, so anything that shows it puts it in this one.
 METADATA_ORDER = (
     "format", "format_version", "architecture", "config", "task", "task_info", "framework", "recipe",
-    "metrics", "versions", "created", "dtype", "source", "preprocessing",
+    "metrics", "versions", "created", "dtype", "quantization", "source", "preprocessing",
 )  # fmt: skip
 FLOAT_DTYPES = ("float32", *LOW_PRECISION, "float64")  # the dtypes a checkpoint's weights may have
 
@@ -62,6 +63,7 @@ class Checkpoint:
     metadata: dict[str, str]
     family: Family
     config: ArchitectureConfig
+    quantization: Scheme | None = None  # a quantized checkpoint's scheme (zoo.checkpoint.quantized)
 
     @property
     def framework(self) -> str:
@@ -86,10 +88,11 @@ class Checkpoint:
             raise CheckpointError(str(error)) from None
 
     def tensors(self) -> dict[str, np.ndarray]:
-        """Every tensor, as stored (float32 or the export dtype), checked finite."""
+        """Every tensor, as stored (float32 or the export dtype; a quantized one as the float32
+        weight its integers and scales stand for), checked finite."""
         tensors = load_file(self.path)
         check_finite(self.path, tensors)
-        return tensors
+        return self._dequantized(tensors)
 
     def float32_tensors(self) -> dict[str, np.ndarray]:
         """Every tensor in float32 (integers as stored), each in 64-byte aligned memory of its
@@ -97,7 +100,14 @@ class Checkpoint:
         TensorFlow as they are."""
         tensors = as_float32(read_aligned(self.path))
         check_finite(self.path, tensors)
-        return tensors
+        return self._dequantized(tensors)
+
+    def _dequantized(self, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.quantization is None:
+            return tensors
+        specs = tensor_specs(self.family.weight_table(self.config))
+        shapes = {name: spec.shape for name, spec in specs.items()}
+        return dequantize_tensors(tensors, self.quantization, shapes)
 
 
 # ------------------------------------------------------------------------------ write
@@ -194,14 +204,21 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
     _check_task(path, metadata, config)
     _check_preprocessing(path, metadata, config)
     dtype = metadata.get("dtype", "float32")
-    _check_tensors(path, found, family.weight_table(config), dtype)
+    table = family.weight_table(config)
+    scheme = None
+    if "quantization" in metadata:  # integers and scales stand for the weights the table names
+        scheme = read_scheme(metadata["quantization"], str(path))
+        shapes = {name: spec.shape for name, spec in tensor_specs(table).items()}
+        weights = dtype if dtype in FLOAT_DTYPES else "float32"
+        found = canonical_view(found, shapes, scheme, weights, str(path))
+    _check_tensors(path, found, table, dtype)
     if dtype not in FLOAT_DTYPES:  # its tensors are float32, else _check_tensors named one
         raise CheckpointError(
             f"{path}: its dtype metadata {dtype!r:.40} is not a weight dtype zoo writes (one of "
             f"{', '.join(FLOAT_DTYPES)}); its weights are float32, so the file is damaged: export it "
             "again, or write dtype=float32 in its metadata"
         )
-    return Checkpoint(path, metadata, family, config)
+    return Checkpoint(path, metadata, family, config, scheme)
 
 
 def _opened(path: Path) -> tuple[dict[str, str], dict[str, tuple[tuple[int, ...], str]]]:

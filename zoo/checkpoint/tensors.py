@@ -120,7 +120,11 @@ def load_keras(checkpoint: Checkpoint):
 
         def read() -> tuple[dict[str, np.ndarray], list[str], list[Future]]:
             ready, ports = {}, _PortsAsRead(table, pool)
-            read_aligned(checkpoint.path, lambda names, read: ports.arrived(names, read, ready))
+            if checkpoint.quantization is not None:  # the weights its integers stand for, all at once
+                weights = checkpoint.float32_tensors()
+                ports.arrived(list(weights), weights, ready)
+            else:
+                read_aligned(checkpoint.path, lambda names, read: ports.arrived(names, read, ready))
             bad = [name for name, tensor in ready.items() if name not in ports.readers and not finite(tensor)]
             return ready, bad, ports.all_submitted(ready)
 
@@ -194,11 +198,14 @@ def load_torch(checkpoint: Checkpoint):
     from safetensors.torch import load_file
 
     family, config = checkpoint.family, checkpoint.config
-    tensors = {
-        name: tensor.to(torch.float32 if tensor.is_floating_point() else tensor.dtype, copy=True)
-        for name, tensor in load_file(checkpoint.path).items()
-    }  # float32 weights, whatever the export dtype
-    check_finite(checkpoint.path, tensors)
+    if checkpoint.quantization is not None:  # the weights its integers stand for
+        tensors = {name: torch.from_numpy(value) for name, value in checkpoint.float32_tensors().items()}
+    else:
+        tensors = {
+            name: tensor.to(torch.float32 if tensor.is_floating_point() else tensor.dtype, copy=True)
+            for name, tensor in load_file(checkpoint.path).items()
+        }  # float32 weights, whatever the export dtype
+        check_finite(checkpoint.path, tensors)
     importlib.import_module(family.torch_model.partition(":")[0])  # module-level tensors stay real
     with torch.device("meta"):
         model = family.build_torch(config)

@@ -21,7 +21,7 @@ from zoo.cli.architecture_commands import list_, schema, show, validate
 from zoo.cli.checkpoint_commands import evaluate, inspect, predict, sample
 from zoo.cli.compare_command import compare
 from zoo.cli.errors import EXIT_FAILED, EXIT_USAGE, user_errors
-from zoo.cli.interchange_commands import export, import_, merge
+from zoo.cli.interchange_commands import export, import_, merge, quantize
 from zoo.cli.output import script_output
 from zoo.cli.run_commands import plot, runs
 from zoo.cli.tokenizer_commands import tokenizer
@@ -32,7 +32,7 @@ __all__ = ["EXIT_FAILED", "EXIT_USAGE", "main", "script_output", "user_errors"]
 
 COMMANDS = (
     list_, show, validate, schema, train, finetune, resume, evaluate, sample, predict, compare, import_,
-    export, merge, inspect, runs, plot, tokenizer,
+    export, merge, quantize, inspect, runs, plot, tokenizer,
 )  # fmt: skip
 
 

@@ -1,6 +1,7 @@
-"""``zoo import`` and ``zoo export``: weights in and out of other libraries' layouts
-(torchvision, timm, transformers) and deployable models (ONNX, SavedModel, torch.export),
-each checked before it is kept. A tensor-by-tensor progress bar shows on stderr."""
+"""``zoo import``, ``zoo export``, ``zoo merge`` and ``zoo quantize``: weights in and out of other
+libraries' layouts (torchvision, timm, transformers), deployable models (ONNX, SavedModel,
+torch.export) and quantized checkpoints, each checked before it is kept. A tensor-by-tensor
+progress bar shows on stderr."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from zoo.interchange.adapters import merge as merge_adapter
 from zoo.interchange.exporting import export_checkpoint, export_writes
 from zoo.interchange.importing import import_checkpoint
 from zoo.interchange.inputs import adapter_of, inputs_of
+from zoo.interchange.quantizing import quantize_checkpoint
 from zoo.limits import MAX_HEADS
 from zoo.loading import checkpoint_file
 from zoo.overwrite import refuse_inputs_as_outputs
@@ -181,3 +183,48 @@ def merge(adapter: Path, out: Path, base: Path | None, overwrite: bool, as_json:
         emit_json({"path": str(path), "adapter": str(adapter), "kind": "merged"})
     else:
         click.echo(str(path) if quiet else f"{path}: {adapter} merged into its base")
+
+
+@click.command("quantize")
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option(
+    "-o", "--out", required=True, type=click.Path(path_type=Path),
+    help="The quantized checkpoint to write: a .safetensors path, or a directory for model.safetensors.",
+)  # fmt: skip
+@click.option(
+    "--scheme", type=click.Choice(["int8", "int4"]), default="int8", show_default=True,
+    help="int8: one scale per output channel; int4: one scale per --group-size inputs.",
+)  # fmt: skip
+@click.option(
+    "--group-size", type=click.IntRange(2, 1 << 20), default=None,
+    help="int4's inputs per scale, even (default 32); int8 takes none.",
+)  # fmt: skip
+@click.option("--overwrite", is_flag=True, help="Replace an existing checkpoint at --out (never the input).")
+@for_scripts
+@user_errors
+def quantize(
+    checkpoint: Path, out: Path, scheme: str, group_size: int | None, overwrite: bool, as_json: bool,
+    quiet: bool,
+) -> None:  # fmt: skip
+    """A checkpoint with its weights quantized (weight-only, symmetric): both frameworks compute with
+    the same integers times their scales; evaluate, predict, sample, compare and finetune take it.
+
+    --quiet prints the path written."""
+    with script_output(quiet, as_json):
+        done = quantize_checkpoint(checkpoint_file(checkpoint), out, scheme, group_size, overwrite=overwrite)
+    if as_json:
+        emit_json(
+            {
+                "path": str(done.path), "scheme": done.scheme.model_dump(exclude_none=True),
+                "quantized": done.quantized, "tensors": done.tensors, "bytes": done.bytes,
+                "float_bytes": done.float_bytes,
+            }
+        )  # fmt: skip
+    elif quiet:
+        click.echo(str(done.path))
+    else:
+        click.echo(
+            f"{done.path}: {done.scheme.describe()}, {done.quantized} of {done.tensors} tensors quantized, "
+            f"{done.float_bytes / 1e6:.1f} MB -> {done.bytes / 1e6:.1f} MB "
+            f"({done.float_bytes / done.bytes:.1f}x smaller)"
+        )
