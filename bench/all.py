@@ -44,6 +44,7 @@ BENCHMARKS: list[tuple[str, str, list[str], bool]] = [
     ("generation", "generation.py", [], True),  # issue 41: Keras compiled greedy generation
     ("prediction", "prediction.py", [], True),  # issue 41: zoo predict's traced Keras forward
     ("cold_start", "cold_start.py", [], True),  # issue 41: a 0.5 GB checkpoint into each twin
+    ("quantization", "quantization.py", [], False),  # issue 44: int8/int4 files, loads, quality
     ("peers", "peers.py", [], True),  # issue 41: transformers, keras-hub, timm (the bench extra)
     ("speed", "speed.py", ["--epochs", "4"], True),
     ("compile", "compile.py", ["--steps", "5", "--rounds", "3"], False),  # rounds in one process

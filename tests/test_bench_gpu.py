@@ -114,7 +114,8 @@ def test_largest_batch_doubles_then_bisects(bench, limit, cap, expected, capped)
 @pytest.mark.slow
 def test_cpu_smoke_runs_end_to_end(tmp_path):
     """The whole script on the CPU at tiny sizes: one preset, every way, the memory rows and
-    the batch probes (capped at 2, one framework), in about a minute on two cores."""
+    the batch probes (capped at 1, one framework: the search's doubling and bisection are
+    test_largest_batch_doubles_then_bisects'), in about a minute on two cores."""
     arguments = [
         "--cpu-smoke",
         "--presets",
@@ -122,7 +123,7 @@ def test_cpu_smoke_runs_end_to_end(tmp_path):
         "--probe-frameworks",
         "lightning",
         "--probe-cap",
-        "2",
+        "1",
     ]
     done, results = run_script(tmp_path, *arguments, timeout=600)
     expected_note = "no GPU: CPU smoke run, figures are not GPU figures"
@@ -154,7 +155,7 @@ def test_cpu_smoke_runs_end_to_end(tmp_path):
         assert "error" not in probe, probe
         assert probe["preset"] == "gpt2-micro" and probe["framework"] == "lightning"
         # Nothing runs out of memory on the CPU at this size: the search stops at the cap.
-        assert probe["batch"] == 2 and probe["capped"] and probe["probes"] == [[1, True], [2, True]]
+        assert probe["batch"] == 1 and probe["capped"] and probe["probes"] == [[1, True]]
         assert all(peak > 0 for peak in probe["peak_bytes"].values())
     assert "| gpt2-micro | bf16-mixed | raw-torch | 4 |" in (tmp_path / "gpu.md").read_text()
 

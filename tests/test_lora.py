@@ -278,15 +278,34 @@ def command(tmp_path: Path, framework: str, recipe: Path, name: str) -> list[str
             *(a for s in sets for a in ("--set", s))]  # fmt: skip
 
 
+def quantized_base(tmp_path: Path) -> Path:
+    """An int4 checkpoint of a gpt2-micro that tiny_recipe's text fits, with its tokenizer: a
+    one-epoch LoRA run on the seeded base, merged, then ``zoo quantize``d."""
+    from zoo import quantize_checkpoint, train
+    from zoo.lora import merge_adapter
+
+    (tmp_path / "first").mkdir()
+    first = train(tiny_recipe(tmp_path / "first", None), "lightning")
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (first.run_dir / name).is_file():
+            (merged / name).write_bytes((first.run_dir / name).read_bytes())
+    merge_adapter(first.checkpoint, merged / "model.safetensors")
+    return quantize_checkpoint(merged / "model.safetensors", tmp_path / "int4", "int4").path
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_sigkill_then_resume_gives_the_same_adapter(framework, tmp_path):
+@pytest.mark.parametrize(("framework", "base"), [("lightning", "seeded"), ("keras", "int4")])
+def test_sigkill_then_resume_gives_the_same_adapter(framework, base, tmp_path):
     """As test_resume.py for full training: killed mid-epoch 2, resumed, bit-identical to a run
-    that was never stopped."""
+    that was never stopped. The base is the seed's in one framework and a quantized checkpoint
+    (QLoRA, read again by path and sha256 on resume) in the other: the two ways a base is made
+    again, each resumed once (what resumes of the adapter is each framework's alike)."""
     import yaml
 
     recipe = tmp_path / "recipe.yaml"
-    raw = tiny_recipe(tmp_path, None)
+    raw = tiny_recipe(tmp_path, quantized_base(tmp_path) if base == "int4" else None)
     raw["init"]["lora"]["dropout"] = 0.1  # seeded dropout masks must resume too
     recipe.write_text(yaml.safe_dump(raw))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}

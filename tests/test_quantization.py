@@ -203,6 +203,53 @@ def test_lora_over_a_quantized_base_trains_alike_in_both_frameworks(quantized, t
     assert result.verdicts == dict.fromkeys(SECTIONS, "PASS"), result.text
 
 
+def test_a_qlora_adapter_loads_in_peft_over_the_dequantized_base(quantized, tmp_path):
+    """An adapter on an int4 base, exported for PEFT, on the base exported for transformers (its
+    dequantized weights): PEFT's logits are both twins'."""
+    import reference_env
+
+    from zoo.interchange.exporting import export_checkpoint
+    from zoo.lora import Adapter, base_digest, initial_tensors, load_adapter, write_adapter
+    from zoo.recipe.fine_tuning import LoraConfig
+
+    checkpoint = read_checkpoint(quantized["int4"])
+    adapter = Adapter.from_recipe(checkpoint.family, checkpoint.config, LoraConfig(rank=4, alpha=8))
+    rng = np.random.default_rng(0)  # B away from zero, else every check passes trivially
+    lora = {
+        name: rng.normal(0, 0.1, value.shape).astype(np.float32) if name.endswith("lora_B") else value
+        for name, value in initial_tensors(adapter, 0).items()
+    }
+    base = {"path": str(quantized["int4"]), "sha256": base_digest(checkpoint.float32_tensors())}
+    path = write_adapter(
+        tmp_path / "adapter.safetensors", checkpoint.family, checkpoint.config, adapter, lora, base,
+        framework="lightning",
+    )  # fmt: skip
+    export_checkpoint(quantized["int4"], "hf", tmp_path / "hf")
+    code, out = zoo_cli("export", path, "--format", "peft", "--out", tmp_path / "peft")
+    assert code == 0, out
+    ids = checkpoint.config.example_input(3, seed=1)
+    np.save(tmp_path / "ids.npy", ids)
+    ref = reference_env.run(
+        "peft_lora.py",
+        tmp_path / "ref",
+        str(tmp_path / "hf"),
+        str(tmp_path / "ids.npy"),
+        str(tmp_path / "peft"),
+    )
+    expected = np.load(ref / "exported-logits.npy")
+    for framework in FRAMEWORKS:
+        model = load_adapter(path, framework)
+        got = np.asarray(model(ids)) if framework == "keras" else _torch_logits(model, ids)
+        assert np.abs(got - expected).max() <= 2e-5, framework  # test_lora's PEFT bound
+
+
+def _torch_logits(model, ids: np.ndarray) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return model.eval()(torch.from_numpy(ids)).numpy()
+
+
 # ---------------------------------------------------------------------------- refusals
 
 
@@ -233,3 +280,41 @@ def test_damaged_integers_or_scales_are_refused_naming_the_tensor(quantized, tmp
     save_file(tensors, tmp_path / "scheme.safetensors", {**metadata, "quantization": '{"scheme": "int3"}'})
     with pytest.raises(CheckpointError, match="is not a scheme zoo reads"):
         read_checkpoint(tmp_path / "scheme.safetensors")
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        (
+            {"quant_method": "bitsandbytes", "load_in_4bit": True},
+            "quant_method 'bitsandbytes' (load_in_4bit)",
+        ),
+        ({"quant_method": "gptq", "bits": 4}, "quant_method 'gptq'"),
+        ({"quant_method": "awq"}, "quant_method 'awq'"),
+        ({"quant_method": "compressed-tensors"}, "quant_method 'compressed-tensors'"),
+    ],
+)
+def test_a_transformers_model_saved_quantized_is_refused_naming_its_method(config, said, tmp_path):
+    """Before its weights are read, whatever the family: the float model imports, then zoo quantize."""
+    src = tmp_path / "quantized-gpt2"
+    src.mkdir()
+    meta = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "quantization_config": config}
+    (src / "config.json").write_text(json.dumps(meta))
+    save_file({"transformer.wte.weight": np.zeros((4, 2), np.int8)}, src / "model.safetensors")
+    code, out = zoo_cli("import", src, "--out", tmp_path / "out")
+    assert code == 2 and f"a quantized model (quantization_config: {said})" in out
+    assert "then `zoo quantize CHECKPOINT --scheme int8|int4`" in out and not (tmp_path / "out").exists()
+
+
+def test_the_bench_measures_both_schemes_in_both_twins(tmp_path):
+    """bench/quantization.py's preset rows on a small preset: the file cut, both twins' loads and
+    their equal gaps to float32."""
+    from bench_scripts import load_bench_script
+
+    rows = load_bench_script("quantization").preset_rows("gpt2-micro", tmp_path, repeats=1)
+    assert [row.split(" | ")[1] for row in rows] == ["int8", "int4"]
+    ratios = [float(row.split("(")[1].split("x)")[0]) for row in rows]
+    assert 3.5 < ratios[0] < 4 and 6 < ratios[1] < 8  # int8 about 4x, int4 about 7x below float32
+    for row in rows:
+        torch_gap, keras_gap = row.rstrip(" |").rsplit(" | ", 1)[1].split(" / ")
+        assert torch_gap == keras_gap and float(torch_gap) > 0

@@ -108,7 +108,7 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     _check_numbers(meta)
     refused = []
     if meta.get("quantization_config"):
-        refused.append("quantization_config (quantised weights; import a float checkpoint)")
+        refused.append("quantization_config (quantized weights: import the float model, then zoo quantize)")
     activation = meta.get("hidden_act", "silu")
     if activation not in ACTIVATIONS:
         refused.append(f"hidden_act {activation!r} (zoo computes {' / '.join(ACTIVATIONS)})")

@@ -37,6 +37,7 @@ def read_foreign(src: str | Path) -> tuple[Tensors, dict[str, Any]]:
         config = src / "config.json"
         if config.is_file():
             meta = read_json(config, error=InterchangeError, fix="it should be transformers' config.json")
+            refuse_quantized(config, meta)
         weights = directory_weights(src)
     elif src.is_file():
         weights = [src]
@@ -48,6 +49,24 @@ def read_foreign(src: str | Path) -> tuple[Tensors, dict[str, Any]]:
     if not tensors:
         raise InterchangeError(f"{src}: holds no tensors")
     return tensors, meta
+
+
+def refuse_quantized(config: Path, meta: dict[str, Any]) -> None:
+    """A transformers model saved quantized (bitsandbytes, GPTQ, AWQ, torchao, compressed-tensors...)
+    is refused before its weights are read, naming its method: its tensors are another library's
+    integers, packed and scaled its own way, which zoo would not compute exactly. The float model
+    imports, and ``zoo quantize`` makes zoo's own int8/int4 of it, the same in both frameworks."""
+    found = meta.get("quantization_config")
+    if not found:
+        return
+    found = found if isinstance(found, dict) else {}
+    method = found.get("quant_method", "unnamed")
+    bits = [key for key in ("load_in_4bit", "load_in_8bit") if found.get(key)]
+    said = f"quant_method {method!r:.40}" + (f" ({', '.join(bits)})" if bits else "")
+    raise InterchangeError(
+        f"{config}: a quantized model (quantization_config: {said}); zoo imports float weights and "
+        "quantizes them itself: import the float model, then `zoo quantize CHECKPOINT --scheme int8|int4`"
+    )
 
 
 def directory_weights(src: Path) -> list[Path]:
