@@ -75,7 +75,8 @@ def test_the_integers_are_torchs_rounding_of_the_weight_over_the_scale(weight, s
     )
     levels = LEVELS[scheme.scheme]
     peak = padded.abs().amax(dim=2)
-    expected_scale = torch.where(peak > 0, peak / levels, torch.ones_like(peak))
+    expected_scale = peak / levels
+    expected_scale = torch.where(expected_scale > 0, expected_scale, torch.ones_like(peak))
     expected = torch.round(padded / expected_scale[..., None]).clamp(-levels, levels).reshape(len(rows), -1)
     expected = expected[:, : rows.shape[1]].to(torch.int8).numpy()
     got = integers.reshape(len(rows), -1) if scheme.scheme == "int8" else _unpack(integers, rows.shape[1])
@@ -91,12 +92,13 @@ def test_int4_packs_two_integers_a_byte_and_unpacks_them(integers):
 
 
 def test_a_row_of_zeros_stays_zeros_and_bfloat16_weights_quantize_as_float32():
-    weight = np.zeros((3, 40), np.float32)
+    weight = np.zeros((4, 40), np.float32)
     weight[1] = np.linspace(-2, 2, 40)
+    weight[3] = np.float32(1.4e-45)  # the least subnormal: its scale would underflow to 0
     for scheme in SCHEMES:
         integers, scale = quantize(weight, scheme)
         back = dequantize(integers, scale, weight.shape, scheme)
-        assert not back[0].any() and not back[2].any() and np.all(scale[0] == 1)
+        assert not back[0].any() and not back[2].any() and not back[3].any() and np.all(scale[0] == 1)
         low = weight.astype(ml_dtypes.bfloat16)
         pairs = zip(quantize(low, scheme), quantize(low.astype(np.float32), scheme), strict=True)
         assert all(np.array_equal(a, b) for a, b in pairs)

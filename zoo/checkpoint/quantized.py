@@ -11,9 +11,10 @@ of one float checkpoint do. Two symmetric schemes:
   group may be shorter), ``max |w| / 7``; two integers in [-7, 7] per byte (the even input
   in the low nibble, two's complement), stored as uint8 (rows, ceil(inputs / 2)).
 
-Rounding is to nearest, ties to even (numpy's and torch's ``round``); a row of zeros gets the
-scale 1 and stays zeros. Every floating tensor of two or more dimensions with more than one row
-is quantized (linear and embedding matrices, convolution kernels, recurrent matrices); vectors
+Rounding is to nearest, ties to even (numpy's and torch's ``round``); a row of zeros (or of
+values so small that their scale would underflow) gets the scale 1 and becomes zeros. Every
+floating tensor of two or more dimensions with more than one row is quantized (linear and
+embedding matrices, convolution kernels, recurrent matrices); vectors
 (biases, norms) and one-row tensors (ViT's class token and position table) stay as they are.
 In the file a quantized tensor ``NAME`` holds the integers and ``NAME.scale`` the float32
 scales (rows, groups); the metadata key ``quantization`` names the scheme (:class:`Scheme`).
@@ -88,7 +89,8 @@ def quantize(weight: np.ndarray, scheme: Scheme) -> tuple[np.ndarray, np.ndarray
     grouped = _grouped(flat, scheme)  # (rows, groups, group) with zeros past the last input
     levels = LEVELS[scheme.scheme]
     peak = np.abs(grouped).max(axis=2)
-    scale = np.where(peak > 0, peak / np.float32(levels), np.float32(1)).astype(np.float32)
+    scale = (peak / np.float32(levels)).astype(np.float32)
+    scale[scale == 0] = 1  # a group of zeros, or of subnormals whose scale would underflow: zeros
     integers = np.clip(np.rint(grouped / scale[:, :, None]), -levels, levels).astype(np.int8)
     integers = integers.reshape(rows, -1)[:, : flat.shape[1]]
     if scheme.scheme == "int8":
