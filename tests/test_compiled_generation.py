@@ -29,7 +29,14 @@ FAMILIES = {
         "llama-micro",
         {"max_position_embeddings": CONTEXT, "num_key_value_heads": 1, "tie_word_embeddings": False},
     ),
-    "mistral-window": ("llama-micro", {"max_position_embeddings": CONTEXT, "sliding_window": 4}),
+    "windowed-layer": (  # a sliding window on the second layer only, as Qwen2's max_window_layers sets
+        "llama-micro",
+        {
+            "max_position_embeddings": CONTEXT,
+            "sliding_window": 4,
+            "layer_types": ["full_attention", "sliding_attention"],
+        },
+    ),
 }
 SAMPLINGS = {"greedy": Sampling(), "sampled": Sampling(temperature=0.9, top_k=20, top_p=0.95, seed=7)}
 ROUNDING = 1e-5  # compiled against eager Keras logits: float32 rounding (the sums' order differs)

@@ -5,10 +5,11 @@ The oracle is ``tests/reference/hf_llama.py``, run in the reference environment:
 models at tiny shapes (a Llama with grouped-query attention, a padding id and a tokenizer; an
 untied Llama with one key/value head, every bias, an explicit head_dim and llama3 rope scaling;
 a Mistral with a 5-token sliding window, shorter than its inputs; a Qwen2 with its query/key/value
-biases, saved in shards), seeded, every RMSNorm weight and bias randomised, written by
-``save_pretrained``, with their base models beside them; and random configs drawn here with
-Hypothesis (grouped-query ratios, head widths, rope_theta, llama3 scaling, tied or untied,
-biases, windows, all four classes),
+biases and a window on its second layer only, saved in shards), seeded, every RMSNorm weight and
+bias randomised, written by ``save_pretrained``, with their base models beside them; and random
+configs drawn here with Hypothesis (grouped-query ratios, head widths, rope_theta, llama3 scaling,
+tied or untied, biases, windows on every layer (Mistral) or from max_window_layers on (Qwen2,
+Qwen3), all four classes),
 which the reference builds, randomises and saves in one run. Inputs carry a left- and a
 right-padded row; transformers gets the matching attention mask and the position ids its
 ``generate`` derives from it, and only real tokens are compared. The published configs'
@@ -197,6 +198,11 @@ def hf_configs(draw, model_type: str) -> dict:
         config["attention_bias"] = draw(st.booleans())
     if model_type == "mistral":
         config["sliding_window"] = draw(st.none() | st.integers(1, 64))  # shorter than the input too
+    if model_type in ("qwen2", "qwen3") and draw(st.booleans()):  # some layers, all, or none windowed
+        config |= {
+            "use_sliding_window": True, "sliding_window": draw(st.integers(1, 64)),
+            "max_window_layers": draw(st.integers(0, config["num_hidden_layers"])),
+        }  # fmt: skip
     return {
         "config": config,
         "batch": draw(st.integers(2, 4)),
@@ -340,6 +346,7 @@ def test_both_twins_refuse_what_llama_cannot_take():
             r"high_freq_factor 1.0 must be greater",
         ),
         ({"pad_token_id": 500, "vocab_size": 100}, r"pad_token_id 500 is not below vocab_size 100"),
+        ({"layer_types": ["full_attention"]}, r"layer_types names 1 layers but num_hidden_layers is 2"),
         ({"hidden_act": "gelu"}, r"hidden_act\n.*'silu' or 'swish'"),
     ],
 )
@@ -410,9 +417,6 @@ def test_legacy_rope_spelling_and_older_buffers_import(reference):
         ("llama", {"model_type": "gemma"}, r"model_type is 'gemma'"),
         ("llama", {"architectures": ["LlamaForSequenceClassification"]}, r"LlamaForSequenceClassification"),
         ("llama-untied", {"tie_word_embeddings": True}, r"lm_head.weight differs from model.embed_t"),
-        ("qwen2", {"use_sliding_window": True, "sliding_window": 8,
-                   "layer_types": ["full_attention", "sliding_attention"]},
-         r"a sliding window on some layers only \(1 of 2; .* window every layer or none"),
         ("llama", {"num_attention_heads": 0}, r"num_attention_heads is 0 \(a whole number of at least 1\)"),
         ("llama", {"num_key_value_heads": "4"}, r"num_key_value_heads is '4' \(a whole number"),
         ("llama", {"rope_scaling": "yarn"}, r"rope_scaling is 'yarn' \(an object such as"),
@@ -460,6 +464,11 @@ def test_export_refuses_what_the_class_cannot_hold():
         hf_config(registry.resolve_config("llama-micro", sliding_window=16))
     windowed = hf_config(registry.resolve_config("llama-micro", model_type="mistral", sliding_window=16))
     assert windowed["sliding_window"] == 16
+    some = {"sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]}
+    with pytest.raises(ForeignLayoutError, match=r"Mistral windows every layer or none; only Qwen2"):
+        hf_config(registry.resolve_config("llama-micro", model_type="mistral", **some))
+    mixed = hf_config(registry.resolve_config("llama-micro", model_type="qwen2", qkv_bias=True, **some))
+    assert mixed["layer_types"] == some["layer_types"] and mixed["use_sliding_window"]
 
 
 def test_import_reads_a_sharded_directory_with_the_cli(reference, tmp_path):

@@ -13,8 +13,9 @@ nothing the twins compute.
 What zoo's twins do not compute is refused here by name, so that nothing in a recipe or an
 imported config is ignored: a rope scaling other than ``llama3`` (pydantic refuses another
 ``rope_type``), a head width that rotary embeddings cannot turn (odd). A ``sliding_window``
-shorter than the context is computed: Mistral's causal window, on every layer
-(``attention_window``; a config.json that windows some layers only is refused where it is read).
+shorter than the context is computed: Mistral's causal window, on every layer, or on the layers
+``layer_types`` marks ``sliding_attention`` (Qwen2's and Qwen3's ``max_window_layers``), each
+layer's window in ``layer_windows``.
 """
 
 from __future__ import annotations
@@ -139,9 +140,15 @@ class LlamaConfig(ArchitectureConfig):
         None,
         ge=1,
         le=10_000_000,
-        description="Mistral's (and Qwen2's / Qwen3's, on every layer) sliding attention window: each "
-        "token attends to itself and the sliding_window - 1 before it; null for none (one as long as the "
-        "context changes nothing).",
+        description="Mistral's (and Qwen2's / Qwen3's) sliding attention window: each token attends to "
+        "itself and the sliding_window - 1 before it; null for none (one as long as the context changes "
+        "nothing). On every layer, or on those layer_types marks sliding_attention.",
+    )
+    layer_types: list[Literal["full_attention", "sliding_attention"]] | None = Field(
+        None,
+        max_length=1024,
+        description="Which layers the sliding window applies to, one entry a layer (transformers' "
+        "layer_types: Qwen2's and Qwen3's layers from max_window_layers on); null: every layer.",
     )
     attention_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the attention probabilities.")
     initializer_range: float = Field(
@@ -181,6 +188,11 @@ class LlamaConfig(ArchitectureConfig):
                 f"the head width is {self.attention_head_dim} ({self._head_dim_words()}); rotary embeddings "
                 "turn pairs of features: give an even head_dim"
             )
+        if self.layer_types is not None and len(self.layer_types) != self.num_hidden_layers:
+            raise ValueError(
+                f"layer_types names {len(self.layer_types)} layers but num_hidden_layers is "
+                f"{self.num_hidden_layers}: give one entry a layer, or null (the window on every layer)"
+            )
         if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
             raise ValueError(
                 f"pad_token_id {self.pad_token_id} is not below vocab_size {self.vocab_size}: set "
@@ -193,6 +205,12 @@ class LlamaConfig(ArchitectureConfig):
         """The sliding window the twins' masks apply: None where it covers the whole context."""
         window = self.sliding_window
         return window if window is not None and window < self.max_position_embeddings else None
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's window (:attr:`attention_window`, or None on a ``full_attention`` layer)."""
+        kinds = self.layer_types or ["sliding_attention"] * self.num_hidden_layers
+        return tuple(self.attention_window if kind == "sliding_attention" else None for kind in kinds)
 
     def _head_dim_words(self) -> str:
         if self.head_dim is not None:

@@ -127,9 +127,7 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     theta, scaling, rope_refused = _rope(meta)
     refused += rope_refused
     fields["rope_theta"], fields["rope_scaling"] = theta, scaling
-    window, window_refused = _sliding_window(meta, model_type)
-    refused += window_refused
-    fields["sliding_window"] = window
+    fields["sliding_window"], fields["layer_types"] = _sliding_window(meta, model_type)
     fields |= _biases(meta, model_type)
     fields["qk_norm"] = model_type == "qwen3"
     if refused:
@@ -188,31 +186,26 @@ def _rope(meta: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None, list[s
     return theta, {"rope_type": "llama3", **{k: parameters[k] for k in keys if k in parameters}}, refused
 
 
-def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | None, list[str]]:
-    """The attention window transformers applies, or None: Mistral's ``sliding_window``; Qwen2's
-    (and Qwen3's) only with ``use_sliding_window`` and on the layers ``layer_types`` (or
-    ``max_window_layers``) marks, when that is every layer: windows on some layers only are
-    refused (what the twins do not compute), named in the second item."""
+def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | None, list[str] | None]:
+    """The attention window transformers applies (or None) and the layers it applies to (None:
+    every layer): Mistral's and Phi-3's ``sliding_window`` on every layer; Qwen2's (and Qwen3's)
+    only with ``use_sliding_window``, on the layers ``layer_types`` marks, or from
+    ``max_window_layers`` on where it marks none, as transformers reads them."""
     if model_type in ("mistral", "phi3"):  # every layer
-        return meta.get("sliding_window"), []
-    if model_type not in ("qwen2", "qwen3") or not meta.get("use_sliding_window", False):
-        return None, []
+        return meta.get("sliding_window"), None
+    window = meta.get("sliding_window")
+    if model_type not in ("qwen2", "qwen3") or not meta.get("use_sliding_window", False) or window is None:
+        return None, None
     layer_types = meta.get("layer_types")
-    if layer_types is not None and "sliding_attention" not in layer_types:
-        return None, []
     if layer_types is None:  # transformers windows the layers from max_window_layers on
-        layers = meta.get("num_hidden_layers", 0)
         first = meta.get("max_window_layers", 28)
-        layer_types = ["full_attention" if i < first else "sliding_attention" for i in range(layers)]
-    if "full_attention" in layer_types and "sliding_attention" in layer_types:
-        return None, [
-            f"a sliding window on some layers only ({layer_types.count('sliding_attention')} of "
-            f"{len(layer_types)}; zoo's twins window every layer or none: set use_sliding_window false, "
-            "or window every layer)"
+        layer_types = [
+            "full_attention" if i < first else "sliding_attention"
+            for i in range(meta.get("num_hidden_layers", 0))
         ]
     if "sliding_attention" not in layer_types:
-        return None, []
-    return meta.get("sliding_window"), []
+        return None, None
+    return window, None if "full_attention" not in layer_types else list(layer_types)
 
 
 def _biases(meta: Mapping[str, Any], model_type: str) -> dict[str, bool]:
@@ -261,10 +254,15 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
         config |= {key: 0.0 for key in _PHI3_DROPOUTS}
         config["original_max_position_embeddings"] = cfg.max_position_embeddings
     if model_type in ("qwen2", "qwen3"):
+        windowed = cfg.sliding_window is not None
+        kinds = (
+            cfg.layer_types or ["sliding_attention" if windowed else "full_attention"] * cfg.num_hidden_layers
+        )
         config |= {
-            "use_sliding_window": cfg.sliding_window is not None,
+            "use_sliding_window": windowed,
             "sliding_window": cfg.sliding_window,
-            "max_window_layers": 0 if cfg.sliding_window is not None else cfg.num_hidden_layers,
+            "max_window_layers": kinds.index("sliding_attention") if windowed else cfg.num_hidden_layers,
+            "layer_types": kinds if windowed else ["full_attention"] * cfg.num_hidden_layers,
         }
     return config
 
@@ -293,6 +291,11 @@ def _check_expressible(cfg: LlamaConfig) -> None:
                 if fitting
                 else "; no transformers class has it"
             )
+        )
+    if cfg.layer_types is not None and cfg.model_type not in ("qwen2", "qwen3") and cfg.sliding_window:
+        problems.append(
+            f"layer_types: transformers' {CLASSES[cfg.model_type]} windows every layer or none; only Qwen2 "
+            "and Qwen3 window some layers (set model.model_type to qwen2 or qwen3, or layer_types to null)"
         )
     if cfg.model_type == "llama" and cfg.sliding_window is not None:
         problems.append(

@@ -129,11 +129,12 @@ class Llama(CausalDecoder):
         padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
         h = self.embed_tokens(ids)
         cos, sin = rotary_tables(padded_positions(padding, past, steps), self.inv_freq, h.dtype)
-        window = self.zoo_config.attention_window  # Mistral's sliding window, or None
-        blocked = blocked_mask(steps, padding, causal=True, past=past, window=window)
+        windows = self.zoo_config.layer_windows  # each layer's sliding window, or None
+        masks = {w: blocked_mask(steps, padding, causal=True, past=past, window=w) for w in set(windows)}
         presents = []
         checkpointing = training and self.grad_checkpointing and not cached
         for i, block in enumerate(self.blocks):
+            blocked = masks[windows[i]]
             if cached:
                 h, present = block.call_cached(h, cos, sin, blocked, cache.layers[i] if cache else None)
                 presents.append(present)
@@ -147,13 +148,14 @@ class Llama(CausalDecoder):
     def _run_static(self, ids, cache: StaticCache):
         """One token (N, 1) written into slot ``cache.length`` of a static cache (``decode_step``):
         :meth:`_run`'s arithmetic for that token, over every slot with the unwritten ones blocked."""
-        window = self.zoo_config.attention_window
-        positions, blocked, write = static_step(cache.padding, cache.pads, cache.length, window)
+        windows = self.zoo_config.layer_windows
+        steps = {w: static_step(cache.padding, cache.pads, cache.length, w) for w in set(windows)}
+        positions, _, write = steps[windows[0]]
         h = self.embed_tokens(ids)
         cos, sin = rotary_tables(positions, self.inv_freq, h.dtype)
         presents = []
-        for block, past in zip(self.blocks, cache.layers, strict=True):
-            h, present = block.call_cached(h, cos, sin, blocked, past, write)
+        for block, past, window in zip(self.blocks, cache.layers, windows, strict=True):
+            h, present = block.call_cached(h, cos, sin, steps[window][1], past, write)
             presents.append(present)
         return self.norm(h), cache._replace(layers=tuple(presents), length=cache.length + 1)
 

@@ -115,11 +115,15 @@ class Llama(CausalDecoder):
         padding = joined_padding(cache.padding if cache else None, past, padding_mask, ids)
         h = self.embed_tokens(ids)
         cos, sin = rotary_tables(padded_positions(padding, past, steps, ids.device), self.inv_freq, h.dtype)
-        window = self.zoo_config.attention_window  # Mistral's sliding window, or None
-        blocked = blocked_mask(steps, padding, causal=True, device=ids.device, past=past, window=window)
+        windows = self.zoo_config.layer_windows  # each layer's sliding window, or None
+        masks = {
+            window: blocked_mask(steps, padding, causal=True, device=ids.device, past=past, window=window)
+            for window in set(windows)
+        }
         presents, empty = [], KeyValueSlots.empty(context)  # slots written in place
         checkpointing = self.grad_checkpointing and self.training and torch.is_grad_enabled() and not cached
         for i, layer in enumerate(self.layers):
+            blocked = masks[windows[i]]
             if cached:
                 h, present = layer.forward_cached(h, cos, sin, blocked, cache.layers[i] if cache else empty)
                 presents.append(present)

@@ -123,10 +123,11 @@ CASES = {
          "rope_theta": 1000.0},
         (3, 12), 6,
     ),
-    "qwen2": (
+    "qwen2": (  # a window of 5 on the second layer only (max_window_layers 1), the first full
         {"model_type": "qwen2", **TINY, "num_attention_heads": 2, "num_key_value_heads": 1,
          "max_position_embeddings": 48, "tie_word_embeddings": False, "rope_theta": 1000000.0,
-         "bos_token_id": 5, "eos_token_id": 6},
+         "bos_token_id": 5, "eos_token_id": 6, "use_sliding_window": True, "sliding_window": 5,
+         "max_window_layers": 1},
         (3, 12), 6,
     ),
     "qwen3": (
