@@ -207,7 +207,8 @@ def test_lora_over_a_quantized_base_trains_alike_in_both_frameworks(quantized, t
 
 def test_a_qlora_adapter_loads_in_peft_over_the_dequantized_base(quantized, tmp_path):
     """An adapter on an int4 base, exported for PEFT, on the base exported for transformers (its
-    dequantized weights): PEFT's logits are both twins'."""
+    dequantized weights): PEFT's logits are both twins'; merged by zoo (a float checkpoint), PEFT's
+    merge_and_unload's."""
     import reference_env
 
     from zoo.interchange.exporting import export_checkpoint
@@ -243,6 +244,12 @@ def test_a_qlora_adapter_loads_in_peft_over_the_dequantized_base(quantized, tmp_
         model = load_adapter(path, framework)
         got = np.asarray(model(ids)) if framework == "keras" else _torch_logits(model, ids)
         assert np.abs(got - expected).max() <= 2e-5, framework  # test_lora's PEFT bound
+    code, out = zoo_cli("merge", path, "--out", tmp_path / "merged")
+    assert code == 0, out
+    merged = read_checkpoint(tmp_path / "merged" / "model.safetensors")
+    assert merged.quantization is None
+    merged_logits = _torch_logits(zoo.load_checkpoint(merged.path, framework="lightning"), ids)
+    assert np.abs(merged_logits - np.load(ref / "exported-merged-logits.npy")).max() <= 2e-5
 
 
 def _torch_logits(model, ids: np.ndarray) -> np.ndarray:
