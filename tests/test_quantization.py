@@ -250,6 +250,12 @@ def test_a_qlora_adapter_loads_in_peft_over_the_dequantized_base(quantized, tmp_
     assert merged.quantization is None
     merged_logits = _torch_logits(zoo.load_checkpoint(merged.path, framework="lightning"), ids)
     assert np.abs(merged_logits - np.load(ref / "exported-merged-logits.npy")).max() <= 2e-5
+    # an adapter goes wherever a model goes: zoo quantize takes it merged onto its base
+    code, out = zoo_cli("quantize", path, "--out", tmp_path / "adapter-int8.safetensors")
+    assert code == 0, out
+    of_merged = zoo.quantize_checkpoint(merged.path, tmp_path / "merged-int8.safetensors").path
+    got, expected = load_file(tmp_path / "adapter-int8.safetensors"), load_file(of_merged)
+    assert got.keys() == expected.keys() and all(np.array_equal(got[k], expected[k]) for k in got)
 
 
 def _torch_logits(model, ids: np.ndarray) -> np.ndarray:

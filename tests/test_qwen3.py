@@ -120,20 +120,26 @@ def test_a_left_out_head_dim_is_qwen3s_128(reference):
 
 
 @pytest.mark.parametrize(
+    "change",
+    [
+        {
+            "use_sliding_window": True,
+            "sliding_window": 16,
+            "layer_types": ["full_attention", "sliding_attention"],
+        },
+        {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1, "layer_types": None},
+    ],
+)
+def test_a_window_on_some_layers_is_read_as_transformers_reads_it(reference, change):
+    """``layer_types``, or where it names none, the layers from ``max_window_layers`` on."""
+    tensors, meta = _files(reference)
+    fields, _ = from_hf(tensors, {**meta, **change})
+    assert (fields["sliding_window"], fields["layer_types"]) == (16, ["full_attention", "sliding_attention"])
+
+
+@pytest.mark.parametrize(
     "change, words",
     [
-        (
-            {
-                "use_sliding_window": True,
-                "sliding_window": 16,
-                "layer_types": ["full_attention", "sliding_attention"],
-            },
-            "a sliding window on some layers only",
-        ),
-        (
-            {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1, "layer_types": None},
-            "a sliding window on some layers only",
-        ),
         ({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}, "Qwen3MoeForCausalLM"),
         ({"model_type": "qwen3_moe", "architectures": []}, "'qwen3_moe'"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn'"),

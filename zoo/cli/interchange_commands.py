@@ -211,7 +211,7 @@ def quantize(
 
     --quiet prints the path written."""
     with script_output(quiet, as_json):
-        done = quantize_checkpoint(checkpoint_file(checkpoint), out, scheme, group_size, overwrite=overwrite)
+        done = quantize_checkpoint(checkpoint, out, scheme, group_size, overwrite=overwrite)
     if as_json:
         emit_json(
             {

@@ -17,6 +17,7 @@ from zoo.checkpoint.quantized import SCALE, Scheme, quantize_tensors
 from zoo.checkpoint.writer import write_safetensors
 from zoo.checkpoint_tokenizer import carry_tokenizer, tokenizer_files
 from zoo.interchange import InterchangeError
+from zoo.loading import checkpoint_file
 from zoo.overwrite import refuse_inputs_as_outputs
 from zoo.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE
 
@@ -42,7 +43,8 @@ def quantize_checkpoint(
     *,
     overwrite: bool = False,
 ) -> Quantized:
-    """``checkpoint`` quantized by ``scheme`` ("int8": a scale per output channel; "int4": a scale
+    """``checkpoint`` (a file, a run folder, or a LoRA adapter, merged onto its base as every
+    command takes one) quantized by ``scheme`` ("int8": a scale per output channel; "int4": a scale
     per ``group_size`` inputs, 32 by default) at ``out`` (a file, or a folder for
     model.safetensors), its tokenizer beside it. An output that is the input is refused,
     ``overwrite`` or not; an existing one unless ``overwrite``."""
@@ -51,6 +53,7 @@ def quantize_checkpoint(
         chosen = Scheme.of(scheme, group_size)
     except ValueError as error:
         raise InterchangeError(f"zoo quantize: {_said(error)}") from None
+    checkpoint = checkpoint_file(checkpoint)  # a run folder's model; an adapter merged onto its base
     found = read_checkpoint(checkpoint)
     if found.quantization is not None:
         raise InterchangeError(
