@@ -82,6 +82,28 @@ def tiny(tmp_path, *overrides):
     ]  # fmt: skip
 
 
+SHORT_TEXT = "the cat sat on the mat. a dog ran in the fog. " * 40
+
+
+def tiny_lm_recipe(folder: Path, name: str, **sections) -> dict:
+    """A seconds-long language-model recipe: a one-layer gpt2-micro on SHORT_TEXT (written into
+    ``folder``), runs under folder/runs; ``sections`` replace or add whole sections (``init``...)
+    or, as dicts, update a section's fields."""
+    (folder / "text.txt").write_text(SHORT_TEXT)
+    recipe = {
+        "name": name,
+        "model": {"architecture": "gpt2-micro", "n_layer": 1},
+        "data": {"name": "text", "path": str(folder / "text.txt"), "seq_len": 16, "batch_size": 8},
+        "optimizer": {"name": "adamw", "lr": 0.01},
+        "trainer": {"max_epochs": 1, "progress_bar": False},
+        "export": {"dir": str(folder / "runs")},
+        "tracking": {"tensorboard": False},
+    }
+    for section, fields in sections.items():
+        recipe[section] = {**recipe.get(section, {}), **fields}
+    return recipe
+
+
 def pytest_configure(config):
     import torch
 

@@ -10,28 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import tiny_lm_recipe
 
 import zoo
 from zoo.cli import main
-
-TEXT = "the cat sat on the mat. a dog ran in the fog. " * 40
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[Path, Path]:
     """A finished one-epoch LoRA run of gpt2-micro on a seeded base, and its adapter merged."""
     folder = tmp_path_factory.mktemp("lora")
-    (folder / "text.txt").write_text(TEXT)
-    recipe = {
-        "name": "lora",
-        "model": {"architecture": "gpt2-micro", "n_layer": 1},
-        "data": {"name": "text", "path": str(folder / "text.txt"), "seq_len": 16, "batch_size": 8},
-        "optimizer": {"name": "adamw", "lr": 0.03},
-        "trainer": {"max_epochs": 1, "progress_bar": False},
-        "init": {"lora": {"rank": 4, "train_bias": "lora_only"}},
-        "export": {"dir": str(folder / "runs")},
-        "tracking": {"tensorboard": False},
-    }
+    recipe = tiny_lm_recipe(
+        folder, "lora", optimizer={"lr": 0.03}, init={"lora": {"rank": 4, "train_bias": "lora_only"}}
+    )
     done = zoo.train(recipe, "lightning")
     assert done.checkpoint.name == "adapter.safetensors"
     merged = CliRunner().invoke(main, ["merge", str(done.checkpoint), "--out", str(folder / "merged")])

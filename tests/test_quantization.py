@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from cli_helpers import zoo_cli
-from conftest import FRAMEWORKS
+from conftest import FRAMEWORKS, SHORT_TEXT, tiny_lm_recipe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -29,7 +29,6 @@ from zoo.checkpoint.tensors import model_tensors
 from zoo.interchange import InterchangeError
 
 SCHEMES = [Scheme.of("int8"), Scheme.of("int4"), Scheme.of("int4", 6), Scheme.of("int4", 128)]
-TEXT = "the cat sat on the mat. a dog ran in the fog. " * 40
 # Quantized against float on the trained model below (a 1-layer gpt2-micro, test loss 0.609): the
 # loss moved by 1.9e-4 at int8 and 7.7e-3 at int4 (groups of 32); the bounds leave 5x of that.
 LOSS_MOVES = {"int8": 1e-3, "int4": 0.04}
@@ -119,16 +118,7 @@ def trained(tmp_path_factory) -> Path:
     """A one-epoch, one-layer gpt2-micro on a short text: a checkpoint with a tokenizer and a
     recipe, whose loss quantization moves."""
     folder = tmp_path_factory.mktemp("quantized")
-    (folder / "text.txt").write_text(TEXT)
-    recipe = {
-        "name": "q",
-        "model": {"architecture": "gpt2-micro", "n_layer": 1},
-        "data": {"name": "text", "path": str(folder / "text.txt"), "seq_len": 16, "batch_size": 8},
-        "optimizer": {"name": "adamw", "lr": 0.01},
-        "trainer": {"max_epochs": 2, "progress_bar": False},
-        "export": {"dir": str(folder / "runs")},
-        "tracking": {"tensorboard": False},
-    }
+    recipe = tiny_lm_recipe(folder, "q", trainer={"max_epochs": 2})
     return zoo.train(recipe, "lightning").checkpoint
 
 
@@ -197,7 +187,7 @@ def test_lora_over_a_quantized_base_trains_alike_in_both_frameworks(quantized, t
     from zoo.compare import compare
 
     text = tmp_path / "text.txt"
-    text.write_text(TEXT)
+    text.write_text(SHORT_TEXT)
     recipe = Path(__file__).parent.parent / "recipes" / "gpt2-micro-lora-pydocs.yaml"
     overrides = [f"init.from={quantized['int4']}", "model.n_layer=1", "data.seq_len=16", "data.batch_size=8",
                  f"data.path={text}", f"export.dir={tmp_path}"]  # fmt: skip
