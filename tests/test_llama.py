@@ -469,6 +469,9 @@ def test_export_refuses_what_the_class_cannot_hold():
         hf_config(registry.resolve_config("llama-micro", model_type="mistral", **some))
     mixed = hf_config(registry.resolve_config("llama-micro", model_type="qwen2", qkv_bias=True, **some))
     assert mixed["layer_types"] == some["layer_types"] and mixed["use_sliding_window"]
+    none = {"sliding_window": 16, "layer_types": ["full_attention"] * 2}  # a window no layer takes
+    unwindowed = hf_config(registry.resolve_config("llama-micro", model_type="qwen2", qkv_bias=True, **none))
+    assert not unwindowed["use_sliding_window"] and unwindowed["max_window_layers"] == 2
 
 
 def test_import_reads_a_sharded_directory_with_the_cli(reference, tmp_path):

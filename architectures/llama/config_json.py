@@ -254,10 +254,8 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
         config |= {key: 0.0 for key in _PHI3_DROPOUTS}
         config["original_max_position_embeddings"] = cfg.max_position_embeddings
     if model_type in ("qwen2", "qwen3"):
-        windowed = cfg.sliding_window is not None
-        kinds = (
-            cfg.layer_types or ["sliding_attention" if windowed else "full_attention"] * cfg.num_hidden_layers
-        )
+        kinds = cfg.layer_types or ["sliding_attention"] * cfg.num_hidden_layers
+        windowed = cfg.sliding_window is not None and "sliding_attention" in kinds
         config |= {
             "use_sliding_window": windowed,
             "sliding_window": cfg.sliding_window,
