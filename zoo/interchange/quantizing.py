@@ -15,11 +15,11 @@ from pathlib import Path
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.quantized import SCALE, Scheme, quantize_tensors
 from zoo.checkpoint.writer import write_safetensors
-from zoo.checkpoint_tokenizer import carry_tokenizer, tokenizer_files
+from zoo.checkpoint_tokenizer import tokenizer_files
 from zoo.interchange import InterchangeError
 from zoo.loading import checkpoint_file
 from zoo.overwrite import refuse_inputs_as_outputs
-from zoo.tokenizer import TOKENIZER_CONFIG, TOKENIZER_FILE
+from zoo.tokenizer import write_atomically
 
 
 @dataclass(frozen=True)
@@ -61,18 +61,17 @@ def quantize_checkpoint(
             "checkpoint it was made from (quantizing twice would round twice)"
         )
     target = out / "model.safetensors" if out.is_dir() or not out.suffix else out
-    sources = [checkpoint.parent]
-    carried = [target.parent / n for n in (TOKENIZER_FILE, TOKENIZER_CONFIG) if (sources[0] / n).is_file()]
+    carried = tokenizer_files([checkpoint.parent], target.parent)  # read and checked before any write
     refuse_inputs_as_outputs([target, *carried], [checkpoint], InterchangeError)
     if not overwrite and target.exists():
         raise InterchangeError(f"{target}: already exists; choose another --out or pass --overwrite")
-    tokenizer_files(sources, target.parent)  # a tokenizer that would not travel is refused first
     tensors = quantize_tensors(found.tensors(), chosen)
     metadata = {**found.metadata, "quantization": chosen.model_dump_json(exclude_none=True)}
     target.parent.mkdir(parents=True, exist_ok=True)
     write_safetensors(target, tensors, metadata, finite_source=checkpoint)
     read_checkpoint(target)  # what was written is a checkpoint zoo reads, or the command fails here
-    carry_tokenizer(sources, target.parent)
+    for file, text in carried.items():
+        write_atomically(file, text)
     quantized = sum(name.endswith(SCALE) for name in tensors)
     return Quantized(
         target, chosen, quantized, len(tensors) - quantized, target.stat().st_size, checkpoint.stat().st_size
