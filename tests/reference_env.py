@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -99,7 +100,7 @@ def fixtures(script: str, *args: str) -> Path:
     script text, shim, pins and arguments) and return OUT, the folder it wrote."""
     source = SCRIPTS / script
     key = _digest(
-        source.read_bytes(), (SCRIPTS / "shim.py").read_bytes(), *(p.read_bytes() for p in PINS),
+        *(path.read_bytes() for path in _sources(source)), *(p.read_bytes() for p in PINS),
         "\0".join(args).encode(),
     )  # fmt: skip
     out = CACHE / f"{Path(script).stem}-{'-'.join(args)}-{key}"
@@ -116,6 +117,13 @@ def fixtures(script: str, *args: str) -> Path:
             raise RuntimeError(f"{script} {' '.join(args)} failed in {VENV}:\n{done.stderr[-4000:]}")
         (out / ".done").touch()
     return out
+
+
+def _sources(script: Path) -> list[Path]:
+    """The script and every module of ``tests/reference/`` it imports (the shim, another
+    script's helpers): a change to any of them makes new fixtures."""
+    imported = set(re.findall(r"^(?:import|from) (\w+)", script.read_text(), re.MULTILINE))
+    return [script, *sorted(p for p in SCRIPTS.glob("*.py") if p.stem in imported and p != script)]
 
 
 def run(script: str, out: Path, *args: str) -> Path:

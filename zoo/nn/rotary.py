@@ -7,15 +7,16 @@ the position (Llama 3.2 reads 131,072 tokens), so frequencies that differ in the
 would turn keys by visibly different angles far into a sequence: the twins must not compute
 them each in their own framework.
 
-Two ways to derive them, transformers' ``rope_type`` values:
+Three ways to derive them, transformers' ``rope_type`` values:
 
 - ``default``: ``1 / theta ** (2i / head_dim)`` for i in [0, head_dim / 2);
+- ``linear`` (Gemma 3's global layers): the default frequencies divided by ``factor``;
 - ``llama3`` (Llama 3.1 / 3.2): the default frequencies, divided by ``factor`` where the
   wavelength is longer than ``original_max_position_embeddings / low_freq_factor``, kept where
   it is shorter than ``original_max_position_embeddings / high_freq_factor``, and blended
   smoothly in between (``_compute_llama3_parameters`` in transformers' ``modeling_rope_utils``).
 
-Neither scales the cosines and sines (transformers' ``attention_factor`` is 1 for both).
+None scales the cosines and sines (transformers' ``attention_factor`` is 1 for both).
 """
 
 from __future__ import annotations
@@ -26,19 +27,22 @@ from typing import Any
 
 import numpy as np
 
-ROPE_TYPES = ("default", "llama3")
+ROPE_TYPES = ("default", "linear", "llama3")
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: Mapping[str, Any] | None = None) -> np.ndarray:
     """(head_dim / 2,) float32 rotation frequencies. ``scaling`` is a ``llama3`` rope_scaling
     mapping (transformers' keys: ``factor``, ``low_freq_factor``, ``high_freq_factor``,
-    ``original_max_position_embeddings``) or None for the default ones."""
+    ``original_max_position_embeddings``), a ``linear`` one (``factor``), or None for the
+    default ones."""
     if head_dim % 2:
         raise ValueError(f"rotary embeddings turn feature pairs: head_dim {head_dim} must be even")
     exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
     inv_freq = np.float32(1.0) / np.power(np.float32(theta), exponents, dtype=np.float32)
     if scaling is None:
         return inv_freq
+    if scaling.get("rope_type") == "linear":  # transformers divides the float32 frequencies
+        return (inv_freq / np.float32(scaling["factor"])).astype(np.float32)
     if scaling.get("rope_type", "llama3") != "llama3":
         raise ValueError(f"rope_type {scaling['rope_type']!r} is not one of: {', '.join(ROPE_TYPES)}")
     factor = np.float32(scaling["factor"])

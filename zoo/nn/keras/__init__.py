@@ -6,7 +6,7 @@ from zoo.nn.keras.drop import DropPath
 from zoo.nn.keras.embedding import Embedding, PaddedEmbedding, checked_token_ids
 from zoo.nn.keras.linear import Conv2D, Dense, DepthwiseConv2D, add_bias
 from zoo.nn.keras.mlp import GatedMlp, Mlp
-from zoo.nn.keras.norm import LayerNorm, RMSNorm
+from zoo.nn.keras.norm import LayerNorm, OffsetRMSNorm, RMSNorm
 
 __all__ = [
     "Conv2D",
@@ -18,6 +18,7 @@ __all__ = [
     "GroupedQueryAttention",
     "LayerNorm",
     "Mlp",
+    "OffsetRMSNorm",
     "PaddedEmbedding",
     "RMSNorm",
     "SelfAttention",

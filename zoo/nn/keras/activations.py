@@ -10,6 +10,7 @@ import keras
 ACTIVATIONS = {
     "relu": keras.activations.relu,
     "gelu": functools.partial(keras.activations.gelu, approximate=False),
+    "gelu_tanh": functools.partial(keras.activations.gelu, approximate=True),
     "silu": keras.activations.silu,
     "tanh": keras.activations.tanh,
 }

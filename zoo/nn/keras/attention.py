@@ -108,11 +108,18 @@ class SelfAttention(layers.Layer):
         }
 
 
-def attention_probabilities(scores, blocked, head_dim: int):
-    """Scaled, masked softmax in float32 at least (float64 stays float64), back in the scores' dtype."""
+def attention_probabilities(
+    scores, blocked, head_dim: int, scale: float | None = None, softcap: float | None = None
+):
+    """Scaled, masked softmax in float32 at least (float64 stays float64), back in the scores' dtype;
+    ``scale`` and ``softcap`` as the torch twin's."""
     dtype = "float64" if keras.backend.standardize_dtype(scores.dtype) == "float64" else "float32"
     # A Python float straight into the dtype: ops.cast would pass it through float32 first.
-    logits = ops.multiply(ops.cast(scores, dtype), ops.convert_to_tensor(head_dim**-0.5, dtype=dtype))
+    factor = head_dim**-0.5 if scale is None else scale
+    logits = ops.multiply(ops.cast(scores, dtype), ops.convert_to_tensor(factor, dtype=dtype))
+    if softcap is not None:
+        cap = ops.convert_to_tensor(softcap, dtype=dtype)
+        logits = ops.multiply(ops.tanh(ops.divide(logits, cap)), cap)
     if blocked is not None:
         logits = ops.where(blocked, ops.cast(float("-inf"), dtype), logits)
     return ops.cast(ops.softmax(logits, axis=-1), scores.dtype)
@@ -151,7 +158,8 @@ class GroupedQueryAttention(layers.Layer):
     products run in the projections' compute dtype, the rotation in float32 before them and
     the softmax in float32, as torch's autocast orders them. ``qk_norm_eps`` (Qwen3's) adds
     ``q_norm`` and ``k_norm``, RMSNorms over each head's features before the rotation; they read
-    the projections' output as it is (no autocast), so a mixed twin rounds as torch's does.
+    the projections' output as it is (no autocast), so a mixed twin rounds as torch's does;
+    ``norm``, ``scale`` and ``softcap`` as the torch twin's (Gemma's).
     """
 
     def __init__(
@@ -165,6 +173,9 @@ class GroupedQueryAttention(layers.Layer):
         dropout: float = 0.0,
         kernel_initializer: keras.initializers.Initializer | str = "glorot_uniform",
         qk_norm_eps: float | None = None,
+        norm: type[RMSNorm] = RMSNorm,
+        scale: float | None = None,
+        softcap: float | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -186,8 +197,9 @@ class GroupedQueryAttention(layers.Layer):
         self.o_proj = dense(hidden_size, out_bias)
         self.dropout = layers.Dropout(dropout)
         normed = qk_norm_eps is not None  # Qwen3's per-head query and key RMSNorms
-        self.q_norm = RMSNorm(epsilon=qk_norm_eps, autocast=False) if normed else None
-        self.k_norm = RMSNorm(epsilon=qk_norm_eps, autocast=False) if normed else None
+        self.q_norm = norm(epsilon=qk_norm_eps, autocast=False) if normed else None
+        self.k_norm = norm(epsilon=qk_norm_eps, autocast=False) if normed else None
+        self.scale, self.softcap = scale, softcap
 
     def build(self, input_shape, cos_shape=None, sin_shape=None, blocked_shape=None):
         for projection in (self.q_proj, self.k_proj, self.v_proj):
@@ -216,7 +228,7 @@ class GroupedQueryAttention(layers.Layer):
         group = self.num_heads // self.num_kv_heads
         keys, values = ops.repeat(k, group, axis=1), ops.repeat(ops.cast(v, product), group, axis=1)
         scores = ops.matmul(q, ops.transpose(keys, (0, 1, 3, 2)))  # (N, heads, T, P + T)
-        probs = attention_probabilities(scores, blocked, self.head_dim)
+        probs = attention_probabilities(scores, blocked, self.head_dim, self.scale, self.softcap)
         out = ops.matmul(self.dropout(probs, training=training), values)
         out = ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (-1, steps, self.num_heads * self.head_dim))
         return self.o_proj(out), (k, v)

@@ -63,6 +63,22 @@ class RMSNorm(layers.Layer):
         return {**super().get_config(), "epsilon": self.epsilon}
 
 
+@keras.saving.register_keras_serializable(package="zoo")
+class OffsetRMSNorm(RMSNorm):
+    """``zoo.nn.torch.OffsetRMSNorm`` (Gemma's RMSNorm): scaled by ``1 + scale`` (``scale`` starts
+    at zero) in float32, then cast to the input's dtype, where :class:`RMSNorm` casts first."""
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(shape=(input_shape[-1],), initializer="zeros", name="scale")
+
+    def call(self, inputs):
+        dtype = keras.backend.result_type(inputs.dtype, "float32")
+        x = ops.cast(inputs, dtype)
+        normed = x * ops.rsqrt(ops.mean(ops.square(x), axis=-1, keepdims=True) + self.epsilon)
+        scaled = normed * (1.0 + ops.cast(self.scale, dtype))
+        return ops.cast(ops.cast(scaled, inputs.dtype), self.compute_dtype)
+
+
 class BatchNorm(keras.layers.Layer):
     """BatchNorm over the last axis with torch's semantics.
 

@@ -4,7 +4,7 @@ from zoo.nn.torch.attention import GroupedQueryAttention, SelfAttention, blocked
 from zoo.nn.torch.drop import DropPath
 from zoo.nn.torch.embedding import Embedding, check_token_ids
 from zoo.nn.torch.mlp import GatedMlp, Mlp
-from zoo.nn.torch.norm import BatchNorm2d, LayerNorm, LayerNorm2d, RMSNorm
+from zoo.nn.torch.norm import BatchNorm2d, LayerNorm, LayerNorm2d, OffsetRMSNorm, RMSNorm
 
 __all__ = [
     "BatchNorm2d",
@@ -15,6 +15,7 @@ __all__ = [
     "LayerNorm",
     "LayerNorm2d",
     "Mlp",
+    "OffsetRMSNorm",
     "RMSNorm",
     "SelfAttention",
     "blocked_mask",

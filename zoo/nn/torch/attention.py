@@ -90,11 +90,20 @@ class SelfAttention(nn.Module):
 
 
 def attention_probabilities(
-    scores: torch.Tensor, blocked: torch.Tensor | None, head_dim: int
+    scores: torch.Tensor,
+    blocked: torch.Tensor | None,
+    head_dim: int,
+    scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """Scaled, masked softmax in float32 at least (float64 stays float64), back in the scores' dtype."""
+    """Scaled, masked softmax in float32 at least (float64 stays float64), back in the scores' dtype.
+    ``scale`` replaces ``head_dim ** -0.5`` (Gemma's ``query_pre_attn_scalar ** -0.5``);
+    ``softcap`` bounds the scaled scores to (-softcap, softcap) by ``softcap * tanh(s / softcap)``
+    before the mask (Gemma 2's ``attn_logit_softcapping``)."""
     dtype = torch.promote_types(scores.dtype, torch.float32)
-    logits = scores.to(dtype) * head_dim**-0.5
+    logits = scores.to(dtype) * (head_dim**-0.5 if scale is None else scale)
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
     if blocked is not None:
         logits = logits.masked_fill(blocked, float("-inf"))
     return logits.softmax(dim=-1).to(scores.dtype)
@@ -142,7 +151,9 @@ class GroupedQueryAttention(nn.Module):
     onto it by name. ``qkv_bias`` puts a bias on the query, key and value projections and
     ``out_bias`` one on the output: Llama's ``attention_bias`` is both, Qwen2's attention has
     the first only. ``qk_norm_eps`` (Qwen3's) adds ``q_norm`` and ``k_norm``, RMSNorms of
-    ``head_dim`` features on each head's query and key before the rotation. Query head h reads
+    ``head_dim`` features on each head's query and key before the rotation (of class ``norm``:
+    Gemma 3's are :class:`OffsetRMSNorm`). ``scale`` and ``softcap`` go to
+    :func:`attention_probabilities` (Gemma's query scale and Gemma 2's soft cap). Query head h reads
     key/value head ``h // (num_heads / num_kv_heads)``. Arithmetic as :class:`SelfAttention`'s:
     products in the compute dtype, the scaled, masked softmax in float32 at least.
     """
@@ -157,6 +168,9 @@ class GroupedQueryAttention(nn.Module):
         out_bias: bool = False,
         dropout: float = 0.0,
         qk_norm_eps: float | None = None,
+        norm: type[RMSNorm] = RMSNorm,
+        scale: float | None = None,
+        softcap: float | None = None,
     ):
         super().__init__()
         if num_heads % num_kv_heads:
@@ -168,8 +182,9 @@ class GroupedQueryAttention(nn.Module):
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=out_bias)
         self.dropout = nn.Dropout(dropout)  # on the attention probabilities
         normed = qk_norm_eps is not None  # Qwen3's per-head query and key RMSNorms
-        self.q_norm = RMSNorm(head_dim, eps=qk_norm_eps) if normed else None
-        self.k_norm = RMSNorm(head_dim, eps=qk_norm_eps) if normed else None
+        self.q_norm = norm(head_dim, eps=qk_norm_eps) if normed else None
+        self.k_norm = norm(head_dim, eps=qk_norm_eps) if normed else None
+        self.scale, self.softcap = scale, softcap
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, blocked: torch.Tensor | None = None
@@ -200,7 +215,7 @@ class GroupedQueryAttention(nn.Module):
         group = self.num_heads // self.num_kv_heads
         keys, values = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = q @ keys.transpose(-2, -1)  # (N, heads, T, P + T), in the compute dtype
-        probs = attention_probabilities(scores, blocked, self.head_dim)
+        probs = attention_probabilities(scores, blocked, self.head_dim, self.scale, self.softcap)
         out = (self.dropout(probs) @ values).transpose(1, 2).reshape(n, t, self.num_heads * self.head_dim)
         return self.o_proj(out), present
 

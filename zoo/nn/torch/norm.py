@@ -1,6 +1,6 @@
 """Normalisation layers: BatchNorm that refuses a training batch with one value per channel in the
 Keras twin's words, LayerNorm in float32 under autocast on every device (and over the channels of a
-channels-first map), and transformers' RMSNorm."""
+channels-first map), and transformers' two RMSNorms (Llama's, and Gemma's scale of one plus the weight)."""
 
 from __future__ import annotations
 
@@ -68,3 +68,19 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.eps}"
+
+
+class OffsetRMSNorm(RMSNorm):
+    """Gemma's RMSNorm (transformers' ``Gemma3RMSNorm``, Gemma 2's too): the same normalisation,
+    scaled by ``1 + weight`` (the weight starts at zero) in float32 and only then cast back to the
+    input's dtype, where :class:`RMSNorm` casts first. The two orders round differently in
+    bfloat16, so each family keeps its own."""
+
+    def __init__(self, features: int, eps: float = 1e-6):
+        super().__init__(features, eps)
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * (1.0 + self.weight.to(wide.dtype))).to(x.dtype)
