@@ -24,8 +24,11 @@ from zoo.memory import saved_for_backward
 TOLERANCE = 1e-6
 # A tf.function's CPU reductions are not bit-reproducible from run to run (oneDNN/Eigen split
 # sums over threads): the same gpt2-micro graph step, repeated in fresh processes, gave gradient
-# gaps of 0, 2.1e-6 and 3.3e-6 relative to each tensor's scale with and without remat.
-GRAPH_TOLERANCE = 1e-5
+# gaps of 0, 2.1e-6 and 3.3e-6 relative to each tensor's scale with and without remat. Gemma's
+# norm-scale gradients, sums over every token whose terms cancel, moved by 1.2e-5 to 2.4e-5 (the
+# same graph without remat: 0 between two runs, 4.3e-6 from eager). A mask redrawn in the
+# recompute moves gradients by 1e-2 and more.
+GRAPH_TOLERANCE = 1e-4
 DROPOUT = 0.3  # high enough that almost every block drops something
 
 

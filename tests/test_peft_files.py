@@ -1,7 +1,7 @@
 """PEFT adapter files as PEFT users have them: made by PEFT itself, read exactly or refused.
 
 ``tests/reference/peft_matrix.py`` makes, in the reference environment and once (cached), tiny
-GPT-2, Llama and BERT models and PEFT adapters on them over a matrix of options (targets
+GPT-2, Llama, Gemma 3 and BERT models and PEFT adapters on them over a matrix of options (targets
 including embeddings and all-linear, modules_to_save, lora_bias, rsLoRA, rank and alpha
 patterns), with PEFT's logits and ``merge_and_unload``'s. Each is imported with ``zoo import``,
 run in both twins, merged with ``zoo merge`` and exported with ``zoo export --format peft``;
@@ -31,7 +31,8 @@ from zoo.interchange.importing import import_checkpoint
 PEFT = 1e-5  # relative to the largest |logit| of PEFT's: float32 against float32
 CASES = (
     "gpt2-attn-mlp", "gpt2-embedding", "gpt2-bias-rslora", "gpt2-all-linear", "llama-patterns-head",
-    "llama-embedding-rslora", "llama-all-linear", "bert-qv-bias", "bert-embedding", "bert-all-linear",
+    "llama-embedding-rslora", "llama-all-linear", "gemma-attn-mlp", "bert-qv-bias", "bert-embedding",
+    "bert-all-linear",
 )  # fmt: skip
 
 
@@ -59,7 +60,7 @@ def zoo_side(made, tmp_path_factory) -> Path:
     commands."""
     out = tmp_path_factory.mktemp("peft-matrix")
     assert set(json.loads((made / "cases.json").read_text())) == set(CASES)
-    for family in ("gpt2", "llama", "bert"):
+    for family in ("gpt2", "llama", "gemma", "bert"):
         import_checkpoint(made / f"base-{family}", out / f"base-{family}.safetensors")
     for case in CASES:
         base = out / f"base-{case.split('-')[0]}.safetensors"

@@ -20,13 +20,13 @@ import reference_env
 import safetensors.numpy
 import torch
 from conftest import perturbed_twins, relative_error
+from twin_gradients import keras_pass, largest_gap, torch_pass
 
 import zoo
 from architectures.llama.config_json import hf_config
 from architectures.llama.formats import from_hf
 from zoo import registry
 from zoo.checkpoint.foreign import ForeignLayoutError
-from zoo.checkpoint.tables import keras_layer
 from zoo.checkpoint.tensors import model_tensors
 from zoo.interchange.importing import import_checkpoint
 from zoo.nn.keras.precision import build_keras
@@ -48,35 +48,6 @@ def checkpoint(reference, tmp_path_factory) -> Path:
     return import_checkpoint(reference / "qwen3", tmp_path_factory.mktemp("qwen3") / "zoo").path
 
 
-def _torch_pass(model, ids, padding, weights):
-    model.eval().zero_grad()
-    logits = model(torch.from_numpy(ids), padding_mask=torch.from_numpy(padding))
-    (logits * torch.from_numpy(weights)).sum().backward()
-    grads = {name: p.grad.numpy() for name, p in model.named_parameters()}
-    return logits.detach().numpy(), grads
-
-
-def _keras_pass(model, ids, padding, weights):
-    import tensorflow as tf
-
-    table = registry.get_family("llama").weight_table(model.zoo_config)
-    ports = []
-    for port in table:
-        layer = keras_layer(model, port.layer)
-        ports.append((port, [keras_layer(layer, v) for v in port.variables]))
-    variables = [v for _, vs in ports for v in vs]
-    with tf.GradientTape() as tape:
-        logits = model(ids, padding_mask=padding, training=False)
-        loss = tf.reduce_sum(logits * weights)
-    found = dict(zip(map(id, variables), tape.gradient(loss, variables), strict=True))
-    grads = {}
-    for port, vs in ports:
-        arrays = [np.asarray(tf.convert_to_tensor(found[id(v)])) for v in vs]
-        for spec, array in zip(port.tensors, port.to_torch(*arrays), strict=True):
-            grads[spec.name] = np.asarray(array)
-    return np.asarray(logits), grads
-
-
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_logits_and_gradients_are_transformers(reference, checkpoint, framework):
     """Both twins on the imported Qwen3: transformers' logits within 1e-5 on the real tokens of a
@@ -86,14 +57,13 @@ def test_logits_and_gradients_are_transformers(reference, checkpoint, framework)
     weights = np.load(reference / "qwen3-weights.npy")
     expected = dict(np.load(reference / "qwen3-gradients.npz"))
     model = zoo.load_checkpoint(checkpoint, framework=framework)
-    run = _torch_pass if framework == "lightning" else _keras_pass
+    run = torch_pass if framework == "lightning" else keras_pass
     logits, grads = run(model, ids, padding, weights)
     real = ~padding
     assert relative_error(logits[real], np.load(reference / "qwen3-logits.npy")[real]) <= LOGITS
     assert set(grads) == set(expected) and any(".q_norm." in name for name in grads)
-    largest = max(float(np.abs(g).max()) for g in expected.values())
-    gaps = {name: float(np.abs(grads[name] - g).max()) / largest for name, g in expected.items()}
-    assert max(gaps.values()) <= GRADIENTS, sorted(gaps.items(), key=lambda kv: -kv[1])[:3]
+    gap, worst = largest_gap(grads, expected)
+    assert gap <= GRADIENTS, worst
 
 
 def _files(reference: Path) -> tuple[dict[str, np.ndarray], dict]:

@@ -93,10 +93,10 @@ class GemmaConfig(ArchitectureConfig):
     rope_scaling: LinearRopeScaling | None = Field(
         None, description="Rotary scaling of the global layers: null, or linear (Gemma 3 4B and up)."
     )
-    query_pre_attn_scalar: float = Field(
+    query_pre_attn_scalar: int = Field(
         256,
-        gt=0,
-        le=1e6,
+        ge=1,
+        le=1_000_000,
         description="Attention scores are scaled by this ** -0.5 (not by the head width's).",
     )
     sliding_window: int | None = Field(

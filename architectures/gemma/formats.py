@@ -296,6 +296,10 @@ def hf_config(cfg: GemmaConfig) -> dict[str, Any]:
     if not gemma3 and (cfg.rope_local_base_freq != cfg.rope_theta or cfg.rope_scaling is not None):
         problems.append("Gemma 2 has one rotary base and no scaling: set rope_local_base_freq to rope_theta "
                         "and rope_scaling to null")  # fmt: skip
+    if cfg.hidden_size % cfg.num_attention_heads:
+        problems.append(f"hidden_size {cfg.hidden_size} is not a multiple of num_attention_heads "
+                        f"{cfg.num_attention_heads}, which transformers' Gemma classes require (whatever "
+                        "head_dim)")  # fmt: skip
     if problems:
         raise ForeignLayoutError(
             f"this gemma config has no transformers {cfg.model_type} form: {'; '.join(problems)}"

@@ -1,7 +1,7 @@
 """PEFT adapters over a matrix of options, made by PEFT itself (run in the reference environment).
 
-``peft_matrix.py OUT make`` builds tiny random transformers models (GPT-2, Llama untied, BERT
-masked LM; seeded), saves each with ``save_pretrained`` to ``OUT/base-FAMILY/`` and, for each
+``peft_matrix.py OUT make`` builds tiny random transformers models (GPT-2, Llama untied, Gemma 3,
+BERT masked LM; seeded), saves each with ``save_pretrained`` to ``OUT/base-FAMILY/`` and, for each
 case of ``CASES`` (targets including embeddings and all-linear, ``modules_to_save``,
 ``lora_bias``, rsLoRA, rank and alpha patterns), makes the adapter with ``get_peft_model``,
 draws every adapter tensor and every saved module copy away from its init (else a dropped
@@ -41,6 +41,15 @@ BASES = {
             tie_word_embeddings=False, rms_norm_eps=1e-6,
         ),
     ),
+    "gemma": (
+        "Gemma3ForCausalLM",
+        transformers.Gemma3TextConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+            sliding_window=4, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=8,
+            pad_token_id=None, bos_token_id=None, eos_token_id=None,
+        ),
+    ),
     "bert": (
         "BertForMaskedLM",
         transformers.BertConfig(
@@ -70,6 +79,9 @@ CASES = {
         "llama", {"target_modules": ["embed_tokens", "q_proj", "down_proj"], "use_rslora": True},
     ),
     "llama-all-linear": ("llama", {"target_modules": "all-linear", "r": 2, "lora_alpha": 5}),
+    "gemma-attn-mlp": (
+        "gemma", {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "down_proj"]},
+    ),
     "bert-qv-bias": (
         "bert",
         {"target_modules": ["query", "value"], "lora_bias": True,
