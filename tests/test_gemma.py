@@ -18,7 +18,6 @@ generation token for token.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from pathlib import Path
@@ -30,7 +29,7 @@ import safetensors.numpy
 from click.testing import CliRunner
 from conftest import eval_output as run
 from conftest import relative_error
-from hypothesis import HealthCheck, Phase, given, settings
+from drawn_configs import drawn_configs
 from hypothesis import strategies as st
 from twin_gradients import keras_pass, largest_gap, torch_pass
 
@@ -202,30 +201,10 @@ def hf_configs(draw, model_type: str) -> dict:
     }
 
 
-def drawn_configs(count: int) -> list[dict]:
-    """``count`` examples of :func:`hf_configs`, the classes in turn, the same every run."""
-    groups: list[list[dict]] = []
-    for model_type in TYPES:
-        drawn: list[dict] = []
-
-        @settings(
-            max_examples=-(-count // len(TYPES)), derandomize=True, database=None, deadline=None,
-            phases=[Phase.generate], suppress_health_check=list(HealthCheck),
-        )  # fmt: skip
-        @given(hf_configs(model_type))
-        def collect(case):
-            drawn.append(case)  # noqa: B023 (run at once, in this iteration)
-
-        collect()
-        groups.append(drawn[: -(-count // len(TYPES))])
-    found = [case for group in itertools.zip_longest(*groups) for case in group if case is not None]
-    return [{**case, "name": f"random-{i}"} for i, case in enumerate(found[:count])]
-
-
 @pytest.fixture(scope="module")
 def random_reference(tmp_path_factory) -> tuple[Path, list[dict]]:
     out = tmp_path_factory.mktemp("random-reference")
-    cases = drawn_configs(RANDOM)
+    cases = drawn_configs(hf_configs, TYPES, RANDOM)
     (out / "configs.json").write_text(json.dumps(cases))
     return reference_env.run("hf_gemma.py", out, "random", str(out / "configs.json")), cases
 

@@ -23,7 +23,6 @@ transformers' ``generate(do_sample=False)`` token for token in both twins.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -37,7 +36,7 @@ import torch
 from click.testing import CliRunner
 from conftest import cached_logits, perturbed_twins, relative_error
 from conftest import eval_output as run
-from hypothesis import HealthCheck, Phase, given, settings
+from drawn_configs import drawn_configs
 from hypothesis import strategies as st
 
 import zoo
@@ -211,31 +210,10 @@ def hf_configs(draw, model_type: str) -> dict:
     }
 
 
-def drawn_configs(count: int) -> list[dict]:
-    """``count`` examples of :func:`hf_configs`, each class in turn, the same every run (the
-    reference environment runs them all at once: one interpreter, not one per example)."""
-    groups: list[list[dict]] = []
-    for model_type in TYPES:
-        drawn: list[dict] = []
-
-        @settings(
-            max_examples=-(-count // len(TYPES)), derandomize=True, database=None, deadline=None,
-            phases=[Phase.generate], suppress_health_check=list(HealthCheck),
-        )  # fmt: skip
-        @given(hf_configs(model_type))
-        def collect(case):
-            drawn.append(case)  # noqa: B023 (run at once, in this iteration)
-
-        collect()
-        groups.append(drawn[: -(-count // len(TYPES))])
-    found = [case for group in itertools.zip_longest(*groups) for case in group if case is not None]
-    return [{**case, "name": f"random-{i}"} for i, case in enumerate(found[:count])]
-
-
 @pytest.fixture(scope="module")
 def random_reference(tmp_path_factory) -> tuple[Path, list[dict]]:
     out = tmp_path_factory.mktemp("random-reference")
-    cases = drawn_configs(RANDOM)
+    cases = drawn_configs(hf_configs, TYPES, RANDOM)
     (out / "configs.json").write_text(json.dumps(cases))
     return reference_env.run("hf_llama.py", out, "random", str(out / "configs.json")), cases
 

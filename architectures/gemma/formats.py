@@ -26,7 +26,7 @@ import numpy as np
 
 from architectures.gemma.config import GemmaConfig
 from architectures.gemma.weights import table
-from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, causal_lm_parts, check_tied_head, renamed
 from zoo.checkpoint.tables import tensor_specs
 
 PREFIX, HEAD = "model.", "lm_head.weight"
@@ -75,7 +75,7 @@ def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple
     fields = {"model_type": model_type, "task": task, **config_fields(meta, model_type)}
     _agree(fields, backbone)
     if task == "language_modeling":
-        _check_head(fields, head, backbone)
+        check_tied_head(fields["tie_word_embeddings"], head, backbone["embed_tokens.weight"])
     elif head is not None:
         raise ForeignLayoutError(f"config.json's architectures say a base model, which has no {HEAD}", [HEAD])
     try:
@@ -197,16 +197,7 @@ def _rope(meta: Mapping[str, Any], model_type: str) -> tuple[dict[str, Any], lis
 
 
 def _backbone(tensors: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-    tensors = dict(tensors)
-    head = tensors.pop(HEAD, None)
-    if any(key.startswith(PREFIX) for key in tensors):
-        unprefixed = [key for key in tensors if not key.startswith(PREFIX)]
-        if unprefixed:
-            raise ForeignLayoutError(
-                f"Gemma weights mix {PREFIX}-prefixed keys with others: {', '.join(unprefixed[:5])}",
-                unprefixed,
-            )
-        tensors = {key.removeprefix(PREFIX): value for key, value in tensors.items()}
+    tensors, head, _ = causal_lm_parts(tensors, "Gemma", PREFIX, HEAD)
     needed = [
         "embed_tokens.weight",
         "layers.0.self_attn.q_proj.weight",
@@ -255,22 +246,6 @@ def _agree(fields: dict[str, Any], tensors: Mapping[str, np.ndarray]) -> None:
         disagree.append(f"the tensors {has} query/key norms, which a {fields['model_type']} model does not")
     if disagree:
         raise ForeignLayoutError(f"config.json and the weights disagree: {'; '.join(disagree)}")
-
-
-def _check_head(fields: dict[str, Any], head: np.ndarray | None, backbone) -> None:
-    if not fields["tie_word_embeddings"]:
-        if head is None:
-            raise ForeignLayoutError(
-                "config.json's tie_word_embeddings is false but the file has no lm_head.weight",
-                missing=[HEAD],
-            )
-        return
-    if head is not None and not np.array_equal(head, backbone["embed_tokens.weight"]):
-        raise ForeignLayoutError(
-            "lm_head.weight differs from model.embed_tokens.weight although config.json ties them "
-            "(tie_word_embeddings true): set tie_word_embeddings false in config.json if the head is its own",
-            [HEAD],
-        )
 
 
 def to_hf(cfg: GemmaConfig, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors, dict[str, Any]]:

@@ -25,6 +25,7 @@ from zoo.nn.errors import InputError
 from zoo.nn.torch import Embedding, GatedMlp, GroupedQueryAttention, OffsetRMSNorm, blocked_mask
 from zoo.nn.torch.attention import joined_padding, padded_positions
 from zoo.nn.torch.decoder import CausalDecoder
+from zoo.nn.torch.init import transformers_init_
 from zoo.nn.torch.remat import checkpointed_call
 from zoo.nn.torch.rotary import rotary_tables
 
@@ -82,16 +83,9 @@ class Gemma(CausalDecoder):
         self.inv_freq = cfg.inverse_frequencies()  # numpy, per kind of layer
         self.init_weights()
 
-    @torch.no_grad()
     def init_weights(self) -> None:
-        std = self.zoo_config.initializer_range
-        for module in self.modules():
-            if isinstance(module, nn.Linear | nn.Embedding):
-                nn.init.normal_(module.weight, std=std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-        if self.embed_tokens.padding_idx is not None:
-            self.embed_tokens.weight[self.embed_tokens.padding_idx].zero_()
+        """transformers' ``_init_weights`` (the shared blocks draw torch's defaults)."""
+        transformers_init_(self, self.zoo_config.initializer_range, self.embed_tokens)
 
     def forward_head(self, h: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(h) if self.lm_head is not None else F.linear(h, self.embed_tokens.weight)

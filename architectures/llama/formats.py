@@ -29,7 +29,7 @@ import numpy as np
 from architectures.llama.config import LlamaConfig
 from architectures.llama.config_json import HF_DEFAULTS, config_fields, hf_config, model_type_and_task
 from architectures.llama.weights import table
-from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, renamed
+from zoo.checkpoint.foreign import ForeignLayoutError, Tensors, causal_lm_parts, check_tied_head, renamed
 from zoo.checkpoint.tables import tensor_specs
 
 PREFIX = "model."
@@ -44,7 +44,7 @@ FUSED_QKV, FUSED_MLP = "self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"  #
 def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple[dict[str, Any], Tensors]:
     """A ``*ForCausalLM`` or ``*Model`` state dict of Llama, Mistral or Qwen2 (and its
     ``config.json``) -> zoo's config fields and tensors."""
-    backbone, head, prefixed = _backbone(tensors)
+    backbone, head, prefixed = causal_lm_parts(tensors, "Llama", PREFIX, HEAD)
     if any(key.endswith(FUSED_QKV) for key in backbone):  # Phi-3's fused projections
         backbone = _unfused(backbone, meta)
     shapes = _shapes(backbone)
@@ -65,7 +65,7 @@ def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple
         ) from None
     fields["vocab_size"] = shapes["vocab_size"]
     if task == "language_modeling":
-        _check_head(fields, head, backbone)
+        check_tied_head(fields["tie_word_embeddings"], head, backbone["embed_tokens.weight"])
     elif head is not None:
         raise ForeignLayoutError(f"config.json's architectures say a base model, which has no {HEAD}", [HEAD])
     try:
@@ -150,23 +150,6 @@ def _pydantic_words(error: ValueError) -> str:
     )
 
 
-def _backbone(tensors: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray | None, bool]:
-    """The backbone's tensors without ``model.``, the ``lm_head.weight`` if any, and whether the
-    keys were prefixed (a ``*ForCausalLM`` state dict)."""
-    tensors = dict(tensors)
-    head = tensors.pop(HEAD, None)
-    prefixed = any(key.startswith(PREFIX) for key in tensors)
-    if prefixed:
-        unprefixed = [key for key in tensors if not key.startswith(PREFIX)]
-        if unprefixed:
-            raise ForeignLayoutError(
-                f"Llama weights mix {PREFIX}-prefixed keys with others: {', '.join(unprefixed[:5])}",
-                unprefixed,
-            )
-        tensors = {key.removeprefix(PREFIX): value for key, value in tensors.items()}
-    return tensors, head, prefixed
-
-
 def _shapes(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """What the shapes say: vocabulary, width, depth, MLP width, projection rows, biases."""
     needed = ["embed_tokens.weight", "layers.0.self_attn.q_proj.weight", "layers.0.mlp.gate_proj.weight"]
@@ -223,22 +206,6 @@ def _agree(fields: dict[str, Any], shapes: dict[str, Any], tensors, model_type: 
             disagree.append(f"a {model_type} config gives {key} {fields[key]}, the tensors {shapes[key]}")
     if disagree:
         raise ForeignLayoutError(f"config.json and the weights disagree: {'; '.join(disagree)}")
-
-
-def _check_head(fields: dict[str, Any], head: np.ndarray | None, backbone) -> None:
-    if not fields["tie_word_embeddings"]:
-        if head is None:
-            raise ForeignLayoutError(
-                "config.json's tie_word_embeddings is false but the file has no lm_head.weight",
-                missing=[HEAD],
-            )
-        return
-    if head is not None and not np.array_equal(head, backbone["embed_tokens.weight"]):
-        raise ForeignLayoutError(
-            "lm_head.weight differs from model.embed_tokens.weight although config.json ties them "
-            "(tie_word_embeddings true): set tie_word_embeddings false in config.json if the head is its own",
-            [HEAD],
-        )
 
 
 # ---------------------------------------------------------------------- zoo -> transformers

@@ -65,7 +65,11 @@ class ForeignFormat:
         if num_heads is None:
             return reader(tensors, meta)
         if not _takes(reader, "num_heads"):
-            raise ForeignLayoutError(f"the {self.name} layout has no attention heads to count (--num-heads)")
+            # it read none of the tensors: ranked after the formats that tried (zoo import's message)
+            raise ForeignLayoutError(
+                f"the {self.name} layout has no attention heads to count (--num-heads)",
+                unplaced=list(tensors),
+            )
         return reader(tensors, meta, num_heads=num_heads)
 
     def write(
@@ -191,6 +195,44 @@ def with_source(written: dict[str, Any], source: Mapping[str, Any] | None, model
         if key not in modelled or key in written
     }
     return merged | {key: value for key, value in written.items() if key not in merged}
+
+
+def causal_lm_parts(
+    tensors: Mapping[str, np.ndarray], model: str, prefix: str = "model.", head: str = "lm_head.weight"
+) -> tuple[dict[str, np.ndarray], np.ndarray | None, bool]:
+    """A transformers ``*ForCausalLM`` or base ``*Model`` state dict -> its backbone's tensors
+    without ``prefix``, the ``head`` tensor if any, and whether the keys were prefixed (a
+    ``*ForCausalLM``); keys that mix both forms are refused, naming ``model``."""
+    tensors = dict(tensors)
+    found = tensors.pop(head, None)
+    prefixed = any(key.startswith(prefix) for key in tensors)
+    if prefixed:
+        unprefixed = [key for key in tensors if not key.startswith(prefix)]
+        if unprefixed:
+            raise ForeignLayoutError(
+                f"{model} weights mix {prefix}-prefixed keys with others: {_some(unprefixed)}", unprefixed
+            )
+        tensors = {key.removeprefix(prefix): value for key, value in tensors.items()}
+    return tensors, found, prefixed
+
+
+def check_tied_head(
+    tied: bool, head: np.ndarray | None, embedding: np.ndarray, name: str = "lm_head.weight"
+) -> None:
+    """A causal LM's head against ``tie_word_embeddings``: untied, the file must carry it; tied,
+    a head the file carries anyway must be the embedding (it is dropped), or is refused."""
+    if not tied:
+        if head is None:
+            raise ForeignLayoutError(
+                f"config.json's tie_word_embeddings is false but the file has no {name}", missing=[name]
+            )
+        return
+    if head is not None and not np.array_equal(head, embedding):
+        raise ForeignLayoutError(
+            f"{name} differs from model.embed_tokens.weight although config.json ties them "
+            "(tie_word_embeddings true): set tie_word_embeddings false in config.json if the head is its own",
+            [name],
+        )
 
 
 def _some(keys: list[str], limit: int = 5) -> str:

@@ -1,10 +1,12 @@
-"""Initialisers the reference libraries use that torch's own ``nn.init`` draws differently."""
+"""Initialisers the reference libraries use that torch's own ``nn.init`` draws differently, and
+transformers' ``_init_weights`` for its decoders."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+from torch import nn
 
 
 def trunc_normal_(tensor: torch.Tensor, std: float, a: float = -2.0, b: float = 2.0) -> torch.Tensor:
@@ -20,3 +22,17 @@ def trunc_normal_(tensor: torch.Tensor, std: float, a: float = -2.0, b: float = 
     tensor.mul_(std * math.sqrt(2.0))
     tensor.add_(0.0)  # timm adds the mean: a -0.0 becomes 0.0, bit for bit as there
     return tensor.clamp_(min=a, max=b)
+
+
+@torch.no_grad()
+def transformers_init_(model: nn.Module, std: float, embedding: nn.Embedding) -> None:
+    """transformers' ``PreTrainedModel._init_weights`` for a decoder (Llama's, Gemma's): normal(0,
+    std) for every Linear and Embedding, zero Linear biases, the embedding's padding row zero;
+    norms keep their own initial weights."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    if embedding.padding_idx is not None:
+        embedding.weight[embedding.padding_idx].zero_()
