@@ -57,7 +57,12 @@ def _same_as_a_preset(entry) -> bool:
     )
 
 
-ENTRIES = [e for e in registry.list_architectures() if not _same_as_a_preset(e)]
+# Presets that no test machine could build (Mixtral-8x7B, 187 GB in float32) are listed and
+# counted against transformers' on the meta device, never built, heavy or not.
+NEVER_BUILT = 5_000_000_000
+ENTRIES = [
+    e for e in registry.list_architectures() if not _same_as_a_preset(e) and e.parameters <= NEVER_BUILT
+]
 ALL_NAMES = [
     pytest.param(e.name, marks=pytest.mark.heavy) if e.parameters > BUILD_LIMIT else e.name for e in ENTRIES
 ]

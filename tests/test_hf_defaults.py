@@ -41,6 +41,8 @@ CASES = {
     "qwen2": (llama, "hf_llama.py", "qwen2"),
     "qwen3": (llama, "hf_llama.py", "qwen3"),
     "phi3": (llama, "hf_llama.py", "phi3"),
+    "mixtral": (llama, "hf_llama.py", "mixtral"),
+    "qwen3_moe": (llama, "hf_llama.py", "qwen3_moe"),
 }
 
 

@@ -56,8 +56,9 @@ REFERENCE = 1e-4  # relative, max norm: zoo's twins against transformers
 TWINS = 1e-5  # the twins against each other on the same weights
 FAMILY = registry.get_family("llama")
 FRAMEWORKS = ("lightning", "keras")
-CASES = ("llama", "llama-untied", "mistral", "qwen2", "qwen3", "phi3")
-TYPES = ("llama", "mistral", "qwen2", "qwen3")  # the transformers classes the random configs draw
+CASES = ("llama", "llama-untied", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe")
+# the transformers classes the random configs draw
+TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe")
 RANDOM = int(os.environ.get("ZOO_PARITY_EXAMPLES", "10"))  # random configs against transformers
 # transformers' config fields zoo's config holds: an export must give them back as read.
 FAMILY_FIELDS = (
@@ -65,7 +66,9 @@ FAMILY_FIELDS = (
     "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings",
     "rms_norm_eps", "rope_parameters", "attention_bias", "mlp_bias", "tie_word_embeddings",
     "sliding_window", "use_sliding_window", "layer_types", "attention_dropout", "initializer_range",
-    "bos_token_id", "eos_token_id", "pad_token_id",
+    "bos_token_id", "eos_token_id", "pad_token_id", "num_local_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
+    "router_aux_loss_coef", "output_router_logits",
 )  # fmt: skip
 
 
@@ -193,11 +196,27 @@ def hf_configs(draw, model_type: str) -> dict:
         }  # fmt: skip
     if model_type == "llama":
         config |= {"attention_bias": draw(st.booleans()), "mlp_bias": draw(st.booleans())}
-    if model_type == "qwen3":
+    if model_type in ("qwen3", "qwen3_moe"):
         config["attention_bias"] = draw(st.booleans())
-    if model_type == "mistral":
+    if model_type in ("mistral", "mixtral"):
         config["sliding_window"] = draw(st.none() | st.integers(1, 64))  # shorter than the input too
-    if model_type in ("qwen2", "qwen3") and draw(st.booleans()):  # some layers, all, or none windowed
+    if model_type in ("mixtral", "qwen3_moe"):  # from one expert to five, one to all chosen
+        # widths of whole 16-byte rows: transformers' grouped expert kernel refuses others
+        config["hidden_size"] = heads * 4 * draw(st.integers(1, 3))
+        config["intermediate_size"] = 4 * draw(st.integers(1, 8))
+        experts = draw(st.integers(1, 5))
+        config |= {"num_local_experts" if model_type == "mixtral" else "num_experts": experts,
+                   "num_experts_per_tok": draw(st.integers(1, experts))}  # fmt: skip
+    if model_type == "qwen3_moe":
+        layers = config["num_hidden_layers"]
+        config |= {
+            "moe_intermediate_size": 4 * draw(st.integers(1, 6)), "norm_topk_prob": draw(st.booleans()),
+            "decoder_sparse_step": draw(st.integers(1, 2)),
+            "mlp_only_layers": draw(st.lists(st.integers(0, layers - 1), unique=True, max_size=layers)),
+        }  # fmt: skip
+    if model_type in ("qwen2", "qwen3", "qwen3_moe") and draw(
+        st.booleans()
+    ):  # some, all or no layers windowed
         config |= {
             "use_sliding_window": True, "sliding_window": draw(st.integers(1, 64)),
             "max_window_layers": draw(st.integers(0, config["num_hidden_layers"])),
@@ -461,7 +480,8 @@ def test_import_reads_a_sharded_directory_with_the_cli(reference, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "case", ["llama", "llama-untied", "mistral", "qwen2", "qwen2-backbone", "qwen3", "phi3"]
+    "case",
+    ["llama", "llama-untied", "mistral", "qwen2", "qwen2-backbone", "qwen3", "phi3", "mixtral", "qwen3_moe"],
 )
 def test_export_loads_in_transformers(reference, imported, case, tmp_path):
     """``zoo export --format hf`` of the import, changed so that it is not the file it came from:

@@ -110,8 +110,8 @@ def test_a_window_on_some_layers_is_read_as_transformers_reads_it(reference, cha
 @pytest.mark.parametrize(
     "change, words",
     [
-        ({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]}, "Qwen3MoeForCausalLM"),
-        ({"model_type": "qwen3_moe", "architectures": []}, "'qwen3_moe'"),
+        ({"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]}, "Qwen3NextForCausalLM"),
+        ({"model_type": "qwen3_next", "architectures": []}, "'qwen3_next'"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn'"),
     ],
 )

@@ -1,5 +1,6 @@
 """Llama family: transformers' ``LlamaForCausalLM`` (and ``LlamaModel``; Mistral's, Qwen2's and
-Qwen3's, the same decoder, Qwen3's with per-head query/key RMSNorms), exactly, in both frameworks."""
+Qwen3's, the same decoder, Qwen3's with per-head query/key RMSNorms; Mixtral's and Qwen3-MoE's
+with mixtures of experts), exactly, in both frameworks."""
 
 from architectures.llama.config import LlamaConfig
 from architectures.llama.presets import ALIASES, PRESETS
@@ -10,9 +11,9 @@ from zoo.family import Family, InputSpec
 FAMILY = Family(
     name="llama",
     description="Llama-class decoder (transformers' LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-    "Qwen3ForCausalLM; at its defaults SmolLM-135M's shape): RMSNorm, rotary positions, grouped-query "
-    "attention, SwiGLU, query/key norms (Qwen3), tied or untied head, key/value cache; imports and exports "
-    "transformers weights.",
+    "Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM; at its defaults SmolLM-135M's shape): "
+    "RMSNorm, rotary positions, grouped-query attention, SwiGLU or a mixture of SwiGLU experts, query/key "
+    "norms (Qwen3), tied or untied head, key/value cache; imports and exports transformers weights.",
     config=LlamaConfig,
     inputs=InputSpec("tokens", padding_mask=True),
     tasks=("language_modeling", "features"),
@@ -26,8 +27,9 @@ FAMILY = Family(
     formats=(
         ForeignFormat(
             "hf",
-            "transformers' LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM "
-            "(or their base *Model) state dict with its config.json",
+            "transformers' LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / "
+            "Phi3ForCausalLM / MixtralForCausalLM / Qwen3MoeForCausalLM (or their base *Model) state dict "
+            "with its config.json",
             to_zoo="architectures.llama.formats:from_hf",
             from_zoo="architectures.llama.formats:to_hf",
         ),

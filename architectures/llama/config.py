@@ -6,9 +6,10 @@ except the attention biases: Llama's ``attention_bias`` puts a bias on all four 
 Qwen2's attention always has one on the query, key and value projections and none on the
 output, so zoo says which with two fields, ``qkv_bias`` and ``output_bias``. Qwen3 is the same
 decoder with ``qk_norm`` (an RMSNorm on each head's query and key) and, usually, a ``head_dim``
-of its own (wider than hidden_size / num_attention_heads). ``model_type``
-remembers which transformers class the weights come from (and are exported as); it changes
-nothing the twins compute.
+of its own (wider than hidden_size / num_attention_heads). Mixtral and Qwen3-MoE are the same
+decoder with ``num_local_experts``: a mixture of gated-MLP experts on the layers ``moe_layers``
+names (``zoo.nn.torch.moe``). ``model_type`` remembers which transformers class the weights come
+from (and are exported as); it changes nothing the twins compute.
 
 What zoo's twins do not compute is refused here by name, so that nothing in a recipe or an
 imported config is ignored: a rope scaling other than ``llama3`` (pydantic refuses another
@@ -30,6 +31,7 @@ from zoo.nn import rotary
 
 EXAMPLE_LENGTH = 8  # token ids in an example batch: short, so the large-vocabulary presets stay cheap
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+MOE_TYPES = ("mixtral", "qwen3_moe")
 
 
 class Llama3RopeScaling(BaseModel):
@@ -70,8 +72,9 @@ class LlamaConfig(ArchitectureConfig):
     """Token embedding, ``num_hidden_layers`` pre-norm decoder layers (RMSNorm -> grouped-query
     causal self-attention with rotary positions -> add; RMSNorm -> SwiGLU MLP -> add), a final
     RMSNorm and a language-model head, tied to the token embedding or a matrix of its own:
-    transformers' ``LlamaForCausalLM`` (``MistralForCausalLM``, ``Qwen2ForCausalLM``, and with
-    ``qk_norm`` ``Qwen3ForCausalLM``).
+    transformers' ``LlamaForCausalLM`` (``MistralForCausalLM``, ``Qwen2ForCausalLM``, with ``qk_norm``
+    ``Qwen3ForCausalLM``, and with ``num_local_experts`` a mixture of SwiGLU experts in place of the
+    MLP: ``MixtralForCausalLM``, ``Qwen3MoeForCausalLM``).
 
     ``task`` "features" is the base model (``LlamaModel``): the final RMSNorm's hidden states
     (N, T, hidden_size) instead of logits. The defaults are SmolLM-135M's shape (HuggingFaceTB's
@@ -85,7 +88,7 @@ class LlamaConfig(ArchitectureConfig):
         "language_modeling",
         description="Next-token logits (LlamaForCausalLM), or the last hidden state (LlamaModel).",
     )
-    model_type: Literal["llama", "mistral", "qwen2", "qwen3", "phi3"] = Field(
+    model_type: Literal["llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe"] = Field(
         "llama",
         description="The transformers class family of these weights (config.json's model_type), used by "
         "zoo export --format hf; the computation is the same.",
@@ -150,6 +153,42 @@ class LlamaConfig(ArchitectureConfig):
         description="Which layers the sliding window applies to, one entry a layer (transformers' "
         "layer_types: Qwen2's and Qwen3's layers from max_window_layers on); null: every layer.",
     )
+    num_local_experts: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Mixture-of-experts (Mixtral, Qwen3-MoE): this many gated-MLP experts per MoE layer, "
+        "a router choosing num_experts_per_tok of them per token; null: one dense MLP a layer.",
+    )
+    num_experts_per_tok: int = Field(2, ge=1, le=1024, description="Experts each token goes through.")
+    moe_intermediate_size: int | None = Field(
+        None,
+        ge=1,
+        le=262144,
+        description="Each expert's hidden width (Qwen3-MoE's); null: intermediate_size.",
+    )
+    norm_topk_prob: bool = Field(
+        True,
+        description="Renormalise the chosen experts' probabilities to sum to one (Mixtral: always; "
+        "Qwen3-MoE: its norm_topk_prob).",
+    )
+    decoder_sparse_step: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Layer i is an MoE layer where i + 1 is a multiple of this (Qwen3-MoE's).",
+    )
+    mlp_only_layers: list[int] = Field(
+        [], max_length=1024, description="Layers that keep a dense MLP (Qwen3-MoE's mlp_only_layers)."
+    )
+    output_router_logits: bool = Field(
+        False,
+        description="Train with the load-balancing loss, router_aux_loss_coef times Switch Transformer's "
+        "(transformers' output_router_logits).",
+    )
+    router_aux_loss_coef: float = Field(
+        0.001, ge=0, le=100, description="The load-balancing loss's weight in the training loss."
+    )
     attention_dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the attention probabilities.")
     initializer_range: float = Field(
         0.02, gt=0, le=1, description="Standard deviation of the normal initial weights."
@@ -193,6 +232,16 @@ class LlamaConfig(ArchitectureConfig):
                 f"layer_types names {len(self.layer_types)} layers but num_hidden_layers is "
                 f"{self.num_hidden_layers}: give one entry a layer, or null (the window on every layer)"
             )
+        if self.num_local_experts is not None and self.num_experts_per_tok > self.num_local_experts:
+            raise ValueError(
+                f"num_experts_per_tok {self.num_experts_per_tok} is more than num_local_experts "
+                f"{self.num_local_experts}: a token goes through at most every expert"
+            )
+        outside = [i for i in self.mlp_only_layers if not 0 <= i < self.num_hidden_layers]
+        if outside:
+            raise ValueError(
+                f"mlp_only_layers {outside} are not layers of this model (0 to {self.num_hidden_layers - 1})"
+            )
         if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
             raise ValueError(
                 f"pad_token_id {self.pad_token_id} is not below vocab_size {self.vocab_size}: set "
@@ -211,6 +260,20 @@ class LlamaConfig(ArchitectureConfig):
         """Each layer's window (:attr:`attention_window`, or None on a ``full_attention`` layer)."""
         kinds = self.layer_types or ["sliding_attention"] * self.num_hidden_layers
         return tuple(self.attention_window if kind == "sliding_attention" else None for kind in kinds)
+
+    @property
+    def moe_layers(self) -> tuple[bool, ...]:
+        """Which layers are mixture-of-experts layers, as transformers' Qwen3-MoE decides (Mixtral:
+        every layer)."""
+        if self.num_local_experts is None:
+            return (False,) * self.num_hidden_layers
+        step, dense = self.decoder_sparse_step, set(self.mlp_only_layers)
+        return tuple(i not in dense and (i + 1) % step == 0 for i in range(self.num_hidden_layers))
+
+    @property
+    def expert_size(self) -> int:
+        """Each expert's hidden width."""
+        return self.moe_intermediate_size or self.intermediate_size
 
     def _head_dim_words(self) -> str:
         if self.head_dim is not None:

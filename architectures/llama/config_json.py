@@ -27,7 +27,12 @@ from zoo.checkpoint.foreign import ForeignLayoutError
 
 CLASSES = {  # model_type -> class prefix
     "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi3",
+    "mixtral": "Mixtral", "qwen3_moe": "Qwen3Moe",
 }  # fmt: skip
+WINDOW_EVERYWHERE = ("mistral", "phi3", "mixtral")  # a sliding_window applies to every layer
+WINDOW_SOME = ("qwen2", "qwen3")  # use_sliding_window from max_window_layers on (Qwen3-MoE: every layer)
+QK_NORM = ("qwen3", "qwen3_moe")
+MOE = ("mixtral", "qwen3_moe")
 ARCHITECTURES = {
     f"{name}{suffix}": (model_type, task)
     for model_type, name in CLASSES.items()
@@ -65,6 +70,19 @@ HF_DEFAULTS = {
         "num_key_value_heads": 32, "head_dim": 128, "max_position_embeddings": 32768, "bos_token_id": None,
         "eos_token_id": None, "attention_bias": False, "use_sliding_window": False, "sliding_window": None,
         "max_window_layers": 28,
+    },
+    "mixtral": _SHARED_DEFAULTS | {
+        "num_key_value_heads": 8, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "bos_token_id": 1,
+        "eos_token_id": 2, "sliding_window": None, "rope_theta": 1000000.0, "num_local_experts": 8,
+        "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001, "output_router_logits": False,
+        "router_jitter_noise": 0.0,
+    },
+    "qwen3_moe": _SHARED_DEFAULTS | {
+        "num_key_value_heads": 4, "max_position_embeddings": 32768, "bos_token_id": None,
+        "eos_token_id": None, "attention_bias": False, "use_sliding_window": False, "sliding_window": None,
+        "num_local_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "router_aux_loss_coef": 0.001, "output_router_logits": False,
     },
     "phi3": _SHARED_DEFAULTS | {
         "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 32000,
@@ -121,7 +139,7 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     fields["num_key_value_heads"] = meta.get("num_key_value_heads") or heads
     head_dim = meta.get("head_dim")
     # Qwen3's head width is its own (128 where left out), never derived from the width
-    if head_dim is not None and (model_type == "qwen3" or head_dim != meta.get("hidden_size", 0) // heads):
+    if head_dim is not None and (model_type in QK_NORM or head_dim != meta.get("hidden_size", 0) // heads):
         fields["head_dim"] = head_dim
     fields["tie_word_embeddings"] = bool(meta.get("tie_word_embeddings", False))
     theta, scaling, rope_refused = _rope(meta)
@@ -129,10 +147,40 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     fields["rope_theta"], fields["rope_scaling"] = theta, scaling
     fields["sliding_window"], fields["layer_types"] = _sliding_window(meta, model_type)
     fields |= _biases(meta, model_type)
-    fields["qk_norm"] = model_type == "qwen3"
+    fields["qk_norm"] = model_type in QK_NORM
+    if model_type in MOE:
+        moe, moe_refused = _experts(meta, model_type)
+        fields |= moe
+        refused += moe_refused
     if refused:
         raise ForeignLayoutError(f"config.json sets what zoo's llama cannot compute: {'; '.join(refused)}")
     return fields
+
+
+def _experts(meta: Mapping[str, Any], model_type: str) -> tuple[dict[str, Any], list[str]]:
+    """The mixture-of-experts fields: Mixtral's ``num_local_experts`` on every layer, its chosen
+    probabilities always renormalised; Qwen3-MoE's ``num_experts``, ``moe_intermediate_size``,
+    ``norm_topk_prob``, ``decoder_sparse_step`` and ``mlp_only_layers``."""
+    experts = meta.get("num_experts", meta.get("num_local_experts"))
+    fields = {
+        "num_local_experts": experts,
+        "num_experts_per_tok": meta["num_experts_per_tok"],
+        "router_aux_loss_coef": meta["router_aux_loss_coef"],
+        "output_router_logits": bool(meta["output_router_logits"]),
+    }
+    refused = []
+    if model_type == "mixtral":
+        if meta.get("router_jitter_noise"):
+            refused.append(
+                f"router_jitter_noise {meta['router_jitter_noise']} (zoo's router draws no noise: set 0)"
+            )
+        return fields, refused
+    return fields | {
+        "moe_intermediate_size": meta["moe_intermediate_size"],
+        "norm_topk_prob": bool(meta["norm_topk_prob"]),
+        "decoder_sparse_step": meta["decoder_sparse_step"],
+        "mlp_only_layers": list(meta["mlp_only_layers"] or []),
+    }, refused
 
 
 def _check_numbers(meta: Mapping[str, Any]) -> None:
@@ -191,10 +239,13 @@ def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | Non
     every layer): Mistral's and Phi-3's ``sliding_window`` on every layer; Qwen2's (and Qwen3's)
     only with ``use_sliding_window``, on the layers ``layer_types`` marks, or from
     ``max_window_layers`` on where it marks none, as transformers reads them."""
-    if model_type in ("mistral", "phi3"):  # every layer
+    if model_type in WINDOW_EVERYWHERE:
         return meta.get("sliding_window"), None
+    if model_type == "qwen3_moe":  # use_sliding_window puts the window on every layer
+        window = meta.get("sliding_window")
+        return (window, None) if meta.get("use_sliding_window") and window is not None else (None, None)
     window = meta.get("sliding_window")
-    if model_type not in ("qwen2", "qwen3") or not meta.get("use_sliding_window", False) or window is None:
+    if model_type not in WINDOW_SOME or not meta.get("use_sliding_window", False) or window is None:
         return None, None
     layer_types = meta.get("layer_types")
     if layer_types is None:  # transformers windows the layers from max_window_layers on
@@ -212,7 +263,7 @@ def _biases(meta: Mapping[str, Any], model_type: str) -> dict[str, bool]:
     """The bias layout each class has: Llama's ``attention_bias`` (all four attention projections)
     and ``mlp_bias``; Qwen3's ``attention_bias`` (the four attention projections); Qwen2's
     query/key/value biases; Mistral and Phi-3 none."""
-    if model_type in ("llama", "qwen3"):
+    if model_type in ("llama", *QK_NORM):
         attention = bool(meta.get("attention_bias", False))
         return {
             "qkv_bias": attention,
@@ -246,14 +297,18 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
         config |= {"attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias, "pretraining_tp": 1}
     if model_type in ("llama", "mistral", "qwen3") or (cfg.head_dim is not None and model_type != "phi3"):
         config["head_dim"] = cfg.attention_head_dim
-    if model_type == "qwen3":
+    if model_type in QK_NORM:
         config["attention_bias"] = cfg.qkv_bias
-    if model_type in ("mistral", "phi3"):
+    if model_type in WINDOW_EVERYWHERE:
         config["sliding_window"] = cfg.sliding_window
+    if model_type in MOE:
+        config |= _experts_config(cfg)
+    if model_type == "qwen3_moe":
+        config |= {"use_sliding_window": cfg.sliding_window is not None, "sliding_window": cfg.sliding_window}
     if model_type == "phi3":
         config |= {key: 0.0 for key in _PHI3_DROPOUTS}
         config["original_max_position_embeddings"] = cfg.max_position_embeddings
-    if model_type in ("qwen2", "qwen3"):
+    if model_type in WINDOW_SOME:
         kinds = cfg.layer_types or ["sliding_attention"] * cfg.num_hidden_layers
         windowed = cfg.sliding_window is not None and "sliding_attention" in kinds
         config |= {
@@ -265,6 +320,21 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
     return config
 
 
+def _experts_config(cfg: LlamaConfig) -> dict[str, Any]:
+    shared = {
+        "num_experts_per_tok": cfg.num_experts_per_tok,
+        "router_aux_loss_coef": cfg.router_aux_loss_coef,
+        "output_router_logits": cfg.output_router_logits,
+    }
+    if cfg.model_type == "mixtral":
+        return {"num_local_experts": cfg.num_local_experts, **shared, "router_jitter_noise": 0.0}
+    return {
+        "num_experts": cfg.num_local_experts, **shared, "moe_intermediate_size": cfg.expert_size,
+        "norm_topk_prob": cfg.norm_topk_prob, "decoder_sparse_step": cfg.decoder_sparse_step,
+        "mlp_only_layers": cfg.mlp_only_layers,
+    }  # fmt: skip
+
+
 def _check_expressible(cfg: LlamaConfig) -> None:
     """What each transformers class can hold: Llama one attention bias switch, Mistral no biases,
     Qwen2 query/key/value biases only, Qwen3 one attention bias switch and no MLP bias; only Qwen3
@@ -274,11 +344,28 @@ def _check_expressible(cfg: LlamaConfig) -> None:
     layout = {"llama": cfg.qkv_bias == cfg.output_bias, "mistral": not any(biases), "phi3": not any(biases)}
     layout["qwen2"] = biases == (True, False, False)
     layout["qwen3"] = cfg.qkv_bias == cfg.output_bias and not cfg.mlp_bias
-    layout = {t: fits and cfg.qk_norm == (t == "qwen3") for t, fits in layout.items()}
+    layout["mixtral"], layout["qwen3_moe"] = layout["mistral"], layout["qwen3"]
+    moe = cfg.num_local_experts is not None
+    layout = {t: fits and cfg.qk_norm == (t in QK_NORM) and moe == (t in MOE) for t, fits in layout.items()}
     problems = []
-    if cfg.qk_norm != (cfg.model_type == "qwen3"):
+    if cfg.qk_norm != (cfg.model_type in QK_NORM):
         fix = "set model.model_type to qwen3" if cfg.qk_norm else "set qk_norm true, or another model_type"
         problems.append(f"qk_norm {cfg.qk_norm}: only transformers' Qwen3 has the query/key norms ({fix})")
+    elif moe != (cfg.model_type in MOE):
+        fix = "mixtral or qwen3_moe" if moe else "one of the dense classes, or give num_local_experts"
+        problems.append(
+            f"num_local_experts {cfg.num_local_experts}: only transformers' Mixtral and Qwen3-MoE have "
+            f"experts (set model.model_type to {fix})"
+        )
+    elif cfg.model_type == "mixtral" and (
+        cfg.moe_intermediate_size not in (None, cfg.intermediate_size) or not cfg.norm_topk_prob
+        or cfg.decoder_sparse_step != 1 or cfg.mlp_only_layers
+    ):  # fmt: skip
+        problems.append(
+            "Mixtral's experts are on every layer, intermediate_size wide, their probabilities renormalised: "
+            "set moe_intermediate_size null, norm_topk_prob true, decoder_sparse_step 1 and mlp_only_layers "
+            "[] (or model.model_type qwen3_moe)"
+        )
     elif not layout[cfg.model_type]:
         fitting = [t for t, fits in layout.items() if fits]
         problems.append(
@@ -290,7 +377,7 @@ def _check_expressible(cfg: LlamaConfig) -> None:
                 else "; no transformers class has it"
             )
         )
-    if cfg.layer_types is not None and cfg.model_type not in ("qwen2", "qwen3") and cfg.sliding_window:
+    if cfg.layer_types is not None and cfg.model_type not in WINDOW_SOME and cfg.sliding_window:
         problems.append(
             f"layer_types: transformers' {CLASSES[cfg.model_type]} windows every layer or none; only Qwen2 "
             "and Qwen3 window some layers (set model.model_type to qwen2 or qwen3, or layer_types to null)"

@@ -36,6 +36,9 @@ PREFIX = "model."
 HEAD = "lm_head.weight"
 _BUFFERS = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 FUSED_QKV, FUSED_MLP = "self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"  # Phi-3's
+# Mixtral's router and experts (w1 the gate, w3 the up and w2 the down projection)
+_MIXTRAL = re.compile(r"block_sparse_moe\.(gate|experts\.\d+\.)(w1|w2|w3|)(?=\.weight$)")
+_MIXTRAL_PARTS = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}
 
 
 # ---------------------------------------------------------------------- transformers -> zoo
@@ -47,6 +50,7 @@ def from_hf(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> tuple
     backbone, head, prefixed = causal_lm_parts(tensors, "Llama", PREFIX, HEAD)
     if any(key.endswith(FUSED_QKV) for key in backbone):  # Phi-3's fused projections
         backbone = _unfused(backbone, meta)
+    backbone = {_MIXTRAL.sub(_zoo_expert_name, key): value for key, value in backbone.items()}
     shapes = _shapes(backbone)
     model_type, task = model_type_and_task(meta, prefixed or head is not None)
     fields = {"model_type": model_type, "task": task, **config_fields(meta, model_type)}
@@ -126,6 +130,24 @@ def _unfused(backbone: dict[str, np.ndarray], meta: Mapping[str, Any]) -> dict[s
     return out
 
 
+def _zoo_expert_name(match: re.Match) -> str:
+    """Mixtral's ``block_sparse_moe.gate`` / ``experts.E.w1|w2|w3`` under zoo's (Qwen3-MoE's) names."""
+    return f"mlp.{match.group(1)}{_MIXTRAL_PARTS.get(match.group(2), match.group(2))}"
+
+
+def _mixtral_names(tensors: dict[str, Any]) -> dict[str, Any]:
+    """zoo's expert names as Mixtral writes them (the inverse of :func:`_zoo_expert_name`)."""
+    back = {zoo: theirs for theirs, zoo in _MIXTRAL_PARTS.items()}
+    renamed = {}
+    for key, value in tensors.items():
+        match = re.search(r"mlp\.(gate|experts\.\d+\.)(gate_proj|up_proj|down_proj|)(?=\.weight$)", key)
+        if match and (match.group(1) == "gate" or match.group(2)):
+            theirs = back.get(match.group(2), match.group(2))
+            key = key[: match.start()] + f"block_sparse_moe.{match.group(1)}{theirs}" + key[match.end() :]
+        renamed[key] = value
+    return renamed
+
+
 def _fused(tensors: dict[str, Any]) -> dict[str, Any]:
     """zoo's projections as Phi-3 stacks them (the inverse of :func:`_unfused`)."""
     out = dict(tensors)
@@ -152,7 +174,7 @@ def _pydantic_words(error: ValueError) -> str:
 
 def _shapes(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """What the shapes say: vocabulary, width, depth, MLP width, projection rows, biases."""
-    needed = ["embed_tokens.weight", "layers.0.self_attn.q_proj.weight", "layers.0.mlp.gate_proj.weight"]
+    needed = ["embed_tokens.weight", "layers.0.self_attn.q_proj.weight"]
     missing = [key for key in [*needed, "norm.weight"] if key not in tensors]
     if missing:
         known = ("embed_tokens.", "layers.", "norm.")
@@ -171,13 +193,31 @@ def _shapes(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
         "vocab_size": int(vocab),
         "hidden_size": int(width),
         "num_hidden_layers": len(layers),
-        "intermediate_size": int(np.shape(tensors["layers.0.mlp.gate_proj.weight"])[0]),
+        **_mlp_shapes(tensors, len(layers)),
         "query_rows": int(np.shape(tensors[f"{attention}.q_proj.weight"])[0]),
         "key_rows": int(np.shape(tensors.get(f"{attention}.k_proj.weight", np.zeros((0,))))[0]),
         "qkv_bias": f"{attention}.q_proj.bias" in tensors,
         "output_bias": f"{attention}.o_proj.bias" in tensors,
-        "mlp_bias": "layers.0.mlp.gate_proj.bias" in tensors,
+        "mlp_bias": any(key.endswith("mlp.gate_proj.bias") for key in tensors),
     }
+
+
+def _mlp_shapes(tensors: Mapping[str, np.ndarray], layers: int) -> dict[str, Any]:
+    """The dense MLPs' width (None where every layer has experts), and for a mixture of experts
+    which layers route, how many experts and how wide."""
+    dense = [i for i in range(layers) if f"layers.{i}.mlp.gate_proj.weight" in tensors]
+    routed = tuple(f"layers.{i}.mlp.gate.weight" in tensors for i in range(layers))
+    missing = [f"layers.{i}.mlp.gate_proj.weight" for i in range(layers) if i not in dense and not routed[i]]
+    if missing:
+        raise ForeignLayoutError(f"these layers have neither an MLP nor experts: {', '.join(missing[:5])}")
+    width = int(np.shape(tensors[f"layers.{dense[0]}.mlp.gate_proj.weight"])[0]) if dense else None
+    found: dict[str, Any] = {"intermediate_size": width, "moe_layers": routed}
+    if any(routed):
+        first = routed.index(True)
+        expert = re.compile(rf"layers\.{first}\.mlp\.experts\.(\d+)\.")
+        found["experts"] = len({m.group(1) for key in tensors if (m := expert.match(key))})
+        found["expert_size"] = int(np.shape(tensors[f"layers.{first}.mlp.experts.0.gate_proj.weight"])[0])
+    return found
 
 
 def _agree(fields: dict[str, Any], shapes: dict[str, Any], tensors, model_type: str) -> None:
@@ -186,9 +226,14 @@ def _agree(fields: dict[str, Any], shapes: dict[str, Any], tensors, model_type: 
     if "vocab_size" in fields and fields["vocab_size"] != shapes["vocab_size"]:
         disagree.append(f"vocab_size says {fields['vocab_size']}, the tensors {shapes['vocab_size']}")
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers"):
+        if shapes[key] is None:  # every layer has experts: config.json's MLP width is kept as it says,
+            if model_type == "mixtral":  # which for Mixtral is the experts' own
+                fields.setdefault(key, shapes["expert_size"])
+            continue
         if key in fields and fields[key] != shapes[key]:
             disagree.append(f"{key} says {fields[key]}, the tensors {shapes[key]}")
         fields[key] = shapes[key]
+    disagree += _experts_disagree(fields, shapes)
     heads, kv = fields["num_attention_heads"], fields["num_key_value_heads"]
     head_dim = fields.get("head_dim") or fields["hidden_size"] // heads
     if shapes["query_rows"] != heads * head_dim:
@@ -208,6 +253,32 @@ def _agree(fields: dict[str, Any], shapes: dict[str, Any], tensors, model_type: 
         raise ForeignLayoutError(f"config.json and the weights disagree: {'; '.join(disagree)}")
 
 
+def _experts_disagree(fields: dict[str, Any], shapes: dict[str, Any]) -> list[str]:
+    """config.json's experts against the tensors': which layers route, how many experts, how wide."""
+    if not any(shapes["moe_layers"]):
+        return (
+            ["config.json describes experts but the tensors have no router"]
+            if fields.get("num_local_experts")
+            else []
+        )
+    if not fields.get("num_local_experts"):
+        return [f"the tensors have experts, which a {fields['model_type']} config does not "
+                "(model_type mixtral or qwen3_moe)"]  # fmt: skip
+    said = LlamaConfig.model_construct(**{**LlamaConfig().model_dump(), **fields})
+    disagree = []
+    if said.moe_layers != shapes["moe_layers"]:
+        disagree.append(f"the experts are on layers {[i for i, m in enumerate(shapes['moe_layers']) if m]}, "
+                        f"config.json says {[i for i, m in enumerate(said.moe_layers) if m]}")  # fmt: skip
+    if fields["num_local_experts"] != shapes["experts"]:
+        disagree.append(
+            f"num_local_experts says {fields['num_local_experts']}, the tensors {shapes['experts']}"
+        )
+    if said.expert_size != shapes["expert_size"]:
+        disagree.append(f"the experts' width is {said.expert_size} in config.json, "
+                        f"{shapes['expert_size']} in the tensors")  # fmt: skip
+    return disagree
+
+
 # ---------------------------------------------------------------------- zoo -> transformers
 
 
@@ -219,4 +290,6 @@ def to_hf(cfg: LlamaConfig, tensors: Mapping[str, np.ndarray]) -> tuple[Tensors,
     named = {name: tensors[name] for name in tensor_specs(table(cfg))}
     if cfg.model_type == "phi3":
         named = _fused(named)
+    if cfg.model_type == "mixtral":
+        named = _mixtral_names(named)
     return {name if name == HEAD or not lm else PREFIX + name: value for name, value in named.items()}, config

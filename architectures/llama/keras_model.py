@@ -30,6 +30,7 @@ from zoo.nn.keras import (
 from zoo.nn.keras.attention import joined_padding, padded_positions, static_step
 from zoo.nn.keras.decoder import CausalDecoder
 from zoo.nn.keras.heads import TiedProduct
+from zoo.nn.keras.moe import SparseMoe, load_balancing_loss
 from zoo.nn.keras.remat import checkpointed_call
 from zoo.nn.keras.rotary import rotary_tables
 
@@ -41,8 +42,9 @@ def _normal(std: float) -> keras.initializers.Initializer:
 class DecoderLayer(layers.Layer):
     """Pre-norm: ``x + self_attn(input_layernorm(x))``, then ``x + mlp(post_attention_layernorm(x))``."""
 
-    def __init__(self, cfg: LlamaConfig, **kw):
+    def __init__(self, cfg: LlamaConfig, moe: bool = False, **kw):
         super().__init__(**kw)
+        self.routes_out = moe and cfg.output_router_logits
         d, init = cfg.hidden_size, _normal(cfg.initializer_range)
         self.input_layernorm = RMSNorm(epsilon=cfg.rms_norm_eps)
         self.self_attn = GroupedQueryAttention(
@@ -51,7 +53,18 @@ class DecoderLayer(layers.Layer):
             kernel_initializer=init, qk_norm_eps=cfg.rms_norm_eps if cfg.qk_norm else None,
         )  # fmt: skip
         self.post_attention_layernorm = RMSNorm(epsilon=cfg.rms_norm_eps)
-        self.mlp = GatedMlp(d, cfg.intermediate_size, bias=cfg.mlp_bias, kernel_initializer=init)
+        self.mlp = (
+            SparseMoe(
+                d,
+                cfg.expert_size,
+                cfg.num_local_experts,
+                cfg.num_experts_per_tok,
+                cfg.norm_topk_prob,
+                kernel_initializer=init,
+            )
+            if moe
+            else GatedMlp(d, cfg.intermediate_size, bias=cfg.mlp_bias, kernel_initializer=init)
+        )
 
     def build(self, input_shape, cos_shape=None, sin_shape=None, blocked_shape=None):
         """Every sub-layer from the (N, T, hidden_size) shape: no symbolic trace of :meth:`call`."""
@@ -59,8 +72,12 @@ class DecoderLayer(layers.Layer):
             layer.build(input_shape)
 
     def call(self, x, cos, sin, blocked=None, training=False):
+        """The layer's output; in training, with its router's scores beside it where the model
+        trains with the load-balancing loss: an output of the block, so that a recomputed block
+        (gradient checkpointing) carries their gradient too."""
         x = ops.add(x, self.self_attn(self.input_layernorm(x), cos, sin, blocked, training=training))
-        return ops.add(x, self.mlp(self.post_attention_layernorm(x)))
+        out = ops.add(x, self.mlp(self.post_attention_layernorm(x)))
+        return (out, self.mlp.router_logits) if training and self.routes_out else out
 
     def call_cached(self, x, cos, sin, blocked, past=None, write=None):
         """:meth:`call` in inference, reading and extending a key/value cache (``decode``), or
@@ -91,7 +108,7 @@ class Llama(CausalDecoder):
             self.embed_tokens = PaddedEmbedding(
                 cfg.vocab_size, d, cfg.pad_token_id, embeddings_initializer=init
             )
-        self.blocks = [DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)]
+        self.blocks = [DecoderLayer(cfg, moe) for moe in cfg.moe_layers]
         self.norm = RMSNorm(epsilon=cfg.rms_norm_eps)
         untied = cfg.active_task == "language_modeling" and not cfg.tie_word_embeddings
         self.lm_head = Dense(cfg.vocab_size, use_bias=False, kernel_initializer=init) if untied else None
@@ -131,17 +148,25 @@ class Llama(CausalDecoder):
         cos, sin = rotary_tables(padded_positions(padding, past, steps), self.inv_freq, h.dtype)
         windows = self.zoo_config.layer_windows  # each layer's sliding window, or None
         masks = {w: blocked_mask(steps, padding, causal=True, past=past, window=w) for w in set(windows)}
-        presents = []
+        presents, routers = [], []
         checkpointing = training and self.grad_checkpointing and not cached
         for i, block in enumerate(self.blocks):
             blocked = masks[windows[i]]
             if cached:
                 h, present = block.call_cached(h, cos, sin, blocked, cache.layers[i] if cache else None)
                 presents.append(present)
-            elif checkpointing:
+                continue
+            if checkpointing:
                 h = checkpointed_call(block, h, cos, sin, blocked)
             else:
                 h = block(h, cos, sin, blocked, training=training)
+            if isinstance(h, tuple):  # the router's scores, for the load-balancing loss
+                h, logits = h
+                routers.append(logits)
+        cfg = self.zoo_config
+        if routers:
+            balance = load_balancing_loss(routers, cfg.num_experts_per_tok, padding)
+            self.add_loss(cfg.router_aux_loss_coef * balance)  # fit adds it to the loss, as the torch task
         h = self.norm(h)
         return h, (DecodeCache(tuple(presents), padding, past + steps) if cached else None)
 

@@ -1,5 +1,6 @@
 """Named Llama-class configs: the published shapes of SmolLM-135M / -360M (HuggingFaceTB's Llamas),
-Qwen2-0.5B, Llama-3.2-1B and Qwen3-0.6B / -1.7B, and a micro one for tests.
+Qwen2-0.5B, Llama-3.2-1B, Qwen3-0.6B / -1.7B, and the mixtures of experts Mixtral-8x7B and
+Qwen3-30B-A3B (counted, not built in the tests), and micro ones for tests.
 
 Each is the model's own ``config.json`` read field for field (its vocabulary included, so
 ``zoo list`` shows the published parameter counts; a recipe's data replaces it), and
@@ -36,6 +37,24 @@ _QWEN3 = {
 }
 
 PRESETS = (
+    Preset(
+        "mixtral-micro",
+        "2 layers of 4 experts (2 chosen per token), width 64, 4 query heads sharing 2 key/value heads, "
+        "256 tokens of context: the mixture of experts at test size (vocabulary from the data).",
+        {
+            "model_type": "mixtral",
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 256,
+            "rope_theta": 1000000.0,
+            "tie_word_embeddings": False,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+        },
+    ),
     Preset(
         "llama-micro",
         "2 layers, width 64, 4 query heads sharing 2 key/value heads, 256 tokens of context: quick runs "
@@ -138,6 +157,34 @@ PRESETS = (
     ),
 )
 
+# Counted, not built in make test (46.7 and 30.5 billion parameters): their counts are checked
+# against transformers' on the meta device.
+PRESETS += (
+    Preset(
+        "mixtral-8x7b",
+        "mistralai/Mixtral-8x7B-v0.1: 32 layers of 8 experts (2 per token), width 4096, 32 query / 8 "
+        "key-value heads, rope_theta 1e6, 32768 tokens, untied head.",
+        {
+            "model_type": "mixtral", "vocab_size": 32000, "num_hidden_layers": 32, "hidden_size": 4096,
+            "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+            "tie_word_embeddings": False, "num_local_experts": 8, "num_experts_per_tok": 2,
+            "router_aux_loss_coef": 0.02, "bos_token_id": 1, "eos_token_id": 2,
+        },
+    ),
+    Preset(
+        "qwen3-30b-a3b",
+        "Qwen/Qwen3-30B-A3B: 48 layers of 128 experts of width 768 (8 per token, renormalised), width "
+        "2048, 32 query / 4 key-value heads of 128 with query/key norms, 40960 tokens, untied head.",
+        {
+            **_QWEN3, "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+            "intermediate_size": 6144, "num_attention_heads": 32, "num_key_value_heads": 4,
+            "tie_word_embeddings": False, "num_local_experts": 128, "num_experts_per_tok": 8,
+            "moe_intermediate_size": 768, "norm_topk_prob": True,
+        },
+    ),
+)  # fmt: skip
+
 # transformers' hub names of these shapes (``zoo.load("HuggingFaceTB/SmolLM-135M")`` builds the
 # shape with fresh weights; nothing is downloaded). The instruct models share their base's shape.
 ALIASES = {
@@ -152,4 +199,8 @@ ALIASES = {
     "Qwen/Qwen3-0.6B-Base": "qwen3-0.6b",
     "Qwen/Qwen3-1.7B": "qwen3-1.7b",
     "Qwen/Qwen3-1.7B-Base": "qwen3-1.7b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen/Qwen3-30B-A3B-Base": "qwen3-30b-a3b",
 }

@@ -26,6 +26,7 @@ from zoo.nn.torch import Embedding, GatedMlp, GroupedQueryAttention, RMSNorm, bl
 from zoo.nn.torch.attention import joined_padding, padded_positions
 from zoo.nn.torch.decoder import CausalDecoder
 from zoo.nn.torch.init import transformers_init_
+from zoo.nn.torch.moe import SparseMoe, load_balancing_loss
 from zoo.nn.torch.remat import checkpointed_call
 from zoo.nn.torch.rotary import rotary_tables
 
@@ -33,7 +34,7 @@ from zoo.nn.torch.rotary import rotary_tables
 class DecoderLayer(nn.Module):
     """Pre-norm: ``x + self_attn(input_layernorm(x))``, then ``x + mlp(post_attention_layernorm(x))``."""
 
-    def __init__(self, cfg: LlamaConfig):
+    def __init__(self, cfg: LlamaConfig, moe: bool = False):
         super().__init__()
         d = cfg.hidden_size
         self.input_layernorm = RMSNorm(d, eps=cfg.rms_norm_eps)
@@ -43,7 +44,11 @@ class DecoderLayer(nn.Module):
             qk_norm_eps=cfg.rms_norm_eps if cfg.qk_norm else None,
         )  # fmt: skip
         self.post_attention_layernorm = RMSNorm(d, eps=cfg.rms_norm_eps)
-        self.mlp = GatedMlp(d, cfg.intermediate_size, activation="silu", bias=cfg.mlp_bias)
+        self.mlp = (
+            SparseMoe(d, cfg.expert_size, cfg.num_local_experts, cfg.num_experts_per_tok, cfg.norm_topk_prob)
+            if moe
+            else GatedMlp(d, cfg.intermediate_size, activation="silu", bias=cfg.mlp_bias)
+        )
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, blocked: torch.Tensor | None = None
@@ -78,13 +83,14 @@ class Llama(CausalDecoder):
     """
 
     model_name = "Llama"
+    auxiliary_loss: torch.Tensor | None = None  # the last training forward's load-balancing term
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.zoo_config = cfg
         d = cfg.hidden_size
         self.embed_tokens = Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_token_id)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, moe) for moe in cfg.moe_layers)
         self.norm = RMSNorm(d, eps=cfg.rms_norm_eps)
         untied = cfg.active_task == "language_modeling" and not cfg.tie_word_embeddings
         self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False) if untied else None
@@ -126,8 +132,18 @@ class Llama(CausalDecoder):
                     if checkpointing
                     else layer(h, cos, sin, blocked)
                 )
+        self.auxiliary_loss = self._load_balancing(padding) if self.training and not cached else None
         h = self.norm(h)
         return h, (DecodeCache(tuple(presents), padding, past + steps) if cached else None)
+
+    def _load_balancing(self, padding) -> torch.Tensor | None:
+        """``router_aux_loss_coef`` times the load-balancing loss of this forward's routers, where
+        the config trains with it (``output_router_logits``); the task adds it to the loss."""
+        cfg = self.zoo_config
+        if not cfg.output_router_logits or not any(cfg.moe_layers):
+            return None
+        logits = [layer.mlp.router_logits for layer in self.layers if isinstance(layer.mlp, SparseMoe)]
+        return cfg.router_aux_loss_coef * load_balancing_loss(logits, cfg.num_experts_per_tok, padding)
 
 
 def build(cfg: LlamaConfig) -> Llama:

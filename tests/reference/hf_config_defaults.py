@@ -1,7 +1,8 @@
 """transformers' config classes: what a config.json leaves out (run in the reference environment).
 
 ``hf_config_defaults.py OUT`` writes ``OUT/defaults.json``: for each ``model_type`` zoo imports
-(gpt2, bert, llama, mistral, qwen2, qwen3, phi3), the class's ``to_dict()`` as built with no arguments, with
+(gpt2, bert, llama, mistral, qwen2, qwen3, phi3, mixtral, qwen3_moe), the class's ``to_dict()`` as
+built with no arguments, with
 the rotary wavelength transformers 5 keeps inside ``rope_parameters`` also given as
 ``rope_theta``, the spelling published files use.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 import shim  # noqa: F401  (before transformers, which imports torchvision)
 from transformers import AutoConfig
 
-MODEL_TYPES = ("gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3")
+MODEL_TYPES = ("gpt2", "bert", "llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe")
 
 
 def defaults(model_type: str) -> dict:

@@ -1,7 +1,8 @@
 """transformers' Llama, Mistral, Qwen2, Qwen3 and Phi-3 as the llama family's oracle (run in the reference
 environment).
 
-``hf_llama.py OUT`` writes, for the tests in zoo's environment:
+``hf_llama.py OUT`` writes, for the tests in zoo's environment (Mixtral-8x7B, Qwen3-30B-A3B and the
+``mixtral`` and ``qwen3_moe`` cases are the mixtures of experts):
 
 - ``counts.json``: parameters of ``*ForCausalLM`` built on the meta device from each published
   config in ``PUBLISHED`` (SmolLM-135M / -360M, Qwen2-0.5B, Llama-3.2-1B, Qwen3-0.6B / -1.7B;
@@ -21,7 +22,9 @@ environment).
   (left-padded, ``CASE-prompt-padding.npy``), the new tokens only; ``CASE-config.json``: the
   config as transformers holds it (``to_dict()``). For the cases of ``GRADIENTS``, ``CASE-weights.npy``
   (W, random, zero at padding) and ``CASE-gradients.npz``: each parameter's gradient of
-  ``sum(logits * W)`` in eval mode, under the backbone's names (no ``model.`` prefix).
+  ``sum(logits * W)`` in eval mode, under the backbone's names (no ``model.`` prefix), the
+  experts one by one (:func:`per_expert`); for the mixtures of experts, ``CASE-aux.npy``: their
+  load-balancing loss (``aux_loss``) on those inputs.
 
 ``hf_llama.py OUT random CONFIGS`` does the same (no generation, no backbone) for each entry of
 the JSON list CONFIGS ({"name", "config", "seed", "batch", "steps"}), into ``NAME/`` and
@@ -100,6 +103,28 @@ PUBLISHED = {
         }
         for name, hidden, intermediate in (("qwen3-0.6b", 1024, 3072), ("qwen3-1.7b", 2048, 6144))
     },
+    "mixtral-8x7b": {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "attention_dropout": 0.0,
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+        "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+        "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+        "rms_norm_eps": 1e-05, "rope_theta": 1e6,
+        "router_aux_loss_coef": 0.02, "sliding_window": None, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 32000,
+    },
+    "qwen3-30b-a3b": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645,
+        "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+        "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+        "mlp_only_layers": [], "moe_intermediate_size": 768, "norm_topk_prob": True,
+        "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+        "num_key_value_heads": 4,
+        "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0,
+        "router_aux_loss_coef": 0.001, "sliding_window": None, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    },
 }  # fmt: skip
 TINY = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "vocab_size": 101}
 CASES = {
@@ -142,8 +167,22 @@ CASES = {
          "rope_theta": 10000.0, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
         (3, 12), 6,
     ),
+    "mixtral": (  # 4 experts, 2 a token, on both layers, a window of 6
+        {"model_type": "mixtral", **TINY, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 32, "sliding_window": 6, "tie_word_embeddings": False,
+         "rope_theta": 1000000.0, "num_local_experts": 4, "num_experts_per_tok": 2},
+        (3, 12), 6,
+    ),
+    "qwen3_moe": (  # 5 experts of width 24, 3 a token, not renormalised, the second layer dense
+        {"model_type": "qwen3_moe", **TINY, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "head_dim": 16, "max_position_embeddings": 32, "tie_word_embeddings": False, "rope_theta": 10000.0,
+         "num_experts": 5, "num_experts_per_tok": 3, "moe_intermediate_size": 24, "norm_topk_prob": False,
+         "mlp_only_layers": [1], "bos_token_id": 5, "eos_token_id": 6},
+        (3, 12), 6,
+    ),
 }  # fmt: skip
-GRADIENTS = {"qwen3"}  # gradients against the twins' too
+GRADIENTS = {"qwen3", "mixtral", "qwen3_moe"}  # gradients against the twins' too
+MOE = {"mixtral", "qwen3_moe"}  # their load-balancing loss too
 SHARDED = {"qwen2", "qwen3"}  # saved in shards, with model.safetensors.index.json
 TOKENIZED = {"llama"}  # a tokenizer.json beside the weights
 CHARACTERS = "abcdefghijklmnopqrstuvwxyz .,:;!?'\n" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789()[]{}=+-*/_<>#@"
@@ -248,6 +287,8 @@ def fixtures(out: Path) -> None:
         np.save(out / f"{case}-generated.npy", greedy(model, prompts, prompt_padding, new_tokens))
         if case in GRADIENTS:
             gradients(model, out, case, ids, rng)
+        if case in MOE:
+            np.save(out / f"{case}-aux.npy", balancing_loss(model, ids, np.load(out / f"{case}-padding.npy")))
 
 
 def random_cases(out: Path, configs: str) -> None:
@@ -271,7 +312,35 @@ def gradients(model, out: Path, name: str, ids: np.ndarray, rng: np.random.Gener
     logits = model(torch.from_numpy(ids), attention_mask=attention, position_ids=positions(attention)).logits
     (logits * torch.from_numpy(weights)).sum().backward()
     found = {key.removeprefix("model."): p.grad.numpy() for key, p in model.named_parameters()}
-    np.savez(out / f"{name}-gradients.npz", **found)
+    np.savez(out / f"{name}-gradients.npz", **per_expert(found))
+
+
+def balancing_loss(model, ids: np.ndarray, pad: np.ndarray) -> np.ndarray:
+    """transformers' ``aux_loss`` (``output_router_logits=True``) on ``ids`` with their padding."""
+    attention = torch.from_numpy(~pad).long()
+    with torch.no_grad():
+        result = model(torch.from_numpy(ids), attention_mask=attention, position_ids=positions(attention),
+                       output_router_logits=True)  # fmt: skip
+    return result.aux_loss.numpy()
+
+
+def per_expert(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """transformers 5 holds a layer's experts stacked (``experts.gate_up_proj`` (E, 2I, H), the gate's
+    rows first, and ``experts.down_proj`` (E, H, I)) and saves them one by one: here under the
+    names its files use for Qwen3-MoE (``experts.E.gate_proj.weight`` ...), which are zoo's."""
+    out = {}
+    for key, value in tensors.items():
+        stem, _, part = key.rpartition(".experts.")
+        if part == "gate_up_proj":
+            gates, ups = np.split(value, 2, axis=1)
+            for e in range(len(value)):
+                out[f"{stem}.experts.{e}.gate_proj.weight"] = gates[e]
+                out[f"{stem}.experts.{e}.up_proj.weight"] = ups[e]
+        elif part == "down_proj":
+            out |= {f"{stem}.experts.{e}.down_proj.weight": down for e, down in enumerate(value)}
+        else:
+            out[key] = value
+    return out
 
 
 def greedy(model, prompts: np.ndarray, pad: np.ndarray, new_tokens: int) -> np.ndarray:

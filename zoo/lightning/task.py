@@ -237,6 +237,11 @@ class LanguageModelTask(Task):
         logits, y = self.logits_and_labels(batch)
         loss = token_cross_entropy(logits, y, self.label_smoothing)
         nats = token_cross_entropy(logits, y) if self.label_smoothing else loss
+        # a mixture of experts' load-balancing term (training forwards only), in the loss as Keras'
+        # fit adds the model's add_loss terms; the bits stay the cross-entropy's
+        auxiliary = getattr(self.model, "auxiliary_loss", None)
+        if auxiliary is not None:
+            loss = loss + auxiliary
         return loss, {self.metric: nats / math.log(2)}, len(y)
 
 
