@@ -138,7 +138,10 @@ def _strategy(
         )
     if origin is list:
         (item,) = typing.get_args(annotation)
-        shortest = max([1, *(n.min_length for n in metadata if isinstance(n, at.MinLen))])
+        # a list that is empty by default (Qwen3-MoE's mlp_only_layers) is drawn empty too
+        shortest = max(
+            [0 if default == [] else 1, *(n.min_length for n in metadata if isinstance(n, at.MinLen))]
+        )
         longest = min([shortest + 2, *(n.max_length for n in metadata if isinstance(n, at.MaxLen))])
         items = _strategy(name, item, [], None, small, pool, repeat)
         return st.lists(items, min_size=shortest, max_size=longest)

@@ -21,7 +21,7 @@ layer's window in ``layer_windows``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -178,7 +178,7 @@ class LlamaConfig(ArchitectureConfig):
         le=1024,
         description="Layer i is an MoE layer where i + 1 is a multiple of this (Qwen3-MoE's).",
     )
-    mlp_only_layers: list[int] = Field(
+    mlp_only_layers: list[Annotated[int, Field(ge=0, le=1023)]] = Field(
         [], max_length=1024, description="Layers that keep a dense MLP (Qwen3-MoE's mlp_only_layers)."
     )
     output_router_logits: bool = Field(
