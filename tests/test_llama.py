@@ -56,7 +56,17 @@ REFERENCE = 1e-4  # relative, max norm: zoo's twins against transformers
 TWINS = 1e-5  # the twins against each other on the same weights
 FAMILY = registry.get_family("llama")
 FRAMEWORKS = ("lightning", "keras")
-CASES = ("llama", "llama-untied", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe")
+CASES = (
+    "llama",
+    "llama-untied",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "phi3-longrope",
+    "mixtral",
+    "qwen3_moe",
+)
 # the transformers classes the random configs draw
 TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe")
 RANDOM = int(os.environ.get("ZOO_PARITY_EXAMPLES", "10"))  # random configs against transformers
@@ -109,8 +119,12 @@ def test_parameter_counts_are_transformers(reference):
 
 
 @pytest.mark.parametrize(
-    "preset", ["smollm-135m", "smollm-360m", "qwen2-0.5b", "llama-3.2-1b", "qwen3-0.6b", "qwen3-1.7b"]
-)
+    "preset",
+    [
+        "smollm-135m", "smollm-360m", "qwen2-0.5b", "llama-3.2-1b", "qwen3-0.6b", "qwen3-1.7b", "phi-3-mini",
+        "mixtral-8x7b", "qwen3-30b-a3b",
+    ],
+)  # fmt: skip
 def test_presets_are_the_published_configs(reference, preset):
     """Each preset is its model's config.json read by the hf format, field for field."""
     meta = json.loads((reference / "published" / preset / "config.json").read_text())
@@ -337,7 +351,10 @@ def test_both_twins_refuse_what_llama_cannot_take():
             r"num_attention_heads 4 is not a multiple of num_key_value_heads 3; .* in 1, 2, 4",
         ),
         ({"head_dim": 7}, r"head width is 7 \(head_dim\); rotary .* even head_dim"),
-        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, r"rope_scaling\.rope_type\n.*'llama3'"),
+        (
+            {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+            r"rope_scaling\n.*tag 'yarn'.*'llama3', 'longrope'",
+        ),
         (
             {"rope_scaling": {"low_freq_factor": 4, "high_freq_factor": 1}},
             r"high_freq_factor 1.0 must be greater",
@@ -481,8 +498,11 @@ def test_import_reads_a_sharded_directory_with_the_cli(reference, tmp_path):
 
 @pytest.mark.parametrize(
     "case",
-    ["llama", "llama-untied", "mistral", "qwen2", "qwen2-backbone", "qwen3", "phi3", "mixtral", "qwen3_moe"],
-)
+    [
+        "llama", "llama-untied", "mistral", "qwen2", "qwen2-backbone", "qwen3", "phi3", "phi3-longrope",
+        "mixtral", "qwen3_moe",
+    ],
+)  # fmt: skip
 def test_export_loads_in_transformers(reference, imported, case, tmp_path):
     """``zoo export --format hf`` of the import, changed so that it is not the file it came from:
     transformers' from_pretrained loads every tensor strictly, gives the torch twin's outputs, and

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from zoo.family import ArchitectureConfig
 from zoo.nn import rotary
@@ -66,6 +66,40 @@ class Llama3RopeScaling(BaseModel):
                 f"rope_scaling.low_freq_factor {self.low_freq_factor} (the blend divides by their difference)"
             )
         return self
+
+
+class LongRopeScaling(BaseModel):
+    """transformers' ``rope_scaling`` of type ``longrope`` (Phi-3's 128k models): per-frequency
+    divisors, ``short_factor`` for a forward within ``original_max_position_embeddings`` and
+    ``long_factor`` past it, and the tables scaled by ``attention_factor`` (``zoo.nn.rotary.LongRope``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rope_type: Literal["longrope"] = Field("longrope", description="Phi-3's long-context rotary scaling.")
+    short_factor: list[float] = Field(max_length=1024, description="One divisor per rotary frequency.")
+    long_factor: list[float] = Field(
+        max_length=1024, description="One divisor per frequency, past the original."
+    )
+    original_max_position_embeddings: int = Field(
+        4096, ge=1, le=10_000_000, description="The context the model was pre-trained at."
+    )
+    factor: float | None = Field(
+        None, gt=0, le=1e6, description="null: max_position_embeddings / original_max_position_embeddings."
+    )
+    attention_factor: float | None = Field(
+        None, gt=0, le=100, description="The tables' scale; null: sqrt(1 + log(factor) / log(original))."
+    )
+
+
+def _rope_type(value) -> str:
+    """A ``rope_scaling``'s type: its ``rope_type``, llama3 where a mapping leaves it out."""
+    return value.get("rope_type", "llama3") if isinstance(value, dict) else value.rope_type
+
+
+RopeScaling = Annotated[
+    Annotated[Llama3RopeScaling, Tag("llama3")] | Annotated[LongRopeScaling, Tag("longrope")],
+    Discriminator(_rope_type),
+]
 
 
 class LlamaConfig(ArchitectureConfig):
@@ -121,8 +155,10 @@ class LlamaConfig(ArchitectureConfig):
     )
     rms_norm_eps: float = Field(1e-5, gt=0, le=0.1, description="RMSNorm epsilon.")
     rope_theta: float = Field(10000.0, gt=0, le=1e12, description="Base wavelength of the rotary embeddings.")
-    rope_scaling: Llama3RopeScaling | None = Field(
-        None, description="Rotary frequency scaling: null, or transformers' llama3 type (Llama 3.1 / 3.2)."
+    rope_scaling: RopeScaling | None = Field(
+        None,
+        description="Rotary frequency scaling: null, transformers' llama3 type (Llama 3.1 / 3.2), or "
+        "longrope (Phi-3's 128k models).",
     )
     qkv_bias: bool = Field(
         False, description="Biases on the query, key and value projections (Llama's attention_bias; Qwen2)."
@@ -227,6 +263,16 @@ class LlamaConfig(ArchitectureConfig):
                 f"the head width is {self.attention_head_dim} ({self._head_dim_words()}); rotary embeddings "
                 "turn pairs of features: give an even head_dim"
             )
+        if isinstance(self.rope_scaling, LongRopeScaling):
+            half = self.attention_head_dim // 2
+            wrong = [
+                f"rope_scaling.{name} has {len(factors)} factors"
+                for name, factors in (("short_factor", self.rope_scaling.short_factor),
+                                      ("long_factor", self.rope_scaling.long_factor))
+                if len(factors) != half
+            ]  # fmt: skip
+            if wrong:
+                raise ValueError(f"{'; '.join(wrong)}: a longrope scaling has one a rotary frequency, {half}")
         if self.layer_types is not None and len(self.layer_types) != self.num_hidden_layers:
             raise ValueError(
                 f"layer_types names {len(self.layer_types)} layers but num_hidden_layers is "
@@ -289,9 +335,18 @@ class LlamaConfig(ArchitectureConfig):
         """Features per head: ``head_dim``, or transformers' ``hidden_size // num_attention_heads``."""
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
-    def inverse_frequencies(self) -> np.ndarray:
-        scaling = self.rope_scaling.model_dump() if self.rope_scaling is not None else None
-        return rotary.inverse_frequencies(self.attention_head_dim, self.rope_theta, scaling)
+    def inverse_frequencies(self) -> np.ndarray | rotary.LongRope:
+        """The rotary frequencies both twins turn by (``zoo.nn.rotary``)."""
+        scaling = self.rope_scaling
+        if isinstance(scaling, LongRopeScaling):
+            return rotary.longrope(
+                self.attention_head_dim, self.rope_theta, scaling.short_factor, scaling.long_factor,
+                scaling.original_max_position_embeddings, self.max_position_embeddings, scaling.factor,
+                scaling.attention_factor,
+            )  # fmt: skip
+        return rotary.inverse_frequencies(
+            self.attention_head_dim, self.rope_theta, scaling.model_dump() if scaling is not None else None
+        )
 
     def sample_shape(self) -> tuple[int, ...]:
         return (min(EXAMPLE_LENGTH, self.max_position_embeddings),)

@@ -220,11 +220,17 @@ def _rope(meta: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None, list[s
         refused.append(f"partial_rotary_factor {partial} (zoo turns every feature of a head)")
     if rope_type == "default":
         return theta, None, refused
+    if rope_type in ("longrope", "su") and meta.get("model_type") == "phi3":  # su: its older name
+        return theta, _longrope(parameters, meta), refused
     if rope_type != "llama3":
         return (
             theta,
             None,
-            [*refused, f"rope_scaling.rope_type {rope_type!r} (zoo computes 'default' and 'llama3')"],
+            [
+                *refused,
+                f"rope_scaling.rope_type {rope_type!r} (zoo computes 'default' and 'llama3', and Phi-3's "
+                "'longrope')",
+            ],
         )
     parameters.setdefault("original_max_position_embeddings", meta.get("max_position_embeddings"))
     keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
@@ -232,6 +238,20 @@ def _rope(meta: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None, list[s
     if extra:
         refused.append(f"rope_scaling keys {extra} (a llama3 scaling has {', '.join(keys)})")
     return theta, {"rope_type": "llama3", **{k: parameters[k] for k in keys if k in parameters}}, refused
+
+
+def _longrope(parameters: dict[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Phi-3's ``longrope`` as zoo's ``rope_scaling``: the pre-training context from the scaling
+    or, as transformers reads it, the config's ``original_max_position_embeddings``."""
+    original = parameters.pop(
+        "original_max_position_embeddings", meta.get("original_max_position_embeddings")
+    )
+    return {
+        "rope_type": "longrope",
+        **{key: parameters[key] for key in ("short_factor", "long_factor", "factor", "attention_factor")
+           if parameters.get(key) is not None},
+        "original_max_position_embeddings": original if original is not None else 4096,
+    }  # fmt: skip
 
 
 def _sliding_window(meta: Mapping[str, Any], model_type: str) -> tuple[int | None, list[str] | None]:
@@ -279,7 +299,7 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
     model_type = cfg.model_type
     _check_expressible(cfg)
     suffix = "ForCausalLM" if cfg.active_task == "language_modeling" else "Model"
-    rope_scaling = cfg.rope_scaling.model_dump() if cfg.rope_scaling is not None else None
+    rope_scaling = cfg.rope_scaling.model_dump(exclude_none=True) if cfg.rope_scaling is not None else None
     config: dict[str, Any] = {
         "model_type": model_type,
         "architectures": [CLASSES[model_type] + suffix],
@@ -307,7 +327,9 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
         config |= {"use_sliding_window": cfg.sliding_window is not None, "sliding_window": cfg.sliding_window}
     if model_type == "phi3":
         config |= {key: 0.0 for key in _PHI3_DROPOUTS}
-        config["original_max_position_embeddings"] = cfg.max_position_embeddings
+        longrope = cfg.rope_scaling if cfg.rope_scaling and cfg.rope_scaling.rope_type == "longrope" else None
+        original = longrope.original_max_position_embeddings if longrope else cfg.max_position_embeddings
+        config["original_max_position_embeddings"] = original
     if model_type in WINDOW_SOME:
         kinds = cfg.layer_types or ["sliding_attention"] * cfg.num_hidden_layers
         windowed = cfg.sliding_window is not None and "sliding_attention" in kinds

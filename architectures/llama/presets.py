@@ -1,5 +1,5 @@
 """Named Llama-class configs: the published shapes of SmolLM-135M / -360M (HuggingFaceTB's Llamas),
-Qwen2-0.5B, Llama-3.2-1B, Qwen3-0.6B / -1.7B, and the mixtures of experts Mixtral-8x7B and
+Qwen2-0.5B, Llama-3.2-1B, Qwen3-0.6B / -1.7B, Phi-3-mini, and the mixtures of experts Mixtral-8x7B and
 Qwen3-30B-A3B (counted, not built in the tests), and micro ones for tests.
 
 Each is the model's own ``config.json`` read field for field (its vocabulary included, so
@@ -157,6 +157,21 @@ PRESETS = (
     ),
 )
 
+PRESETS += (
+    Preset(
+        "phi-3-mini",
+        "microsoft/Phi-3-mini-4k-instruct: 32 layers, width 3072, 32 heads (multi-head), a 2047-token "
+        "window over 4096 tokens, untied head; fused qkv / gate_up projections in its files.",
+        {
+            "model_type": "phi3", "vocab_size": 32064, "num_hidden_layers": 32, "hidden_size": 3072,
+            "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 32,
+            "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "sliding_window": 2047,
+            "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000,
+        },
+    ),
+)  # fmt: skip
+
 # Counted, not built in make test (46.7 and 30.5 billion parameters): their counts are checked
 # against transformers' on the meta device.
 PRESETS += (
@@ -199,6 +214,7 @@ ALIASES = {
     "Qwen/Qwen3-0.6B-Base": "qwen3-0.6b",
     "Qwen/Qwen3-1.7B": "qwen3-1.7b",
     "Qwen/Qwen3-1.7B-Base": "qwen3-1.7b",
+    "microsoft/Phi-3-mini-4k-instruct": "phi-3-mini",
     "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
     "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
     "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",

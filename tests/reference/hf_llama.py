@@ -103,6 +103,16 @@ PUBLISHED = {
         }
         for name, hidden, intermediate in (("qwen3-0.6b", 1024, 3072), ("qwen3-1.7b", 2048, 6144))
     },
+    "phi-3-mini": {
+        "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "attention_dropout": 0.0,
+        "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+        "hidden_size": 3072,
+        "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096,
+        "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0,
+        "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 32064,
+    },
     "mixtral-8x7b": {
         "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "attention_dropout": 0.0,
         "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
@@ -167,6 +177,14 @@ CASES = {
          "rope_theta": 10000.0, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
         (3, 12), 6,
     ),
+    "phi3-longrope": (  # the 128k models' scaling: short factors within 8 positions, long ones past them
+        {"model_type": "phi3", **TINY, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 32, "original_max_position_embeddings": 8, "tie_word_embeddings": False,
+         "rope_theta": 10000.0, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+         "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                          "long_factor": [1.2, 1.9, 2.8, 4.1, 5.9, 8.3, 11.6, 16.0]}},
+        (3, 12), 6,
+    ),
     "mixtral": (  # 4 experts, 2 a token, on both layers, a window of 6
         {"model_type": "mixtral", **TINY, "num_attention_heads": 4, "num_key_value_heads": 2,
          "max_position_embeddings": 32, "sliding_window": 6, "tie_word_embeddings": False,
@@ -183,6 +201,10 @@ CASES = {
 }  # fmt: skip
 GRADIENTS = {"qwen3", "mixtral", "qwen3_moe"}  # gradients against the twins' too
 MOE = {"mixtral", "qwen3_moe"}  # their load-balancing loss too
+# Greedy decoding by the model's own forward, a token a call through its cache: transformers'
+# generate turns Phi-3's longrope past the original context otherwise than its forward does
+# (generate's tokens differed from the second decoding step on; this loop's are the forward's).
+STEPWISE = {"phi3-longrope"}
 SHARDED = {"qwen2", "qwen3"}  # saved in shards, with model.safetensors.index.json
 TOKENIZED = {"llama"}  # a tokenizer.json beside the weights
 CHARACTERS = "abcdefghijklmnopqrstuvwxyz .,:;!?'\n" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789()[]{}=+-*/_<>#@"
@@ -284,7 +306,8 @@ def fixtures(out: Path) -> None:
         prompts[prompt_padding] = 0
         np.save(out / f"{case}-prompts.npy", prompts)
         np.save(out / f"{case}-prompt-padding.npy", prompt_padding)
-        np.save(out / f"{case}-generated.npy", greedy(model, prompts, prompt_padding, new_tokens))
+        decode = stepwise_greedy if case in STEPWISE else greedy
+        np.save(out / f"{case}-generated.npy", decode(model, prompts, prompt_padding, new_tokens))
         if case in GRADIENTS:
             gradients(model, out, case, ids, rng)
         if case in MOE:
@@ -358,6 +381,23 @@ def greedy(model, prompts: np.ndarray, pad: np.ndarray, new_tokens: int) -> np.n
             pad_token_id=0,
         )
     return generated[:, prompts.shape[1] :].numpy()
+
+
+def stepwise_greedy(model, prompts: np.ndarray, pad: np.ndarray, new_tokens: int) -> np.ndarray:
+    """Greedy decoding through ``DynamicCache`` by forward calls, with the position ids and attention
+    mask ``generate`` derives from the prompts' padding."""
+    from transformers import DynamicCache
+
+    cache, mask = DynamicCache(config=model.config), torch.from_numpy(~pad).long()
+    chosen, ids, position = [], torch.from_numpy(prompts), positions(torch.from_numpy(~pad).long())
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = model(ids, attention_mask=mask, position_ids=position, past_key_values=cache).logits
+            ids = logits[:, -1].argmax(-1, keepdim=True)
+            chosen.append(ids)
+            mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+            position = mask.sum(-1, keepdim=True) - 1
+    return torch.cat(chosen, dim=1).numpy()
 
 
 def exported(out: Path, folder: str, inputs: str, pad: str, prompts: str | None = None) -> None:

@@ -16,13 +16,17 @@ Three ways to derive them, transformers' ``rope_type`` values:
   it is shorter than ``original_max_position_embeddings / high_freq_factor``, and blended
   smoothly in between (``_compute_llama3_parameters`` in transformers' ``modeling_rope_utils``).
 
-None scales the cosines and sines (transformers' ``attention_factor`` is 1 for both).
+None of these scales the cosines and sines (transformers' ``attention_factor`` is 1 for them).
+Phi-3's ``longrope`` (its 128k models) is :class:`LongRope`: two sets of frequencies, each the
+default's divided by a factor per frequency, the long set used for a forward whose positions
+reach past ``original_max_position_embeddings``, and the cosines and sines scaled.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,3 +58,40 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: Mapping[str, Any] 
     smoothed = (np.float32(1) - smooth) * scaled / factor + smooth * scaled
     medium = ~(wavelength < old_context / high) & ~(wavelength > old_context / low)
     return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class LongRope:
+    """transformers' ``longrope`` (``_compute_longrope_parameters`` and ``longrope_frequency_update``):
+    a forward whose largest position + 1 exceeds ``original`` turns by ``long``, any other by
+    ``short``; both tables are multiplied by ``scale`` (the ``attention_factor``)."""
+
+    short: np.ndarray
+    long: np.ndarray
+    original: int
+    scale: float
+
+
+def longrope(
+    head_dim: int,
+    theta: float,
+    short_factor: Sequence[float],
+    long_factor: Sequence[float],
+    original: int,
+    context: int,
+    factor: float | None = None,
+    attention_factor: float | None = None,
+) -> LongRope:
+    """:class:`LongRope` from a ``rope_scaling`` of type ``longrope``, in transformers' float32
+    steps: ``1 / (factors * theta ** (2i / head_dim))``; the scale, where not given,
+    ``sqrt(1 + log(factor) / log(original))`` with ``factor`` context / original by default."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    powers = np.power(np.float32(theta), exponents, dtype=np.float32)
+
+    def frequencies(factors: Sequence[float]) -> np.ndarray:
+        return (np.float32(1.0) / (np.asarray(factors, dtype=np.float32) * powers)).astype(np.float32)
+
+    factor = context / original if factor is None else factor
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    return LongRope(frequencies(short_factor), frequencies(long_factor), original, attention_factor)

@@ -12,13 +12,28 @@ import keras
 import numpy as np
 from keras import ops
 
+from zoo.nn.rotary import LongRope
 
-def rotary_tables(positions, inv_freq: np.ndarray, dtype):
-    """(N, T) integer positions -> cosines and sines (N, T, head_dim) in ``dtype``."""
+
+def rotary_tables(positions, inv_freq: np.ndarray | LongRope, dtype):
+    """(N, T) integer positions -> cosines and sines (N, T, head_dim) in ``dtype``; with a
+    :class:`~zoo.nn.rotary.LongRope`, the long or the short table by the largest position, scaled."""
+    if isinstance(inv_freq, LongRope):
+        short = _tables(positions, inv_freq.short, dtype, inv_freq.scale)
+        long = _tables(positions, inv_freq.long, dtype, inv_freq.scale)
+        beyond = ops.max(positions) + 1 > inv_freq.original
+        return ops.where(beyond, long[0], short[0]), ops.where(beyond, long[1], short[1])
+    return _tables(positions, inv_freq, dtype)
+
+
+def _tables(positions, inv_freq: np.ndarray, dtype, scale: float = 1.0):
     wide = "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
     angles = ops.cast(positions, wide)[..., None] * ops.convert_to_tensor(inv_freq, dtype=wide)
     angles = ops.concatenate([angles, angles], axis=-1)
-    return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
+    cos, sin = ops.cos(angles), ops.sin(angles)
+    if scale != 1.0:
+        cos, sin = cos * ops.convert_to_tensor(scale, wide), sin * ops.convert_to_tensor(scale, wide)
+    return ops.cast(cos, dtype), ops.cast(sin, dtype)
 
 
 def rotate_half(x):

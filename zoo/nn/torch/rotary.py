@@ -13,17 +13,31 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from zoo.nn.rotary import LongRope
+
 
 def rotary_tables(
-    positions: torch.Tensor, inv_freq: np.ndarray, dtype: torch.dtype
+    positions: torch.Tensor, inv_freq: np.ndarray | LongRope, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, T) integer positions -> cosines and sines (N, T, head_dim) in ``dtype``."""
+    """(N, T) integer positions -> cosines and sines (N, T, head_dim) in ``dtype``; with a
+    :class:`~zoo.nn.rotary.LongRope`, the long or the short table by the largest position, scaled."""
+    if isinstance(inv_freq, LongRope):
+        short = _tables(positions, inv_freq.short, dtype, inv_freq.scale)
+        long = _tables(positions, inv_freq.long, dtype, inv_freq.scale)
+        beyond = positions.max() + 1 > inv_freq.original  # a tensor: no host synchronisation
+        return torch.where(beyond, long[0], short[0]), torch.where(beyond, long[1], short[1])
+    return _tables(positions, inv_freq, dtype)
+
+
+def _tables(positions: torch.Tensor, inv_freq: np.ndarray, dtype: torch.dtype, scale: float = 1.0):
     wide = torch.promote_types(dtype, torch.float32)
     frequencies = torch.from_numpy(inv_freq).to(positions.device, wide)
     with torch.autocast(positions.device.type, enabled=False):
         angles = positions.to(wide)[..., None] * frequencies
         angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+        if scale == 1.0:
+            return angles.cos().to(dtype), angles.sin().to(dtype)
+        return (angles.cos() * scale).to(dtype), (angles.sin() * scale).to(dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
