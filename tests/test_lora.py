@@ -54,6 +54,12 @@ MODELS = {  # family, preset, fields, zoo's targets for the export
         {"num_hidden_layers": 2, "vocab_size": 101, "model_type": "phi3", "pad_token_id": 0},
         ["q_proj", "v_proj", "gate_proj", "down_proj"],
     ),
+    "mixtral": (  # a mixture of experts: the attention adapted, the experts frozen with the base
+        "mixtral-micro",
+        {"vocab_size": 101},
+        ["q_proj", "v_proj", "o_proj"],
+    ),
+    "gemma": ("gemma-micro", {"vocab_size": 101}, ["q_proj", "k_proj", "down_proj"]),
     "bert": (
         "bert-micro",
         {"num_layers": 2, "vocab_size": 101, "task": "masked_language_modeling"},

@@ -25,8 +25,9 @@ import transformers
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoConfig
 
-# Model types PEFT has no default targets for: what its users name (Phi-3's fused projections).
-TARGETS = {"phi3": ["qkv_proj", "o_proj", "gate_up_proj"]}
+# Model types PEFT has no default targets for: what its users name (Phi-3's fused projections;
+# Mixtral's attention, its experts being parameters of one module in transformers 5).
+TARGETS = {"phi3": ["qkv_proj", "o_proj", "gate_up_proj"], "mixtral": ["q_proj", "k_proj", "o_proj"]}
 
 
 def load(folder: str):
