@@ -16,7 +16,7 @@ right-padded row; transformers gets the matching attention mask and the position
 parameter counts come from transformers on the meta device.
 
 Tolerance: relative error in the max norm, ``max |zoo - hf| / max |hf|`` over the real tokens, at
-most 1e-4 (float32), in eval mode. Measured (torch 2.13, TF 2.21, CPU): 2.8e-7 to 5.3e-7 from the
+most 1e-5 (float32), in eval mode. Measured (torch 2.13, TF 2.21, CPU): 2.8e-7 to 5.3e-7 from the
 torch twin, 3.4e-7 to 8.6e-7 from the Keras twin on the four cases; greedy continuations equal
 transformers' ``generate(do_sample=False)`` token for token in both twins.
 """
@@ -52,7 +52,7 @@ from zoo.interchange.importing import import_checkpoint
 from zoo.nn.errors import InputError
 from zoo.sample import Sampling, generate
 
-REFERENCE = 1e-4  # relative, max norm: zoo's twins against transformers
+REFERENCE = 1e-5  # relative, max norm, against transformers (issue 42's bound; measured <= 8.6e-7)
 TWINS = 1e-5  # the twins against each other on the same weights
 FAMILY = registry.get_family("llama")
 FRAMEWORKS = ("lightning", "keras")
