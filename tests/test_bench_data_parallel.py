@@ -25,7 +25,7 @@ LOSS_TOLERANCE = 1e-5
 def test_quick_mode_two_replicas_match_one(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, str(ROOT / "bench" / "data_parallel.py"), "--quick", "--json"]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     entries = {e["mode"]: e for e in map(json.loads, done.stdout.strip().splitlines())}
     assert set(entries) == {"lightning 1x1", "lightning ddp", "keras 1x1", "keras mirrored"}

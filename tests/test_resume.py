@@ -153,11 +153,13 @@ def test_the_interrupted_epochs_row_equals_an_uninterrupted_runs(tmp_path, frame
     # The interrupted epoch counts the seconds before the kill too (at least those up to the state
     # it resumed from), and not the resume's process start (imports, data, the model's build).
     # Keras times its tf.function tracing inside the first epoch of a fit call, an uninterrupted
-    # run's first epoch as much as a resumed one: the slowest whole epoch is the yardstick.
+    # run's first epoch as much as a resumed one: the slowest whole epoch is the yardstick. The
+    # bound is 3x it plus 2 s: on two loaded cores a resumed epoch took 2.7x the slowest (6.4 s against
+    # 2.4 s) while the resume's process start, what must not be counted, took 50 s.
     seconds = float(killed[1]["epoch_seconds"])
     whole_epoch = float(whole[1]["epoch_seconds"])
     slowest = max(float(r["epoch_seconds"]) for r in whole)
     assert seconds > 0.5 * whole_epoch * (resumed_from % BATCHES) / BATCHES, (seconds, whole_epoch)
-    assert seconds < min(2 * slowest + 1.0, resume_seconds), (seconds, slowest, resume_seconds)
+    assert seconds < min(3 * slowest + 2.0, resume_seconds), (seconds, slowest, resume_seconds)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary.get("status") == "finished"

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from architectures.llama.config import LlamaConfig
+from architectures.llama.config_json_experts import MOE, experts_config, experts_fields, experts_problem
 from zoo.checkpoint.foreign import ForeignLayoutError
 
 CLASSES = {  # model_type -> class prefix
@@ -32,7 +33,6 @@ CLASSES = {  # model_type -> class prefix
 WINDOW_EVERYWHERE = ("mistral", "phi3", "mixtral")  # a sliding_window applies to every layer
 WINDOW_SOME = ("qwen2", "qwen3")  # use_sliding_window from max_window_layers on (Qwen3-MoE: every layer)
 QK_NORM = ("qwen3", "qwen3_moe")
-MOE = ("mixtral", "qwen3_moe")
 ARCHITECTURES = {
     f"{name}{suffix}": (model_type, task)
     for model_type, name in CLASSES.items()
@@ -149,38 +149,12 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     fields |= _biases(meta, model_type)
     fields["qk_norm"] = model_type in QK_NORM
     if model_type in MOE:
-        moe, moe_refused = _experts(meta, model_type)
+        moe, moe_refused = experts_fields(meta, model_type)
         fields |= moe
         refused += moe_refused
     if refused:
         raise ForeignLayoutError(f"config.json sets what zoo's llama cannot compute: {'; '.join(refused)}")
     return fields
-
-
-def _experts(meta: Mapping[str, Any], model_type: str) -> tuple[dict[str, Any], list[str]]:
-    """The mixture-of-experts fields: Mixtral's ``num_local_experts`` on every layer, its chosen
-    probabilities always renormalised; Qwen3-MoE's ``num_experts``, ``moe_intermediate_size``,
-    ``norm_topk_prob``, ``decoder_sparse_step`` and ``mlp_only_layers``."""
-    experts = meta.get("num_experts", meta.get("num_local_experts"))
-    fields = {
-        "num_local_experts": experts,
-        "num_experts_per_tok": meta["num_experts_per_tok"],
-        "router_aux_loss_coef": meta["router_aux_loss_coef"],
-        "output_router_logits": bool(meta["output_router_logits"]),
-    }
-    refused = []
-    if model_type == "mixtral":
-        if meta.get("router_jitter_noise"):
-            refused.append(
-                f"router_jitter_noise {meta['router_jitter_noise']} (zoo's router draws no noise: set 0)"
-            )
-        return fields, refused
-    return fields | {
-        "moe_intermediate_size": meta["moe_intermediate_size"],
-        "norm_topk_prob": bool(meta["norm_topk_prob"]),
-        "decoder_sparse_step": meta["decoder_sparse_step"],
-        "mlp_only_layers": list(meta["mlp_only_layers"] or []),
-    }, refused
 
 
 def _check_numbers(meta: Mapping[str, Any]) -> None:
@@ -322,7 +296,7 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
     if model_type in WINDOW_EVERYWHERE:
         config["sliding_window"] = cfg.sliding_window
     if model_type in MOE:
-        config |= _experts_config(cfg)
+        config |= experts_config(cfg)
     if model_type == "qwen3_moe":
         config |= {"use_sliding_window": cfg.sliding_window is not None, "sliding_window": cfg.sliding_window}
     if model_type == "phi3":
@@ -342,21 +316,6 @@ def hf_config(cfg: LlamaConfig) -> dict[str, Any]:
     return config
 
 
-def _experts_config(cfg: LlamaConfig) -> dict[str, Any]:
-    shared = {
-        "num_experts_per_tok": cfg.num_experts_per_tok,
-        "router_aux_loss_coef": cfg.router_aux_loss_coef,
-        "output_router_logits": cfg.output_router_logits,
-    }
-    if cfg.model_type == "mixtral":
-        return {"num_local_experts": cfg.num_local_experts, **shared, "router_jitter_noise": 0.0}
-    return {
-        "num_experts": cfg.num_local_experts, **shared, "moe_intermediate_size": cfg.expert_size,
-        "norm_topk_prob": cfg.norm_topk_prob, "decoder_sparse_step": cfg.decoder_sparse_step,
-        "mlp_only_layers": cfg.mlp_only_layers,
-    }  # fmt: skip
-
-
 def _check_expressible(cfg: LlamaConfig) -> None:
     """What each transformers class can hold: Llama one attention bias switch, Mistral no biases,
     Qwen2 query/key/value biases only, Qwen3 one attention bias switch and no MLP bias; only Qwen3
@@ -373,21 +332,8 @@ def _check_expressible(cfg: LlamaConfig) -> None:
     if cfg.qk_norm != (cfg.model_type in QK_NORM):
         fix = "set model.model_type to qwen3" if cfg.qk_norm else "set qk_norm true, or another model_type"
         problems.append(f"qk_norm {cfg.qk_norm}: only transformers' Qwen3 has the query/key norms ({fix})")
-    elif moe != (cfg.model_type in MOE):
-        fix = "mixtral or qwen3_moe" if moe else "one of the dense classes, or give num_local_experts"
-        problems.append(
-            f"num_local_experts {cfg.num_local_experts}: only transformers' Mixtral and Qwen3-MoE have "
-            f"experts (set model.model_type to {fix})"
-        )
-    elif cfg.model_type == "mixtral" and (
-        cfg.moe_intermediate_size not in (None, cfg.intermediate_size) or not cfg.norm_topk_prob
-        or cfg.decoder_sparse_step != 1 or cfg.mlp_only_layers
-    ):  # fmt: skip
-        problems.append(
-            "Mixtral's experts are on every layer, intermediate_size wide, their probabilities renormalised: "
-            "set moe_intermediate_size null, norm_topk_prob true, decoder_sparse_step 1 and mlp_only_layers "
-            "[] (or model.model_type qwen3_moe)"
-        )
+    elif experts_problem(cfg):
+        problems.append(experts_problem(cfg))
     elif not layout[cfg.model_type]:
         fitting = [t for t, fits in layout.items() if fits]
         problems.append(
