@@ -5,8 +5,13 @@ not one per example). Used by the decoder families' tests (``test_llama.py``, ``
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
+from pathlib import Path
 
+import numpy as np
+import reference_env
+from conftest import eval_output, relative_error
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -33,3 +38,26 @@ def drawn_configs(
         groups.append(drawn[:per_type])
     found = [case for group in itertools.zip_longest(*groups) for case in group if case is not None]
     return [{**case, "name": f"random-{i}"} for i, case in enumerate(found[:count])]
+
+
+def reference_built(
+    script: str, out: Path, strategy, types: tuple[str, ...], count: int
+) -> tuple[Path, list[dict]]:
+    """The drawn configs, built, randomised and run by ``tests/reference/<script> OUT random``."""
+    cases = drawn_configs(strategy, types, count)
+    (out / "configs.json").write_text(json.dumps(cases))
+    return reference_env.run(script, out, "random", str(out / "configs.json")), cases
+
+
+def assert_twins_are_transformers(reference: Path, case: dict, tmp_path: Path, bound: float) -> None:
+    """Both twins on the case's imported weights: transformers' logits on its padded batch, real tokens."""
+    import zoo
+    from zoo.interchange.importing import import_checkpoint
+
+    name = case["name"]
+    checkpoint = import_checkpoint(reference / name, tmp_path / "zoo").path
+    ids, padding = np.load(reference / f"{name}-inputs.npy"), np.load(reference / f"{name}-padding.npy")
+    expected = np.load(reference / f"{name}-logits.npy")
+    for framework in ("lightning", "keras"):
+        got = eval_output(zoo.load_checkpoint(checkpoint, framework=framework), ids, padding)
+        assert relative_error(got[~padding], expected[~padding]) <= bound, (framework, case["config"])

@@ -29,7 +29,7 @@ import safetensors.numpy
 from click.testing import CliRunner
 from conftest import eval_output as run
 from conftest import relative_error
-from drawn_configs import drawn_configs
+from drawn_configs import assert_twins_are_transformers, reference_built
 from hypothesis import strategies as st
 from twin_gradients import keras_pass, largest_gap, torch_pass
 
@@ -203,25 +203,16 @@ def hf_configs(draw, model_type: str) -> dict:
 
 @pytest.fixture(scope="module")
 def random_reference(tmp_path_factory) -> tuple[Path, list[dict]]:
-    out = tmp_path_factory.mktemp("random-reference")
-    cases = drawn_configs(hf_configs, TYPES, RANDOM)
-    (out / "configs.json").write_text(json.dumps(cases))
-    return reference_env.run("hf_gemma.py", out, "random", str(out / "configs.json")), cases
+    return reference_built(
+        "hf_gemma.py", tmp_path_factory.mktemp("random-reference"), hf_configs, TYPES, RANDOM
+    )
 
 
 @pytest.mark.parametrize("index", range(RANDOM))
 def test_random_configs_are_transformers(random_reference, index, tmp_path):
+    """Both twins on each drawn config's imported weights: transformers' logits on a padded batch."""
     reference, cases = random_reference
-    name = cases[index]["name"]
-    checkpoint = import_checkpoint(reference / name, tmp_path / "zoo").path
-    ids, padding = inputs(reference, name)
-    expected = np.load(reference / f"{name}-logits.npy")
-    for framework in FRAMEWORKS:
-        got = run(zoo.load_checkpoint(checkpoint, framework=framework), ids, padding)
-        assert relative_error(got[~padding], expected[~padding]) <= LOGITS, (
-            framework,
-            cases[index]["config"],
-        )
+    assert_twins_are_transformers(reference, cases[index], tmp_path, LOGITS)
 
 
 # ------------------------------------------------------------------ import and export

@@ -36,7 +36,7 @@ import torch
 from click.testing import CliRunner
 from conftest import cached_logits, perturbed_twins, relative_error
 from conftest import eval_output as run
-from drawn_configs import drawn_configs
+from drawn_configs import assert_twins_are_transformers, reference_built
 from hypothesis import strategies as st
 
 import zoo
@@ -245,24 +245,16 @@ def hf_configs(draw, model_type: str) -> dict:
 
 @pytest.fixture(scope="module")
 def random_reference(tmp_path_factory) -> tuple[Path, list[dict]]:
-    out = tmp_path_factory.mktemp("random-reference")
-    cases = drawn_configs(hf_configs, TYPES, RANDOM)
-    (out / "configs.json").write_text(json.dumps(cases))
-    return reference_env.run("hf_llama.py", out, "random", str(out / "configs.json")), cases
+    return reference_built(
+        "hf_llama.py", tmp_path_factory.mktemp("random-reference"), hf_configs, TYPES, RANDOM
+    )
 
 
 @pytest.mark.parametrize("index", range(RANDOM))
 def test_random_configs_are_transformers(random_reference, index, tmp_path):
     """Both twins on each drawn config's imported weights: transformers' logits on a padded batch."""
     reference, cases = random_reference
-    name = cases[index]["name"]
-    checkpoint = import_checkpoint(reference / name, tmp_path / "zoo").path
-    ids, padding = inputs(reference, name)
-    expected = np.load(reference / f"{name}-logits.npy")
-    real = ~padding
-    for framework in FRAMEWORKS:
-        got = run(zoo.load_checkpoint(checkpoint, framework=framework), ids, padding)
-        assert relative_error(got[real], expected[real]) <= REFERENCE, (framework, cases[index]["config"])
+    assert_twins_are_transformers(reference, cases[index], tmp_path, REFERENCE)
 
 
 # ---------------------------------------------------------------- the twins themselves
