@@ -31,7 +31,9 @@ FAMILIES = sorted(p.name for p in (ROOT / "architectures").iterdir() if (p / "__
 # line and the lines below, inside functions too. A name is a module and, unless a longer name
 # says otherwise, every module under it (the root package ``zoo`` is itself only). The first six
 # lines are the foundation. zoo.nn.keras.skeleton is zoo.checkpoint.tensors' way of building a
-# Keras twin without drawing its initial weights and imports nothing of zoo; zoo.metrics_file,
+# Keras twin without drawing its initial weights and imports nothing of zoo; zoo.nn.{torch,keras}
+# .quantized, its way of holding a quantized checkpoint's integers in each twin, import only the
+# quantizer and the tables; zoo.metrics_file,
 # the metrics file's names, is read by data/ and tracking below runs/.
 LAYERS = (
     ("zoo.errors", "zoo.limits", "zoo.overwrite", "zoo.progress", "zoo.memory", "zoo.preprocessing",
@@ -39,7 +41,7 @@ LAYERS = (
      "zoo.checkpoint", "zoo.checkpoint.aligned", "zoo.checkpoint.foreign"),
     ("zoo.checkpoint.file", "zoo.checkpoint.writer", "zoo.checkpoint.tables",
      "zoo.checkpoint.keras_variables", "zoo.checkpoint.state", "zoo.checkpoint.quantized"),
-    ("zoo.family", "zoo.registry"),
+    ("zoo.family", "zoo.registry", "zoo.nn.torch.quantized", "zoo.nn.keras.quantized"),
     ("zoo.checkpoint.tensors",),
     ("zoo.checkpoint.metadata",),
     ("zoo.recipe",),

@@ -302,12 +302,14 @@ def quantized_base(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("framework", "base"), [("lightning", "seeded"), ("keras", "int4")])
+@pytest.mark.parametrize(
+    ("framework", "base"), [("lightning", "seeded"), ("lightning", "int4"), ("keras", "int4")]
+)
 def test_sigkill_then_resume_gives_the_same_adapter(framework, base, tmp_path):
     """As test_resume.py for full training: killed mid-epoch 2, resumed, bit-identical to a run
-    that was never stopped. The base is the seed's in one framework and a quantized checkpoint
-    (QLoRA, read again by path and sha256 on resume) in the other: the two ways a base is made
-    again, each resumed once (what resumes of the adapter is each framework's alike)."""
+    that was never stopped. The base is the seed's, or a quantized checkpoint (QLoRA, read again
+    by path and sha256 on resume, and held as its integers: zoo.lora.hold_quantized_base) in both
+    frameworks."""
     import yaml
 
     recipe = tmp_path / "recipe.yaml"

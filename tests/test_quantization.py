@@ -25,7 +25,7 @@ import zoo
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.quantized import LEVELS, SCALE, Scheme, _pack, _unpack, dequantize, quantize
-from zoo.checkpoint.tensors import model_tensors
+from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.interchange import InterchangeError
 
 SCHEMES = [Scheme.of("int8"), Scheme.of("int4"), Scheme.of("int4", 6), Scheme.of("int4", 128)]
@@ -140,6 +140,81 @@ def test_both_fast_loads_give_the_dequantized_weights_bit_for_bit(quantized, sch
         assert loaded.keys() == expected.keys()
         for name, value in expected.items():
             assert np.array_equal(loaded[name], value), (framework, name)
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_twins_hold_the_integers_and_compute_the_float_weights_numbers_in_bfloat16_too(quantized, scheme):
+    """A loaded quantized twin keeps 1 (int8) or 1/2 (int4) byte a weight for its matrices and
+    makes each float32 weight when a layer reads it: under bf16-mixed (torch's autocast, Keras'
+    policy) its logits are those of the same twin holding the dequantized float32 weights, to
+    the bit."""
+    import torch
+
+    from zoo.nn.keras import quantized as keras_quantized
+    from zoo.nn.keras.precision import build_keras
+    from zoo.nn.torch import quantized as torch_quantized
+
+    checkpoint = read_checkpoint(quantized[scheme])
+    family, config, weights = checkpoint.family, checkpoint.config, checkpoint.float32_tensors()
+    ids = torch.from_numpy(config.example_input(3, seed=1))
+    held = zoo.load_checkpoint(quantized[scheme], framework="lightning").eval()
+    plain = family.build_torch(config).eval()
+    load_tensors(plain, weights)
+    float_bytes = torch_quantized.held_bytes(plain)
+    assert torch_quantized.held_bytes(held) < float_bytes * (0.4 if scheme == "int8" else 0.3)
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        assert torch.equal(held(ids), plain(ids))
+    held, plain = (build_keras(family, config, "bf16-mixed", weights) for _ in range(2))
+    table = family.weight_table(config)
+    assert keras_quantized.hold_integers(held, table, checkpoint.stored_integers(), checkpoint.quantization)
+    assert keras_quantized.held_bytes(held) < keras_quantized.held_bytes(plain) * 0.4
+    assert np.array_equal(np.asarray(held(ids.numpy())), np.asarray(plain(ids.numpy())))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_qlora_holds_the_frozen_base_as_integers_with_the_float_bases_gradients(quantized, framework):
+    """QLoRA's twin (zoo.lora.hold_quantized_base, as the step kits call it): every base matrix
+    held as the checkpoint's integers, the adapters' gradients those over the dequantized float
+    base to the bit."""
+    from zoo.finetune import InitPlan
+    from zoo.lora import Adapter, attach, hold_quantized_base
+    from zoo.nn.keras.precision import build_keras
+    from zoo.recipe.fine_tuning import LoraConfig
+
+    checkpoint = read_checkpoint(quantized["int4"])
+    family, config, weights = checkpoint.family, checkpoint.config, checkpoint.float32_tensors()
+    lora = Adapter.from_recipe(family, config, LoraConfig(rank=4, alpha=8))
+    ids = config.example_input(3, seed=1)
+    gradients = []
+    for hold in (False, True):
+        if framework == "keras":
+            model = build_keras(family, config, "32-true", weights)
+        else:
+            model = family.build_torch(config)
+            load_tensors(model, weights)
+        attach(model, family, config, lora, seed=0)
+        if hold:
+            held = hold_quantized_base(model, InitPlan(source=quantized["int4"], tensors={}))
+            assert len(held) == sum(name.endswith(SCALE) for name in load_file(quantized["int4"]))
+        gradients.append(_lora_gradients(model, ids))
+    assert gradients[0].keys() == gradients[1].keys() and gradients[0]
+    for name, value in gradients[0].items():
+        assert np.array_equal(value, gradients[1][name]), name
+
+
+def _lora_gradients(model, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """Each trainable tensor's gradient of the logits' sum of squares."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        (model.eval()(torch.from_numpy(ids)) ** 2).sum().backward()
+        return {n: p.grad.numpy().copy() for n, p in model.named_parameters() if p.requires_grad}
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(ids, training=False) ** 2)
+    trainable = model.trainable_variables
+    return {v.path: g.numpy() for v, g in zip(trainable, tape.gradient(loss, trainable), strict=True)}
 
 
 def test_evaluate_and_sample_give_the_same_answers_in_both_frameworks(trained, quantized):

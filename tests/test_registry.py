@@ -39,6 +39,8 @@ from zoo.checkpoint.metadata import read_checkpoint
 from zoo.checkpoint.tables import count_parameters, tensor_specs
 from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.initial_weights import initial_tensors
+from zoo.nn.keras import quantized as keras_quantized
+from zoo.nn.torch import quantized as torch_quantized
 
 TOLERANCE = 1e-5  # float32 twins ...
 NOISE = 10.0  # ... or this many times torch's own float32 error (against a float64 copy), for deep
@@ -190,19 +192,23 @@ def test_round_trip_parity(entry, source, training):
 @BUILT_ENTRIES
 def test_a_quantized_checkpoint_runs_alike_in_both_twins(entry, scheme, tmp_path):
     """Every tensor zoo quantizes in this entry (matrices, kernels, recurrent weights, tables)
-    goes through ``zoo quantize`` and back into both twins: their outputs agree as any two
-    twins of one checkpoint do, and stay within the scheme's bound of the float model's."""
+    goes through ``zoo quantize`` and back into both twins, which hold its integers: the torch
+    twin's outputs are those of its float weights to the bit, in fewer bytes; the twins agree as
+    any two twins of one checkpoint do; and they stay within the scheme's bound of the float model's."""
     family, config = entry.family, entry.parity_config
-    torch_model, keras_model = entry.pristine("lightning"), entry.pristine("keras")
+    torch_model = entry.pristine("lightning")
     x = config.example_input(16, seed=2)
     float_out = forward_torch(torch_model, x, False)
     path = zoo.save_checkpoint(torch_model, tmp_path / "float.safetensors")
     quantized = zoo.quantize_checkpoint(path, tmp_path / "quantized.safetensors", scheme)
     assert quantized.quantized > 0 and quantized.bytes < quantized.float_bytes
-    weights = read_checkpoint(quantized.path).float32_tensors()
-    load_tensors(torch_model, weights)
-    load_tensors(keras_model, weights)
-    out_torch, out_keras = forward_torch(torch_model, x, False), forward_keras(keras_model, x, family, False)
+    load_tensors(torch_model, read_checkpoint(quantized.path).float32_tensors())
+    held = {framework: zoo.load_checkpoint(quantized.path, framework) for framework in FRAMEWORKS}
+    out_torch = forward_torch(held["lightning"], x, False)
+    out_keras = forward_keras(held["keras"], x, family, False)
+    assert np.array_equal(out_torch, forward_torch(torch_model, x, False))
+    assert torch_quantized.held_bytes(held["lightning"]) < torch_quantized.held_bytes(torch_model)
+    assert keras_quantized.held_bytes(held["keras"]) < keras_quantized.held_bytes(entry.pristine("keras"))
     exact = copy.deepcopy(torch_model).double()
     out_exact = forward_torch(exact, x.astype(np.float64) if x.dtype == np.float32 else x, False)
     assert max_diff(out_torch, out_keras) <= max(TOLERANCE, NOISE * max_diff(out_torch, out_exact))

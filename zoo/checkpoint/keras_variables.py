@@ -79,6 +79,8 @@ def _variable_view(variable) -> np.ndarray:
     not 0.08-0.17 s, on a busy machine)."""
     import keras
 
+    if not isinstance(variable, keras.Variable):  # a weight made when read (zoo.nn.keras.quantized)
+        return np.asarray(keras.ops.convert_to_tensor(variable))
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 

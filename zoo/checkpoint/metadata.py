@@ -39,7 +39,7 @@ from zoo.checkpoint.file import (
     refuse_pickles,
     some,
 )
-from zoo.checkpoint.quantized import Scheme, canonical_view, dequantize_tensors, read_scheme
+from zoo.checkpoint.quantized import SCALE, Scheme, canonical_view, dequantize_tensors, read_scheme
 from zoo.checkpoint.tables import tensor_specs
 from zoo.checkpoint.writer import TensorStream, write_safetensors
 from zoo.family import ArchitectureConfig, Family
@@ -101,6 +101,13 @@ class Checkpoint:
         tensors = as_float32(read_aligned(self.path))
         check_finite(self.path, tensors)
         return self._dequantized(tensors)
+
+    def stored_integers(self) -> dict[str, np.ndarray]:
+        """A quantized checkpoint's integers and their scales as stored (``NAME``, ``NAME.scale``):
+        what a twin holds in place of the float weights (zoo.nn.{torch,keras}.quantized)."""
+        with safe_open(self.path, "numpy") as opened:
+            held = [n.removesuffix(SCALE) for n in opened.keys() if n.endswith(SCALE)]  # noqa: SIM118
+            return {n: opened.get_tensor(n) for name in held for n in (name, name + SCALE)}
 
     def _dequantized(self, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.quantization is None:

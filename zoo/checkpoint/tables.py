@@ -33,13 +33,19 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Port:
-    """One layer's tensors. ``variables`` are attribute paths from ``layer`` (``cell.kernel``)."""
+    """One layer's tensors. ``variables`` are attribute paths from ``layer`` (``cell.kernel``).
+
+    ``layouts`` says, for each variable, the axes that transpose the tensor at the same place
+    into it, where the variable is that one tensor transposed (a dense kernel, a convolution's,
+    an embedding: ``(0, 1)``), and None where it is not (fused, reshaped or reordered): what a
+    Keras twin needs to hold a quantized weight as its integers (zoo.nn.keras.quantized)."""
 
     tensors: tuple[TensorSpec, ...]
     layer: str
     variables: tuple[str, ...]
     to_keras: Callable[..., Arrays]
     to_torch: Callable[..., Arrays]
+    layouts: tuple[tuple[int, ...] | None, ...] = ()
 
 
 def _identity(*arrays: np.ndarray) -> Arrays:
@@ -85,7 +91,8 @@ def dense(
         weight = kernel.reshape(h, w, c, out_features).transpose(3, 2, 0, 1)
         return (weight.reshape(out_features, c * h * w), *rest)
 
-    return Port(tuple(tensors), layer or name, tuple(variables), to_keras, to_torch)
+    layouts = ((1, 0) if flatten_chw is None else None, None)[: len(tensors)]
+    return Port(tuple(tensors), layer or name, tuple(variables), to_keras, to_torch, layouts)
 
 
 def conv2d(name: str, in_channels: int, out_channels: int, kernel_size: int, *, bias: bool = True) -> Port:
@@ -113,6 +120,7 @@ def _kernel(name: str, shape: tuple[int, ...], bias: bool, *, to_keras, to_torch
         tuple(variables),
         lambda w, *rest: (w.transpose(*to_keras), *rest),
         lambda k, *rest: (k.transpose(*to_torch), *rest),
+        (tuple(to_keras), None)[: len(tensors)],
     )
 
 
@@ -148,6 +156,7 @@ def embedding(name: str, num_embeddings: int, features: int) -> Port:
         ("embeddings",),
         _identity,
         _identity,
+        ((0, 1),),
     )
 
 

@@ -69,7 +69,12 @@ def _weight_table(model: Any):
 def _torch_arrays(model: Any, snapshot: bool) -> dict[str, np.ndarray]:
     specs = tensor_specs(_weight_table(model))
     tensors = {}
-    for name, value in model.state_dict().items():
+    state = model.state_dict()
+    if any(".parametrizations." in key for key in state):  # weights held as integers
+        from zoo.nn.torch.quantized import canonical_state
+
+        state = canonical_state(model)
+    for name, value in state.items():
         tensor = value.detach().to("cpu")
         if tensor.is_floating_point():
             tensor = tensor.float()
@@ -146,6 +151,11 @@ def load_keras(checkpoint: Checkpoint):
     if model is None:  # no skeleton, or one that would leave something unfilled
         model = family.build_keras(config)
     tensors_to_keras(model, table, tensors, handed_over=True, arrays=arrays)
+    if checkpoint.quantization is not None:  # held as its integers from here on
+        from zoo.nn.keras.quantized import hold_integers
+
+        del tensors, arrays
+        hold_integers(model, table, checkpoint.stored_integers(), checkpoint.quantization)
     return model
 
 
@@ -215,6 +225,11 @@ def load_torch(checkpoint: Checkpoint):
     if tied or meta_tensors(model):
         model = family.build_torch(config)
         model.load_state_dict(tensors, strict=True)
+    if checkpoint.quantization is not None:  # held as its integers from here on
+        from zoo.nn.torch.quantized import hold_integers
+
+        del tensors
+        hold_integers(model, checkpoint.stored_integers(), checkpoint.quantization)
     return model
 
 

@@ -19,7 +19,7 @@ from zoo.data import DataError
 from zoo.finetune import merged_tensors
 from zoo.keras.data import train_dataset
 from zoo.keras.onednn import onednn_words
-from zoo.lora import attach
+from zoo.lora import attach, hold_quantized_base
 from zoo.metrics_file import MACRO_F1, PERPLEXITY, top_k
 from zoo.precision import PRECISIONS
 
@@ -62,6 +62,7 @@ class KerasSteps:
         head_rates = initialise(model, family, plan.init)
         if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
             attach(model, family, model.zoo_config, recipe.init.lora, trainer_cfg.seed)
+            hold_quantized_base(model, plan.init)  # QLoRA: a quantized base stays integers
         multipliers = {path: rate / recipe.optimizer.lr for path, rate in head_rates.items()}
         optimizer = build_optimizer(
             recipe.optimizer,

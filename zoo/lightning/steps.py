@@ -25,7 +25,7 @@ from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.finetune import merged_tensors
 from zoo.lightning.data import loader
 from zoo.lightning.task import TASKS, Task
-from zoo.lora import attach
+from zoo.lora import attach, hold_quantized_base
 from zoo.precision import lightning_precision
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ def build_task(plan: StepPlan, model: torch.nn.Module, table, *, compiled: bool 
     groups = initialise(model, plan.init)
     if recipe.init.lora is not None:  # adapters on the frozen base: they (and biases asked for) train
         attach(model, family, plan.config, recipe.init.lora, recipe.trainer.seed)
+        hold_quantized_base(model, plan.init)  # QLoRA: a quantized base stays integers
         groups = [{"params": [p for p in model.parameters() if p.requires_grad]}]
     if not recipe.optimizer.decay_biases_and_norms:
         groups = without_decay(groups, model, family.weight_table(plan.config))

@@ -23,6 +23,7 @@ from zoo import initial_weights, registry
 from zoo.backend import framework_name
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
+from zoo.checkpoint.quantized import SCALE
 from zoo.checkpoint.tensors import framework_of, load_tensors, model_tensors
 from zoo.lora import peft_export, peft_import
 from zoo.lora.adapter import Adapter, base_digest, initial_tensors, merged
@@ -31,7 +32,8 @@ from zoo.lora.peft_layout import WEIGHTS
 
 __all__ = [
     "Adapter", "AdapterFile", "attach", "base_digest", "base_of", "base_tensors", "check_base",
-    "checked_base", "export_peft", "import_peft", "initial_tensors", "is_adapter", "load_adapter",
+    "checked_base", "export_peft", "hold_quantized_base", "import_peft", "initial_tensors", "is_adapter",
+    "load_adapter",
     "merge_adapter", "merged", "read_adapter", "save_adapter", "trained_tensors", "with_trained_biases",
     "write_adapter",
 ]  # fmt: skip
@@ -56,6 +58,31 @@ def attach(model: Any, family, config, lora, seed: int, tensors: dict[str, np.nd
         torch_lora.attach(model, adapter, tensors, biases)
     model.zoo_lora = adapter
     return adapter
+
+
+def hold_quantized_base(model: Any, init) -> list[str]:
+    """QLoRA: the frozen base of an adapted twin held as the integers and scales of the quantized
+    checkpoint it started from (``init``, a fine-tuning plan), not as float32 weights. The
+    numbers are the same to the bit (zoo.nn.{torch,keras}.quantized); what the run trains
+    (the adapters, the biases asked for, saved modules, a head the data re-made) stays float.
+    Returns the names held as integers."""
+    if init is None or getattr(model, "zoo_lora", None) is None:
+        return []
+    checkpoint = read_checkpoint(init.source)
+    if checkpoint.quantization is None:
+        return []
+    config = model.zoo_config
+    family = registry.get_family(config.architecture)
+    kept = {*init.head, *init.reinitialised, *init.adapted, *model.zoo_lora.replaced_names(family, config)}
+    stored = checkpoint.stored_integers()
+    stored = {name: value for name, value in stored.items() if name.removesuffix(SCALE) not in kept}
+    if framework_of(model) == "keras":
+        from zoo.nn.keras.quantized import hold_integers
+
+        return hold_integers(model, family.weight_table(config), stored, checkpoint.quantization)
+    from zoo.nn.torch.quantized import hold_integers
+
+    return hold_integers(model, stored, checkpoint.quantization)
 
 
 def trained_tensors(model: Any) -> dict[str, np.ndarray]:

@@ -26,7 +26,8 @@ def self_attention(name: str, embed_dim: int) -> Port:
         TensorSpec(f"{name}.out_proj.bias", (e,)),
     )
 
-    return Port(tensors, name, SELF_ATTENTION_VARIABLES, _transpose_matrices, _transpose_matrices)
+    layouts = ((1, 0), None, (1, 0), None)
+    return Port(tensors, name, SELF_ATTENTION_VARIABLES, _transpose_matrices, _transpose_matrices, layouts)
 
 
 def _transpose_matrices(

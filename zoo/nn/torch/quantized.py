@@ -1,0 +1,98 @@
+"""A quantized checkpoint's weights held as its integers in the torch twin.
+
+Each quantized weight becomes a buffer of the integers as stored (int8, or int4 packed two to
+a byte) and a parametrization (``torch.nn.utils.parametrize``) holding the float32 scales:
+reading ``module.weight`` makes the float32 weight ``q * scale`` there and then, the same
+arithmetic as ``zoo.checkpoint.quantized.dequantize`` (one float32 product per weight), so the
+numbers are the float load's to the bit while the twin holds 1 (int8) or 1/2 (int4) byte per
+weight. The float weight lives only while the forward uses it (autocast then casts it to
+the compute dtype, as it casts a float parameter). Ties stay tied: a tied head reads the
+embedding's ``weight``, so it reads the same integers.
+
+The integers are frozen (buffers, not parameters): a quantized model is served, or trained
+through LoRA over it. ``nn.RNN``/``nn.LSTM``/``nn.GRU`` read their weights through a list made
+when they are built, not through the attribute: their matrices stay float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from zoo.checkpoint.quantized import SCALE, Scheme
+
+PARAMETRIZED = ".parametrizations."  # where torch keeps a parametrized tensor in a state dict
+
+
+class Dequantized(nn.Module):
+    """The float32 weight of ``shape`` that integers stand for, made from them when it is read."""
+
+    def __init__(self, scale: torch.Tensor, shape: tuple[int, ...], scheme: Scheme) -> None:
+        super().__init__()
+        self.register_buffer("scale", scale)
+        self.shape, self.group_size = tuple(shape), scheme.group_size
+
+    def forward(self, integers: torch.Tensor) -> torch.Tensor:
+        rows, columns = self.shape[0], math.prod(self.shape[1:])
+        values = integers.reshape(rows, columns) if self.group_size is None else unpack(integers, columns)
+        groups = self.scale.shape[1]
+        size = self.group_size or columns
+        values = values.float()
+        if groups * size != columns:  # the last group is shorter: padded as the quantizer pads it
+            values = nn.functional.pad(values, (0, groups * size - columns))
+        weight = values.reshape(rows, groups, size) * self.scale[:, :, None]
+        return weight.reshape(rows, groups * size)[:, :columns].reshape(self.shape)
+
+
+def unpack(packed: torch.Tensor, columns: int) -> torch.Tensor:
+    """int4 bytes (low nibble first, two's complement) as (rows, columns) int8."""
+    nibbles = torch.stack([packed & 0x0F, packed >> 4], dim=2).reshape(packed.shape[0], -1)[:, :columns]
+    return (nibbles ^ 8).to(torch.int8) - 8
+
+
+def hold_integers(model: nn.Module, stored: Mapping[str, np.ndarray], scheme: Scheme) -> list[str]:
+    """Replace each weight of ``model`` that ``stored`` (a quantized checkpoint's tensors as
+    stored) holds as integers and scales by those integers; returns the names now held so."""
+    held = []
+    for name in stored:
+        if not name.endswith(SCALE) or (weight := name.removesuffix(SCALE)) not in stored:
+            continue
+        path, _, attribute = weight.rpartition(".")
+        module = model.get_submodule(path)
+        if isinstance(module, nn.RNNBase):  # reads its flat weight list, not the attribute
+            continue
+        shape = tuple(getattr(module, attribute).shape)
+        delattr(module, attribute)
+        module.register_buffer(attribute, torch.from_numpy(np.array(stored[weight])))
+        scale = Dequantized(torch.from_numpy(np.array(stored[name])), shape, scheme)
+        parametrize.register_parametrization(module, attribute, scale, unsafe=True)
+        held.append(weight)
+    return held
+
+
+def canonical_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` with each weight held as integers under its own name, as the
+    float32 weight it stands for (what a checkpoint of the twin holds)."""
+    state = {}
+    for key, value in model.state_dict().items():
+        if PARAMETRIZED not in f".{key}":
+            state[key] = value
+        elif key.endswith(".original"):
+            path, _, rest = f".{key}".partition(PARAMETRIZED)
+            attribute = rest.removesuffix(".original")
+            module = model.get_submodule(path[1:])
+            state[f"{path[1:]}.{attribute}".lstrip(".")] = getattr(module, attribute).detach()
+    return state
+
+
+def held_bytes(model: nn.Module) -> int:
+    """Bytes of the tensors ``model`` holds (parameters and buffers, each storage once)."""
+    seen = {}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        seen[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+    return sum(seen.values())
