@@ -238,6 +238,18 @@ def test_evaluate_and_sample_give_the_same_answers_in_both_frameworks(trained, q
         assert 0 < abs(torch_loss - float_loss) <= LOSS_MOVES[scheme], scheme
 
 
+@pytest.mark.parametrize(("format", "framework"), [("onnx", "lightning"), ("savedmodel", "keras")])
+def test_an_int4_checkpoint_exports_with_its_integers(quantized, format, framework, tmp_path):
+    """zoo export of a quantized checkpoint: the held twin (its integers, and the arithmetic that
+    makes the weights, which the exporter may fold) exports, and the artifact gives its outputs.
+    torch's ONNX exporter once refused the int4 unpacking's bit operations."""
+    from zoo.deploy import export_model
+
+    out = tmp_path / ("model.onnx" if format == "onnx" else "saved")
+    report = export_model(quantized["int4"], format, out, framework=framework)
+    assert report.checks and all(check.max_diff <= check.tolerance for check in report.checks)
+
+
 def test_the_command_says_what_it_wrote_and_inspect_shows_the_scheme(trained, tmp_path):
     code, out = zoo_cli(
         "quantize", trained, "--scheme", "int4", "--group-size", "16", "--out", tmp_path, "--json"
@@ -387,14 +399,19 @@ def test_a_transformers_model_saved_quantized_is_refused_naming_its_method(confi
 
 
 def test_the_bench_measures_both_schemes_in_both_twins(tmp_path):
-    """bench/quantization.py's preset rows on a small preset: the file cut, both twins' loads and
-    their equal gaps to float32."""
+    """bench/quantization.py's preset rows on a small preset: the file's cut and the loaded twins'
+    (both hold the integers), their loads and passes, and their equal gaps to float32; the
+    libraries' own int8 beside them where installed (torchao is a bench extra)."""
     from bench_scripts import load_bench_script
 
     rows = load_bench_script("quantization").preset_rows("gpt2-micro", tmp_path, repeats=1)
-    assert [row.split(" | ")[1] for row in rows] == ["int8", "int4"]
-    ratios = [float(row.split("(")[1].split("x)")[0]) for row in rows]
-    assert 3.5 < ratios[0] < 4 and 6 < ratios[1] < 8  # int8 about 4x, int4 about 7x below float32
-    for row in rows:
-        torch_gap, keras_gap = row.rstrip(" |").rsplit(" | ", 1)[1].split(" / ")
+    cells = {row.split(" | ")[1]: row.strip("| ").split(" | ")[2:] for row in rows}
+    assert list(cells)[:3] == ["float32", "int8", "int4"]
+    for scheme, (low, high) in {"int8": (3.5, 4), "int4": (6, 8)}.items():  # about 4x and 7x below float32
+        file, _, held, _, _, gap = cells[scheme]
+        ratios = [float(part.split("(")[1].split("x)")[0]) for part in [file, *held.split(" / ")]]
+        assert all(low < ratio < high for ratio in ratios), (scheme, ratios)
+        torch_gap, keras_gap = gap.split(" / ")
         assert torch_gap == keras_gap and float(torch_gap) > 0
+    keras_own = cells["int8, Keras' quantize"][-1].split(" / ")[1]
+    assert 0 < float(keras_own) < 0.05  # Keras' int8 Dense, its inputs quantized too
