@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
+from unittest import mock
 
 import numpy as np
 from results_section import publish  # bench/ is the script's folder
@@ -168,9 +169,10 @@ def library_int8(model, x, family, expected, repeats: int) -> Measured | None:
         return measured(model, x, family, expected, repeats)
     import keras
 
-    for layer in model._flatten_layers():
-        if isinstance(layer, keras.layers.Dense):
-            layer.quantize("int8", type_check=False)
+    with mock.patch("gc.collect"):  # Keras collects after each variable it deletes: minutes for smollm
+        for layer in model._flatten_layers():
+            if isinstance(layer, keras.layers.Dense):
+                layer.quantize("int8", type_check=False)
     return measured(model, x, family, expected, repeats)
 
 
