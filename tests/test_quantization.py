@@ -142,12 +142,16 @@ def test_both_fast_loads_give_the_dequantized_weights_bit_for_bit(quantized, sch
             assert np.array_equal(loaded[name], value), (framework, name)
 
 
-@pytest.mark.parametrize("scheme", ["int8", "int4"])
-def test_twins_hold_the_integers_and_compute_the_float_weights_numbers_in_bfloat16_too(quantized, scheme):
+@pytest.mark.parametrize(
+    ("scheme", "precision"), [("int8", "bf16-mixed"), ("int4", "bf16-mixed"), ("int4", "bf16-true")]
+)
+def test_twins_hold_the_integers_and_compute_the_float_weights_numbers_in_bfloat16_too(
+    quantized, scheme, precision
+):
     """A loaded quantized twin keeps 1 (int8) or 1/2 (int4) byte a weight for its matrices and
-    makes each float32 weight when a layer reads it: under bf16-mixed (torch's autocast, Keras'
-    policy) its logits are those of the same twin holding the dequantized float32 weights, to
-    the bit."""
+    makes each float32 weight when a layer reads it: in bfloat16 (bf16-mixed: torch's autocast,
+    Keras' mixed policy; bf16-true: the twin cast to bfloat16, a bfloat16 Keras policy) its
+    logits are those of the same twin holding the dequantized float32 weights, to the bit."""
     import torch
 
     from zoo.nn.keras import quantized as keras_quantized
@@ -162,9 +166,12 @@ def test_twins_hold_the_integers_and_compute_the_float_weights_numbers_in_bfloat
     load_tensors(plain, weights)
     float_bytes = torch_quantized.held_bytes(plain)
     assert torch_quantized.held_bytes(held) < float_bytes * (0.4 if scheme == "int8" else 0.3)
-    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+    mixed = precision == "bf16-mixed"
+    if not mixed:
+        held, plain = held.to(torch.bfloat16), plain.to(torch.bfloat16)
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=mixed):
         assert torch.equal(held(ids), plain(ids))
-    held, plain = (build_keras(family, config, "bf16-mixed", weights) for _ in range(2))
+    held, plain = (build_keras(family, config, precision, weights) for _ in range(2))
     table = family.weight_table(config)
     assert keras_quantized.hold_integers(held, table, checkpoint.stored_integers(), checkpoint.quantization)
     assert keras_quantized.held_bytes(held) < keras_quantized.held_bytes(plain) * 0.4

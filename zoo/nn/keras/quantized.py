@@ -38,11 +38,13 @@ INTEGERS, SCALES = "_integers", "_scales"  # the variables a held weight keeps: 
 @dataclass(frozen=True)
 class Held:
     """How one attribute's weight is made: its canonical shape, the transpose into the Keras
-    layout, the int4 groups (None for int8), and whether Keras would autocast it."""
+    layout, the int4 groups (None for int8), the variable's dtype (a "-true" precision's), and
+    whether Keras would autocast it."""
 
     shape: tuple[int, ...]
     axes: tuple[int, ...]
     group_size: int | None
+    dtype: str
     autocast: bool
 
 
@@ -59,8 +61,9 @@ def hold_integers(
                 continue
             owner_path, _, attribute = f"{port.layer}.{path}".rpartition(".")
             owner = keras_layer(model, owner_path)
+            variable = getattr(owner, attribute)
             _hold(owner, attribute, stored[spec.name], stored[spec.name + SCALE], Held(
-                spec.shape, axes, scheme.group_size, getattr(getattr(owner, attribute), "_autocast", True)
+                spec.shape, axes, scheme.group_size, variable.dtype, getattr(variable, "_autocast", True)
             ))  # fmt: skip
             held.append(spec.name)
     return held
@@ -93,6 +96,8 @@ def _with_property(cls: type, attribute: str) -> type:
         value = dequantize(getattr(layer, attribute + INTEGERS), getattr(layer, attribute + SCALES), held)
         if list(held.axes) != sorted(held.axes):
             value = ops.transpose(value, held.axes)
+        if held.dtype != "float32":  # made in float32, then rounded once, as the variable was
+            value = ops.cast(value, held.dtype)
         scope = get_autocast_scope()
         return scope.maybe_cast(value) if held.autocast and scope is not None else value
 
