@@ -33,9 +33,8 @@ from zoo.lora.peft_layout import WEIGHTS
 __all__ = [
     "Adapter", "AdapterFile", "attach", "base_digest", "base_of", "base_tensors", "check_base",
     "checked_base", "export_peft", "hold_quantized_base", "import_peft", "initial_tensors", "is_adapter",
-    "load_adapter",
-    "merge_adapter", "merged", "read_adapter", "save_adapter", "trained_tensors", "with_trained_biases",
-    "write_adapter",
+    "load_adapter", "merge_adapter", "merged", "read_adapter", "save_adapter", "trained_tensors",
+    "with_trained_biases", "write_adapter",
 ]  # fmt: skip
 
 

@@ -62,15 +62,14 @@ def hold_integers(
             owner_path, _, attribute = f"{port.layer}.{path}".rpartition(".")
             owner = keras_layer(model, owner_path)
             variable = getattr(owner, attribute)
-            _hold(owner, attribute, stored[spec.name], stored[spec.name + SCALE], Held(
+            _hold(owner, attribute, variable, stored[spec.name], stored[spec.name + SCALE], Held(
                 spec.shape, axes, scheme.group_size, variable.dtype, getattr(variable, "_autocast", True)
             ))  # fmt: skip
             held.append(spec.name)
     return held
 
 
-def _hold(layer, attribute: str, integers: np.ndarray, scales: np.ndarray, held: Held) -> None:
-    variable = getattr(layer, attribute)
+def _hold(layer, attribute: str, variable, integers: np.ndarray, scales: np.ndarray, held: Held) -> None:
     stored_at = next(name for name, value in vars(layer).items() if value is variable)  # _kernel or kernel
     layer._untrack_variable(variable)
     object.__delattr__(layer, stored_at)  # not Layer.__delattr__: it runs gc.collect() every time
