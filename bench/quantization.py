@@ -21,7 +21,6 @@ Two parts, one run:
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
@@ -137,10 +136,9 @@ def held_bytes(model) -> int:
     import torch
 
     if not isinstance(model, torch.nn.Module):
-        return sum(
-            math.prod(v.shape) * np.dtype(v.dtype).itemsize
-            for v in {id(v): v for v in model.variables}.values()
-        )
+        from zoo.nn.keras.quantized import held_bytes as keras_held_bytes
+
+        return keras_held_bytes(model)
 
     def nbytes(tensor) -> int:
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter) and hasattr(tensor, "__tensor_flatten__"):

@@ -73,7 +73,7 @@ def _torch_arrays(model: Any, snapshot: bool) -> dict[str, np.ndarray]:
     if any(".parametrizations." in key for key in state):  # weights held as integers
         from zoo.nn.torch.quantized import canonical_state
 
-        state = canonical_state(model)
+        state = canonical_state(model, state)
     for name, value in state.items():
         tensor = value.detach().to("cpu")
         if tensor.is_floating_point():

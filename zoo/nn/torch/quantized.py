@@ -53,8 +53,9 @@ class Dequantized(nn.Module):
         size = self.group_size or columns
         if groups * size != columns:  # the last group is shorter: padded as the quantizer pads it
             values = nn.functional.pad(values, (0, groups * size - columns))
-        # converted, then scaled in place: 4.5x faster than ``int8 * float32``'s promotion (a
-        # (3072, 768) matrix: 1.3 ms, 5.8 ms), the same float32 products
+        # converted, then scaled in place: the same float32 products as ``int8 * float32``'s
+        # promotion, faster on one quiet run (a (3072, 768) matrix: 1.3 ms against 3.2-7.2 ms;
+        # gpt2's embedding: 60 ms against 99 ms)
         weight = values.float().reshape(rows, groups, size).mul_(self.scale[:, :, None])
         return weight.reshape(rows, groups * size)[:, :columns].reshape(self.shape).to(self.dtype)
 
@@ -92,19 +93,19 @@ def hold_integers(model: nn.Module, stored: Mapping[str, np.ndarray], scheme: Sc
     return held
 
 
-def canonical_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """``model.state_dict()`` with each weight held as integers under its own name, as the
-    float32 weight it stands for (what a checkpoint of the twin holds)."""
-    state = {}
-    for key, value in model.state_dict().items():
+def canonical_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` (``model.state_dict()``) with each weight held as integers under its own name, as
+    the float32 weight it stands for (what a checkpoint of the twin holds)."""
+    canonical = {}
+    for key, value in state.items():
         if PARAMETRIZED not in f".{key}":
-            state[key] = value
+            canonical[key] = value
         elif key.endswith(".original"):
             path, _, rest = f".{key}".partition(PARAMETRIZED)
             attribute = rest.removesuffix(".original")
             module = model.get_submodule(path[1:])
-            state[f"{path[1:]}.{attribute}".lstrip(".")] = getattr(module, attribute).detach()
-    return state
+            canonical[f"{path[1:]}.{attribute}".lstrip(".")] = getattr(module, attribute).detach()
+    return canonical
 
 
 def held_bytes(model: nn.Module) -> int:
