@@ -368,5 +368,13 @@ def list_architectures() -> list[Entry]:
 
 
 def _entry(name, family: Family, kind, config, description) -> Entry:
-    params = count_parameters(family.weight_table(config))
+    params = _parameters(family.weight_table, type(config), config.model_dump_json())
     return Entry(name, family.name, kind, family.tasks, params, description, variant=config.variant())
+
+
+@functools.cache
+def _parameters(table, config_type: type[ArchitectureConfig], config_json: str) -> int:
+    """A config's parameter count, once per process: the weight table of a mixture of experts runs to
+    hundreds of thousands of ports, and every listing (each test module that parametrises over the
+    registry, `zoo list`) would make them again."""
+    return count_parameters(table(config_type.model_validate_json(config_json)))
