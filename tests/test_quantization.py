@@ -24,7 +24,7 @@ from safetensors.numpy import load_file, save_file
 import zoo
 from zoo.checkpoint.file import CheckpointError
 from zoo.checkpoint.metadata import read_checkpoint
-from zoo.checkpoint.quantized import LEVELS, SCALE, Scheme, _pack, _unpack, dequantize, quantize
+from zoo.checkpoint.quantized import LEVELS, SCALE, Scheme, dequantize, pack, quantize, unpack
 from zoo.checkpoint.tensors import load_tensors, model_tensors
 from zoo.interchange import InterchangeError
 
@@ -82,16 +82,16 @@ def test_the_integers_are_torchs_rounding_of_the_weight_over_the_scale(weight, s
     expected_scale = torch.where(expected_scale > 0, expected_scale, torch.ones_like(peak))
     expected = torch.round(padded / expected_scale[..., None]).clamp(-levels, levels).reshape(len(rows), -1)
     expected = expected[:, : rows.shape[1]].to(torch.int8).numpy()
-    got = integers.reshape(len(rows), -1) if scheme.scheme == "int8" else _unpack(integers, rows.shape[1])
+    got = integers.reshape(len(rows), -1) if scheme.scheme == "int8" else unpack(integers, rows.shape[1])
     assert np.array_equal(scale, expected_scale.numpy())
     assert np.array_equal(got, expected)
 
 
 @given(hnp.arrays(np.int8, hnp.array_shapes(min_dims=2, max_dims=2, max_side=9), elements=st.integers(-8, 7)))
 def test_int4_packs_two_integers_a_byte_and_unpacks_them(integers):
-    packed = _pack(integers)
+    packed = pack(integers)
     assert packed.dtype == np.uint8 and packed.shape == (integers.shape[0], (integers.shape[1] + 1) // 2)
-    assert np.array_equal(_unpack(packed, integers.shape[1]), integers)
+    assert np.array_equal(unpack(packed, integers.shape[1]), integers)
 
 
 def test_a_row_of_zeros_stays_zeros_and_bfloat16_weights_quantize_as_float32():

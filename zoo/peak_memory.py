@@ -223,13 +223,16 @@ def evaluate_estimate(family: Family, config: ArchitectureConfig, inputs: Any, f
     })  # fmt: skip
 
 
-def import_estimate(sources: list[Path], torch_suffixes: tuple[str, ...] = ()) -> Estimate:
-    """The foreign files read whole, their tensors re-laid out, and the checkpoint's bytes;
-    torch's libraries too where a file is a pickled state dict (``torch_suffixes``) torch reads."""
+def import_estimate(
+    sources: list[Path], torch_suffixes: tuple[str, ...] = (), expands: float = 1.0
+) -> Estimate:
+    """The foreign files read whole, their tensors re-laid out (``expands`` times their bytes: a
+    quantized file's integers become float32 weights), and the checkpoint's bytes; torch's
+    libraries too where a file is a pickled state dict (``torch_suffixes``) torch reads."""
     size = sum(path.stat().st_size for path in sources)
     reads_torch = any(path.suffix in torch_suffixes for path in sources)
     return Estimate("zoo import", {
-        "foreign tensors": size, "converted tensors": size, "checkpoint": size,
+        "foreign tensors": size, "converted tensors": int(size * expands), "checkpoint": size,
         "framework": RUNTIME_BYTES["torch"] * reads_torch,
     })  # fmt: skip
 

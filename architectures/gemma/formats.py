@@ -129,7 +129,10 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     meta = {**HF_DEFAULTS[model_type], **meta}
     refused = []
     if meta.get("quantization_config"):
-        refused.append("quantization_config (quantized weights: import the float model, then zoo quantize)")
+        refused.append(  # zoo import reads compressed-tensors' int8 / int4 as float32 weights before this
+            "quantization_config (this format places float weights: zoo import reads compressed-tensors' "
+            "int8 / int4 folders; otherwise import the float model, then zoo quantize)"
+        )
     activation = meta.get("hidden_activation") or meta.get("hidden_act")
     if activation != "gelu_pytorch_tanh":
         refused.append(f"hidden_activation {activation!r} (zoo computes 'gelu_pytorch_tanh')")

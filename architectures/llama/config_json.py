@@ -126,7 +126,10 @@ def config_fields(meta: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     _check_numbers(meta)
     refused = []
     if meta.get("quantization_config"):
-        refused.append("quantization_config (quantized weights: import the float model, then zoo quantize)")
+        refused.append(  # zoo import reads compressed-tensors' int8 / int4 as float32 weights before this
+            "quantization_config (this format places float weights: zoo import reads compressed-tensors' "
+            "int8 / int4 folders; otherwise import the float model, then zoo quantize)"
+        )
     activation = meta.get("hidden_act", "silu")
     if activation not in ACTIVATIONS:
         refused.append(f"hidden_act {activation!r} (zoo computes {' / '.join(ACTIVATIONS)})")

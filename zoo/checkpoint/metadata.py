@@ -133,6 +133,7 @@ def write_checkpoint(
     source: dict[str, str] | None = None,
     preprocessing: Preprocessing | None = None,
     packages: tuple[str, ...] = (),
+    quantization: Scheme | None = None,
 ) -> Path:
     """Canonical tensors and the metadata that rebuilds their model, as one checkpoint file.
 
@@ -142,6 +143,7 @@ def write_checkpoint(
     are the writing framework's libraries (its backend's, :func:`zoo.backend.save_checkpoint`
     passes them), whose versions the file records beside zoo's own. ``preprocessing`` is
     what the model's inputs went through (zoo.preprocessing), recorded for whoever uses it.
+    ``quantization`` is the scheme of ``tensors`` stored quantized (zoo.checkpoint.quantized).
     """
     task_info = config.task_info() | ({"vocab": vocab} if vocab is not None else {})
     metadata = {
@@ -160,6 +162,8 @@ def write_checkpoint(
     }
     if source is not None:
         metadata["source"] = json.dumps(source)
+    if quantization is not None:
+        metadata["quantization"] = quantization.model_dump_json(exclude_none=True)
     if preprocessing is not None:
         _check_labels(path, preprocessing, config)
         metadata["preprocessing"] = preprocessing.to_json()
@@ -198,14 +202,7 @@ def read_checkpoint(path: str | Path, architecture: str | None = None) -> Checkp
     _check_format(path, metadata)
     family = _family(path, metadata, architecture)
     config = _config(path, family, metadata)
-    for key in (
-        "task_info",
-        "recipe",
-        "metrics",
-        "versions",
-        "source",
-        "preprocessing",
-    ):  # objects, looked up
+    for key in ("task_info", "recipe", "metrics", "versions", "source", "preprocessing"):  # objects
         source = f"{path}: its {key} metadata"
         parse_json(metadata.get(key, "{}"), source, error=CheckpointError, fix="the file is damaged")
     _check_task(path, metadata, config)

@@ -95,13 +95,13 @@ def quantize(weight: np.ndarray, scheme: Scheme) -> tuple[np.ndarray, np.ndarray
     integers = integers.reshape(rows, -1)[:, : flat.shape[1]]
     if scheme.scheme == "int8":
         return integers.reshape(weight.shape), scale
-    return _pack(integers), scale
+    return pack(integers), scale
 
 
 def dequantize(integers: np.ndarray, scale: np.ndarray, shape: tuple[int, ...], scheme: Scheme) -> np.ndarray:
     """The float32 weight of ``shape`` the twins compute with: each integer times its scale."""
     rows, columns = shape[0], math.prod(shape[1:])
-    values = integers.reshape(rows, columns) if scheme.scheme == "int8" else _unpack(integers, columns)
+    values = integers.reshape(rows, columns) if scheme.scheme == "int8" else unpack(integers, columns)
     grouped = _grouped(values.astype(np.float32), scheme)
     weight = (grouped * scale[:, :, None]).reshape(rows, -1)[:, :columns]
     return np.ascontiguousarray(weight).reshape(shape)
@@ -117,7 +117,7 @@ def _grouped(flat: np.ndarray, scheme: Scheme) -> np.ndarray:
     return flat.reshape(rows, -1, size)
 
 
-def _pack(integers: np.ndarray) -> np.ndarray:
+def pack(integers: np.ndarray) -> np.ndarray:
     """(rows, columns) integers in [-8, 7] as (rows, ceil(columns / 2)) bytes, low nibble first."""
     if integers.shape[1] % 2:
         integers = np.pad(integers, ((0, 0), (0, 1)))
@@ -125,8 +125,8 @@ def _pack(integers: np.ndarray) -> np.ndarray:
     return nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
 
 
-def _unpack(packed: np.ndarray, columns: int) -> np.ndarray:
-    """:func:`_pack`'s inverse: (rows, columns) int8."""
+def unpack(packed: np.ndarray, columns: int) -> np.ndarray:
+    """:func:`pack`'s inverse: (rows, columns) int8."""
     low, high = packed & 0x0F, packed >> 4
     nibbles = np.stack([low, high], axis=2).reshape(packed.shape[0], -1)[:, :columns]
     return ((nibbles ^ 8).astype(np.int8) - 8).astype(np.int8)

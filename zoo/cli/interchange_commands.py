@@ -72,11 +72,14 @@ def import_(
             "path": str(done.path), "source": str(src), "architecture": what, "family": done.family.name,
             "format": done.format.name, "tensors": done.tensors,
             "tokenizer": str(done.tokenizer) if done.tokenizer else None,
+            "quantization": done.quantization.describe() if done.quantization else None,
+            "quantized": done.integers, "left_float": list(done.left_float),
         })  # fmt: skip
     elif quiet:
         click.echo(str(done.path))
     else:
-        click.echo(f"{done.path}: {what} ({done.format.name} layout, {done.tensors} tensors)")
+        held = f", {done.integers} held as {done.quantization.describe()}" if done.quantization else ""
+        click.echo(f"{done.path}: {what} ({done.format.name} layout, {done.tensors} tensors{held})")
 
 
 @click.command("export")

@@ -6,6 +6,9 @@ this package reads and writes the files around them, a module per job:
 - :mod:`zoo.interchange.foreign_files`: foreign weight files read. Reading never unpickles
   arbitrary objects: ``.pth``/``.pt``/``.bin`` go through ``torch.load(weights_only=True)``.
   Nothing is downloaded.
+- :mod:`zoo.interchange.compressed_tensors`: transformers folders compressed-tensors quantized
+  int8 / int4, read as zoo's quantized checkpoints keeping their integers; other quantizations
+  refused by name.
 - :mod:`zoo.interchange.tokenizer_io`: a foreign folder's tokenizer in, a tokenizer saved beside
   a checkpoint.
 - :mod:`zoo.interchange.inputs`: every file a command reads, which none of its outputs may replace.

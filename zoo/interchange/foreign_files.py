@@ -2,7 +2,8 @@
 through torch), torch state dicts (``.pth``/``.pt``/``.bin`` through
 ``torch.load(weights_only=True)``, so nothing but tensors is unpickled; training scripts' wrappers
 and DistributedDataParallel's ``module.`` prefix taken off) and transformers folders (one weight
-file, or the shards its index names inside the folder). Nothing is downloaded.
+file, or the shards its index names inside the folder; compressed-tensors' int8 / int4 weights as
+their float32 weights, :mod:`zoo.interchange.compressed_tensors`). Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from safetensors import safe_open
 from zoo.checkpoint.file import CheckpointError, read_header
 from zoo.checkpoint.foreign import Tensors
 from zoo.interchange import InterchangeError
+from zoo.interchange.compressed_tensors import Held, held, read_scheme
 from zoo.limits import json_kind, read_json
 from zoo.progress import track
 
@@ -31,13 +33,23 @@ WRAPPERS = ("state_dict", "model_state_dict", "model", "module")
 
 def read_foreign(src: str | Path) -> tuple[Tensors, dict[str, Any]]:
     """A foreign file's tensors (float32 where floating) and the ``config.json`` beside them."""
+    tensors, meta, _ = read_foreign_held(src)
+    return tensors, meta
+
+
+def read_foreign_held(src: str | Path) -> tuple[Tensors, dict[str, Any], Held | None]:
+    """:func:`read_foreign`, and the integers a quantized folder holds: compressed-tensors'
+    weight-only int8 / int4 (zoo.interchange.compressed_tensors) read as their float32 weights, the
+    ``quantization_config`` taken out of the config (the tensors are float now) and kept in
+    :class:`Held`; every other quantization refused by name before a weight is read."""
     src = Path(src)
     meta: dict[str, Any] = {}
+    scheme = None
     if src.is_dir():
         config = src / "config.json"
         if config.is_file():
             meta = read_json(config, error=InterchangeError, fix="it should be transformers' config.json")
-            refuse_quantized(config, meta)
+            scheme = read_scheme(config, meta)
         weights = directory_weights(src)
     elif src.is_file():
         weights = [src]
@@ -48,25 +60,10 @@ def read_foreign(src: str | Path) -> tuple[Tensors, dict[str, Any]]:
         tensors.update(read_weight_file(path))
     if not tensors:
         raise InterchangeError(f"{src}: holds no tensors")
-    return tensors, meta
-
-
-def refuse_quantized(config: Path, meta: dict[str, Any]) -> None:
-    """A transformers model saved quantized (bitsandbytes, GPTQ, AWQ, torchao, compressed-tensors...)
-    is refused before its weights are read, naming its method: its tensors are another library's
-    integers, packed and scaled its own way, which zoo would not compute exactly. The float model
-    imports, and ``zoo quantize`` makes zoo's own int8/int4 of it, the same in both frameworks."""
-    found = meta.get("quantization_config")
-    if not found:
-        return
-    found = found if isinstance(found, dict) else {}
-    method = found.get("quant_method", "unnamed")
-    bits = [key for key in ("load_in_4bit", "load_in_8bit") if found.get(key)]
-    said = f"quant_method {method!r:.40}" + (f" ({', '.join(bits)})" if bits else "")
-    raise InterchangeError(
-        f"{config}: a quantized model (quantization_config: {said}); zoo imports float weights and "
-        "quantizes them itself: import the float model, then `zoo quantize CHECKPOINT --scheme int8|int4`"
-    )
+    if scheme is None:
+        return tensors, meta, None
+    tensors, found = held(tensors, scheme, meta, src)
+    return tensors, {key: value for key, value in meta.items() if key != "quantization_config"}, found
 
 
 def directory_weights(src: Path) -> list[Path]:

@@ -1,23 +1,28 @@
 """``zoo import``: a torchvision / timm / transformers file or folder -> a zoo checkpoint, read
 by the first registered format that places every tensor, with the tokenizer and preprocessing
-the folder carries.
+the folder carries. A folder compressed-tensors quantized int8 / int4 becomes a quantized zoo
+checkpoint holding the file's integers and scales (zoo.interchange.compressed_tensors).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from zoo import registry
 from zoo.checkpoint.foreign import ForeignFormat, ForeignLayoutError, Tensors
-from zoo.checkpoint.metadata import write_checkpoint
+from zoo.checkpoint.metadata import read_checkpoint, write_checkpoint
+from zoo.checkpoint.quantized import SCALE, Scheme
 from zoo.checkpoint.tables import tensor_specs
 from zoo.family import Family
 from zoo.interchange import InterchangeError
-from zoo.interchange.foreign_files import TORCH_SUFFIXES, directory_weights, read_foreign
+from zoo.interchange.compressed_tensors import Held, stored
+from zoo.interchange.foreign_files import TORCH_SUFFIXES, directory_weights, read_foreign_held
 from zoo.interchange.inputs import import_inputs
 from zoo.interchange.tokenizer_io import save_tokenizer, source_tokenizer
+from zoo.limits import read_json
 from zoo.overwrite import refuse_inputs_as_outputs
 from zoo.peak_memory import check_memory, import_estimate
 from zoo.preprocessing import Preprocessing, PreprocessingError, TextPreprocessing
@@ -35,6 +40,9 @@ class Imported:
     config: Any
     tensors: int
     tokenizer: Path | None = None  # the source directory's tokenizer, saved next to the checkpoint
+    quantization: Scheme | None = None  # a quantized folder's scheme, kept (compressed-tensors)
+    integers: int = 0  # how many weights the checkpoint holds as the file's integers
+    left_float: tuple[str, ...] = ()  # quantized in the file, placed off zoo's rows: float32, as exact
 
 
 def import_checkpoint(
@@ -63,10 +71,9 @@ def import_checkpoint(
         raise InterchangeError(f"{target}: already exists; choose another --out or pass --overwrite")
     if src.exists():  # else read_foreign says so
         weights = directory_weights(src) if src.is_dir() else [src]
-        check_memory(
-            import_estimate(weights, TORCH_SUFFIXES), ["free some memory, or import on a larger machine"]
-        )
-    tensors, meta = read_foreign(src)
+        estimate = import_estimate(weights, TORCH_SUFFIXES, _expansion(src))
+        check_memory(estimate, ["free some memory, or import on a larger machine"])
+    tensors, meta, found = read_foreign_held(src)
     candidates = _candidates(format, architecture)
     failures: list[tuple[Family, ForeignFormat, ForeignLayoutError]] = []
     for family, fmt in candidates:
@@ -80,12 +87,41 @@ def import_checkpoint(
         tokenizer = source_tokenizer(src, config)  # checked before anything is written
         preprocessing = _source_preprocessing(src, fmt, config, meta, tokenizer)
         source = {"file": str(src.resolve()), "format": fmt.name} | ({"config": meta} if meta else {})
-        path = write_checkpoint(
-            target, config, canonical, framework="imported", source=source, preprocessing=preprocessing
-        )
+        left: list[str] = []
+        if found is not None:  # the file's integers, found again in the placed weights
+            place = partial(fmt.read, meta=meta, num_heads=num_heads)
+            canonical, left = stored(place, tensors, canonical, found)
+        path = _write(target, config, canonical, found, source, preprocessing)
         saved = save_tokenizer(tokenizer, src, path.parent) if tokenizer is not None else None
-        return Imported(path, family, fmt, config, len(canonical), saved)
+        integers = sum(name.endswith(SCALE) for name in canonical)
+        return Imported(
+            path, family, fmt, config, len(canonical) - integers, saved,
+            found.scheme if found else None, integers, tuple(left),
+        )  # fmt: skip
     raise InterchangeError(_nothing_fits(src, tensors, failures))
+
+
+def _expansion(src: Path) -> float:
+    """Float32 bytes a stored byte becomes, at most: 8 in a quantized folder (int4's half byte)."""
+    config = src / "config.json"
+    if not config.is_file():
+        return 1.0
+    meta = read_json(config, error=InterchangeError, fix="it should be transformers' config.json")
+    return 8.0 if isinstance(meta, dict) and meta.get("quantization_config") else 1.0
+
+
+def _write(target: Path, config, tensors: Tensors, found: Held | None, source: dict, preprocessing) -> Path:
+    """The checkpoint; a quantized folder's holds its integers and scales (``tensors``) and the
+    scheme, and is read back, as ``zoo quantize``'s is."""
+    if found is not None:
+        source = {**source, "quantization_config": found.config}
+    path = write_checkpoint(
+        target, config, tensors, framework="imported", source=source, preprocessing=preprocessing,
+        quantization=found.scheme if found else None,
+    )  # fmt: skip
+    if found is not None:
+        read_checkpoint(path)  # what was written is a checkpoint zoo reads, or the import fails here
+    return path
 
 
 def _source_preprocessing(src: Path, fmt: ForeignFormat, config, meta: dict[str, Any], tokenizer):
