@@ -28,7 +28,7 @@ import reference_env
 import safetensors.numpy
 from click.testing import CliRunner
 from conftest import eval_output as run
-from conftest import relative_error
+from conftest import max_diff, relative_error
 from drawn_configs import assert_twins_are_transformers, reference_built
 from hypothesis import strategies as st
 from twin_gradients import keras_pass, largest_gap, torch_pass
@@ -318,3 +318,31 @@ def test_the_config_refuses_what_cannot_be_built():
         registry.resolve_config("gemma-micro", layer_types=["full_attention"])
     with pytest.raises(ValueError, match=r"use num_key_value_heads in 1, 2, 4"):
         registry.resolve_config("gemma-micro", num_key_value_heads=3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_softcaps_gradient_is_torchs_where_tanh_saturates(dtype):
+    """TensorFlow's float32 tanh is exactly 1 from x / cap = 8 on, torch's from about 9: the Keras
+    softcap's gradient (zoo.nn.keras.activations.softcap) is torch's ``1 - tanh^2`` all the same,
+    zero exactly where torch's is. Found by test_random_parity: a Gemma whose logits reached that
+    far had every Keras gradient 3e-3 of the largest apart from torch's, its float64 twins agreeing."""
+    import tensorflow as tf
+    import torch
+
+    from zoo.nn.keras.activations import softcap
+
+    cap = 0.125
+    z = np.concatenate([np.linspace(-25, 25, 2001), [7.9, 8.0, 8.25, 8.5, 9.0, 9.1, 9.5]])
+    x = (z * cap).astype(dtype)
+    reference = torch.tensor(x, requires_grad=True)
+    (torch.tanh(reference / cap) * cap).sum().backward()
+    expected = reference.grad.numpy()
+    variable = tf.Variable(x)
+    with tf.GradientTape() as tape:
+        out = softcap(variable, cap)
+    got = tape.gradient(out, variable).numpy()
+    assert np.array_equal(got > 0, expected > 0)  # none zeroed early (TensorFlow's own tanh: from 8 on)
+    assert max_diff(got, expected) <= 4 * np.finfo(dtype).eps
+    forward = torch.tanh(torch.from_numpy(x) / cap).numpy() * cap
+    # the forward is TensorFlow's tanh, a few ulps from torch's (float64: 3.5 eps * cap measured)
+    assert max_diff(out.numpy(), forward) <= 8 * np.finfo(dtype).eps * cap

@@ -23,6 +23,7 @@ from zoo.nn.keras import (
     blocked_mask,
     require,
 )
+from zoo.nn.keras.activations import softcap
 from zoo.nn.keras.attention import joined_padding, padded_positions, static_step
 from zoo.nn.keras.decoder import CausalDecoder
 from zoo.nn.keras.heads import TiedProduct
@@ -120,8 +121,7 @@ class Gemma(CausalDecoder):
         cap = self.zoo_config.final_logit_softcapping
         if cap is None:
             return logits
-        cap = ops.convert_to_tensor(cap, dtype=logits.dtype)
-        return ops.multiply(ops.tanh(ops.divide(logits, cap)), cap)
+        return softcap(logits, cap)
 
     def _run(self, ids, padding_mask, cache: DecodeCache | StaticCache | None, cached: bool, training: bool):
         if isinstance(cache, StaticCache):

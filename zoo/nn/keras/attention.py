@@ -20,6 +20,7 @@ import math
 import keras
 from keras import layers, ops
 
+from zoo.nn.keras.activations import softcap as capped
 from zoo.nn.keras.linear import Dense, add_bias
 from zoo.nn.keras.norm import RMSNorm
 from zoo.nn.keras.rotary import apply_rotary
@@ -118,8 +119,7 @@ def attention_probabilities(
     factor = head_dim**-0.5 if scale is None else scale
     logits = ops.multiply(ops.cast(scores, dtype), ops.convert_to_tensor(factor, dtype=dtype))
     if softcap is not None:
-        cap = ops.convert_to_tensor(softcap, dtype=dtype)
-        logits = ops.multiply(ops.tanh(ops.divide(logits, cap)), cap)
+        logits = capped(logits, softcap)
     if blocked is not None:
         logits = ops.where(blocked, ops.cast(float("-inf"), dtype), logits)
     return ops.cast(ops.softmax(logits, axis=-1), scores.dtype)
