@@ -228,3 +228,17 @@ def test_other_quantizations_are_refused_by_name_before_the_weights(reference, c
     out = " ".join(out.split())
     assert code == 2 and said in out and FIX in out, out
     assert "a quantized model (quantization_config:" in out and not (tmp_path / "out").exists()
+
+
+def test_the_memory_check_counts_the_integers_made_float32(reference, tmp_path, monkeypatch):
+    """A quantized folder's weights become float32 as they are read (int4: eight times their
+    bytes): an import the file's size alone would let through is refused, nothing written."""
+    from zoo.peak_memory import MemoryShort
+
+    size = (reference / "llama-int4" / "model.safetensors").stat().st_size
+    monkeypatch.setenv("ZOO_AVAILABLE_MEMORY", str(5 * size))  # over the 3 file sizes a float import holds
+    with pytest.raises(MemoryShort, match="zoo import needs about"):
+        import_checkpoint(reference / "llama-int4", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("ZOO_AVAILABLE_MEMORY", str(11 * size))  # file, float32 weights, checkpoint
+    assert import_checkpoint(reference / "llama-int4", tmp_path / "out").path.is_file()
