@@ -21,11 +21,16 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+import warm_zoo
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "reference"
 VENV = ROOT / ".venv-ref"
 CACHE = ROOT / ".cache" / "reference"
 PINS = (SCRIPTS / "requirements.txt", SCRIPTS / "constraints.txt")
+# What the scripts import, once per worker in a server their processes fork from (warm_zoo): a
+# script's imports took 4-8 CPU-seconds of a run of a second or two.
+PRELOAD = ("shim", "torch", "transformers.modeling_utils", "torchvision", "timm", "peft")
 
 
 @contextmanager
@@ -110,9 +115,10 @@ def fixtures(script: str, *args: str) -> Path:
             return out
         out.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPATH": str(SCRIPTS), "CUDA_VISIBLE_DEVICES": ""}
-        done = subprocess.run(
-            [str(interpreter), str(source), str(out), *args], capture_output=True, text=True, env=env
-        )
+        done = warm_zoo.run(
+            [str(interpreter), str(source), str(out), *args], capture_output=True, text=True, env=env,
+            preload=PRELOAD,
+        )  # fmt: skip
         if done.returncode:
             raise RuntimeError(f"{script} {' '.join(args)} failed in {VENV}:\n{done.stderr[-4000:]}")
         (out / ".done").touch()
@@ -130,9 +136,10 @@ def run(script: str, out: Path, *args: str) -> Path:
     """Run ``tests/reference/<script> OUT *args`` in the reference environment on files a test
     wrote (not cached: they change with zoo's code); return OUT."""
     env = {**os.environ, "PYTHONPATH": str(SCRIPTS), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [str(python()), str(SCRIPTS / script), str(out), *args], capture_output=True, text=True, env=env
-    )
+    done = warm_zoo.run(
+        [str(python()), str(SCRIPTS / script), str(out), *args], capture_output=True, text=True, env=env,
+        preload=PRELOAD,
+    )  # fmt: skip
     if done.returncode:
         raise RuntimeError(f"{script} {' '.join(args)} failed in {VENV}:\n{done.stderr[-4000:]}")
     return out

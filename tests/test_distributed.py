@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import warm_zoo
 from conftest import max_diff
 from safetensors.numpy import load_file
 
@@ -40,7 +41,7 @@ def train(recipe, tmp_path, name, *overrides):
     env = {**os.environ, "ZOO_DDP_TIMEOUT_S": "60", "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = [sys.executable, "-m", "zoo.cli", "train", str(recipe), "--set", f"export.dir={tmp_path}",
                "--set", f"export.run_name={name}", *(a for o in overrides for a in ("--set", o))]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    done = warm_zoo.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / name / "summary.json").read_text())
     return load_file(tmp_path / name / "model.safetensors"), summary["metrics"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import reference_env
+import warm_zoo
 from click.testing import CliRunner
 from conftest import max_diff
 
@@ -317,13 +318,13 @@ def test_sigkill_then_resume_gives_the_same_adapter(framework, base, tmp_path):
     raw["init"]["lora"]["dropout"] = 0.1  # seeded dropout masks must resume too
     recipe.write_text(yaml.safe_dump(raw))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    whole = subprocess.run(
+    whole = warm_zoo.run(
         command(tmp_path, framework, recipe, "whole"), env=env, capture_output=True, text=True, timeout=300
     )
     assert whole.returncode == 0, whole.stderr[-2000:]
     batches = json.loads((tmp_path / "runs" / "whole" / "summary.json").read_text())
     assert batches
-    victim = subprocess.Popen(command(tmp_path, framework, recipe, "killed"), env=env,
+    victim = warm_zoo.Popen(command(tmp_path, framework, recipe, "killed"), env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     run_dir = tmp_path / "runs" / "killed"
     deadline = time.monotonic() + 240
@@ -336,7 +337,7 @@ def test_sigkill_then_resume_gives_the_same_adapter(framework, base, tmp_path):
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert not (run_dir / "adapter.safetensors").exists()
-    resumed = subprocess.run(
+    resumed = warm_zoo.run(
         [sys.executable, "-m", "zoo.cli", "resume", str(run_dir)],
         env=env,
         capture_output=True,
@@ -432,7 +433,7 @@ def test_two_replicas_train_the_one_device_adapter(framework, strategy, tmp_path
     adapters, runs = {}, {"single": [], "parallel": [f"trainer.strategy={strategy}", "trainer.devices=2"]}
     for name, sets in runs.items():
         args = [a for s in [f"export.run_name={name}", *sets] for a in ("--set", s)]
-        done = subprocess.run([sys.executable, "-m", "zoo.cli", "train", str(recipe), *args],
+        done = warm_zoo.run([sys.executable, "-m", "zoo.cli", "train", str(recipe), *args],
                               env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         run_dir = tmp_path / "runs" / name

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import warm_zoo
 from safetensors.numpy import load_file
 
 from zoo.checkpoint.state import states, step_of
@@ -43,7 +44,7 @@ def command(tmp_path, framework, name, *verb):
 
 def run(args, **kw):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, **kw)
+    return warm_zoo.run(args, env=env, capture_output=True, text=True, timeout=300, **kw)
 
 
 @pytest.mark.parametrize("framework", ["lightning", "keras"])
@@ -52,7 +53,7 @@ def test_sigkill_mid_epoch_then_resume_gives_identical_weights(tmp_path, framewo
     assert done.returncode == 0, done.stderr[-2000:]
 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    victim = subprocess.Popen(command(tmp_path, framework, "killed"), env=env,
+    victim = warm_zoo.Popen(command(tmp_path, framework, "killed"), env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     run_dir = tmp_path / "killed"
     deadline = time.monotonic() + 240
@@ -112,7 +113,7 @@ def rows(run_dir: Path) -> list[dict[str, str]]:
 def kill_mid_epoch_two(tmp_path: Path, framework: str) -> Path:
     """Start a run and SIGKILL it once a state inside its second epoch is saved."""
     run_dir = tmp_path / "killed"
-    victim = subprocess.Popen(train_command(tmp_path, framework, "killed"), env=ENV,
+    victim = warm_zoo.Popen(train_command(tmp_path, framework, "killed"), env=ENV,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 240
     try:
@@ -128,7 +129,7 @@ def kill_mid_epoch_two(tmp_path: Path, framework: str) -> Path:
 
 @pytest.mark.parametrize("framework", ["lightning", "keras"])
 def test_the_interrupted_epochs_row_equals_an_uninterrupted_runs(tmp_path, framework):
-    done = subprocess.run(train_command(tmp_path, framework, "whole"), env=ENV, capture_output=True,
+    done = warm_zoo.run(train_command(tmp_path, framework, "whole"), env=ENV, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -138,7 +139,7 @@ def test_the_interrupted_epochs_row_equals_an_uninterrupted_runs(tmp_path, frame
     assert len(rows(run_dir)) == 1, "the first epoch's row is written before the kill"
 
     started = time.perf_counter()
-    resumed = subprocess.run([sys.executable, "-m", "zoo.cli", "resume", str(run_dir)], env=ENV,
+    resumed = warm_zoo.run([sys.executable, "-m", "zoo.cli", "resume", str(run_dir)], env=ENV,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     resume_seconds = time.perf_counter() - started
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_zoo
 from conftest import RECIPE, tiny
 from trained_runs import copy_run
 
@@ -26,7 +27,7 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes | None, int]]:
 
 def zoo(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run(
+    return warm_zoo.run(
         [sys.executable, "-m", "zoo.cli", *args], env=env, capture_output=True, text=True, timeout=300
     )
 

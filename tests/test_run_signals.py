@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import warm_zoo
 from cli_helpers import sets, zoo
 from conftest import FRAMEWORKS, RECIPE, tiny
 from safetensors.numpy import load_file
@@ -91,7 +92,7 @@ def signalled(
     where = [f"export.dir={tmp_path}", f"export.run_name={run.name}"]
     args = ["train", str(recipe), "--framework", framework, *sets(*settings, *overrides, *where)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run(
+    done = warm_zoo.run(
         [sys.executable, str(script), framework, hook, str(count), name, *args],
         env=env, capture_output=True, text=True, timeout=600, start_new_session=True,
     )  # fmt: skip

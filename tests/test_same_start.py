@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import safetensors.numpy
+import warm_zoo
 
 import zoo
 from zoo import registry
@@ -91,8 +91,8 @@ def test_without_dropout_both_frameworks_reach_the_same_test_accuracy(recipe, tm
     for framework in ("lightning", "keras"):
         command = [str(Path(sys.executable).with_name("zoo")), "train", str(recipe), "--framework", framework]
         command += [arg for item in sets for arg in ("--set", item)]
-        subprocess.run(
-            command, check=True, capture_output=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        warm_zoo.run(
+            command, check=True, capture_output=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
         )
         summary = next(tmp_path.glob(f"*-{framework}-*/summary.json"))
         accuracy[framework] = json.loads(summary.read_text())["metrics"]["test_accuracy"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import warm_zoo
 from safetensors.numpy import load_file
 from stream_corpus import write_corpus
 
@@ -31,7 +32,7 @@ def environment(tmp_path, **extra) -> dict[str, str]:
 
 def read(tmp_path, framework, corpus, name, env=None, *args) -> subprocess.Popen:
     command = [sys.executable, str(READER), framework, str(corpus), str(tmp_path / f"{name}.json"), *args]
-    return subprocess.Popen(command, env=env or environment(tmp_path), stderr=subprocess.PIPE, text=True)
+    return warm_zoo.Popen(command, env=env or environment(tmp_path), stderr=subprocess.PIPE, text=True)
 
 
 def finished(processes: list[subprocess.Popen]) -> None:
@@ -92,15 +93,13 @@ def test_sigkill_mid_epoch_then_resume_continues_the_stream_to_identical_weights
     recipe = tmp_path / "lm.yaml"
     recipe.write_text(RECIPE % (tmp_path / "corpus"))
     env = environment(tmp_path)
-    whole = subprocess.run(
-        train(tmp_path, recipe, framework, "whole"), env=env, capture_output=True, text=True
-    )
+    whole = warm_zoo.run(train(tmp_path, recipe, framework, "whole"), env=env, capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr[-3000:]
     steps = int((tmp_path / "whole" / "metrics.csv").read_text().splitlines()[1].split(",")[1])
     kill_at = (steps + steps // 2) // 5 * 5  # a state saved in the middle of the second epoch
     assert steps < kill_at < 2 * steps
 
-    victim = subprocess.Popen(train(tmp_path, recipe, framework, "killed"), env=env,
+    victim = warm_zoo.Popen(train(tmp_path, recipe, framework, "killed"), env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     run_dir, deadline = tmp_path / "killed", time.monotonic() + 300
     try:
@@ -112,7 +111,7 @@ def test_sigkill_mid_epoch_then_resume_continues_the_stream_to_identical_weights
         victim.send_signal(signal.SIGKILL)
         victim.wait()
     assert not (run_dir / "model.safetensors").exists()
-    resumed = subprocess.run([sys.executable, "-m", "zoo.cli", "resume", str(run_dir)], env=env,
+    resumed = warm_zoo.run([sys.executable, "-m", "zoo.cli", "resume", str(run_dir)], env=env,
                              capture_output=True, text=True)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming" in resumed.stderr
@@ -170,7 +169,7 @@ def test_an_image_that_opens_but_cannot_be_decoded_stops_training_in_one_line(tm
         "       test_fraction: 0.2}\n"
         "trainer: {max_epochs: 1, progress_bar: false}\n"
     )
-    done = subprocess.run(train(tmp_path, recipe, framework, "broken"), env=environment(tmp_path),
+    done = warm_zoo.run(train(tmp_path, recipe, framework, "broken"), env=environment(tmp_path),
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr

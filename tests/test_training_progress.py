@@ -12,6 +12,7 @@ import sys
 import threading
 
 import pytest
+import warm_zoo
 from conftest import FRAMEWORKS, RECIPE, tiny
 
 EPOCHS = 3
@@ -37,7 +38,7 @@ def environment() -> dict[str, str]:
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_piped_run_writes_one_line_per_epoch_on_stderr(tmp_path, framework):
-    done = subprocess.run(
+    done = warm_zoo.run(
         train_command(tmp_path, framework), env=environment(), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
