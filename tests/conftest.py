@@ -23,6 +23,8 @@ os.environ.setdefault("ZOO_NUM_THREADS", "1")
 # rest its verdict must not depend on what else the machine is running.
 os.environ.setdefault("ZOO_AVAILABLE_MEMORY", "unlimited")
 
+import warm_zoo
+
 from zoo import registry
 
 # Shared helpers that assert: their failures get pytest's detailed explanation too.
@@ -119,6 +121,13 @@ def pytest_configure(config):
         import reference_env
 
         reference_env.build_in_background()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _warm_servers_end_with_their_file():
+    """The pre-imported servers of tests/warm_zoo.py live while the file that started them runs."""
+    yield
+    warm_zoo.close_all()
 
 
 @pytest.fixture

@@ -119,10 +119,10 @@ class _Server:
 
 _servers: dict[tuple, _Server] = {}  # the most recently used last
 _lock = threading.Lock()
-# Each server holds ~1 GB (torch, TensorFlow, Keras imported) and a worker's tests use one or two
-# environments at a time, and the reference environment: more servers would only hold memory the
-# heaviest tests need.
-SERVERS = 3
+# Each server holds ~1 GB (torch, TensorFlow, Keras imported), and a test file uses one zoo
+# environment and the reference environment's: more would hold memory the heaviest tests need
+# (conftest closes them all at the end of each file, see close_all).
+SERVERS = 2
 
 
 def _server(interpreter: str, preload: tuple[str, ...], env: dict[str, str]) -> _Server:
@@ -136,6 +136,14 @@ def _server(interpreter: str, preload: tuple[str, ...], env: dict[str, str]) -> 
             server = _Server(interpreter, preload, env)
         _servers[key] = server
         return server
+
+
+def close_all() -> None:
+    """End every idle server: a worker's next test file may be one that needs the memory (a Gemma
+    ONNX export took a worker to 16.5 GB, and a third server beside it to the OOM killer)."""
+    with _lock:
+        for key in [k for k, server in _servers.items() if not server.commands]:
+            _servers.pop(key).close()
 
 
 def _fd(stream, default: int, opened: list, pipes: list, text: bool):
@@ -375,6 +383,7 @@ def _serve(address: str, parent: int, preload: list[str]) -> None:
             os.close(fd)
         connection.sendall(f"{pid}\n".encode())
         threading.Thread(target=reap, args=(connection, pid), daemon=True).start()
+    shutil.rmtree(os.path.dirname(address), ignore_errors=True)  # the caller ended without closing it
 
 
 if __name__ == "__main__":
