@@ -32,7 +32,9 @@ def environment(tmp_path, **extra) -> dict[str, str]:
 
 def read(tmp_path, framework, corpus, name, env=None, *args) -> subprocess.Popen:
     command = [sys.executable, str(READER), framework, str(corpus), str(tmp_path / f"{name}.json"), *args]
-    return warm_zoo.Popen(command, env=env or environment(tmp_path), stderr=subprocess.PIPE, text=True)
+    # Cold: each data-parallel reader's environment (RANK, TF_CONFIG) is read at import, so a
+    # warm server would be started for each one.
+    return subprocess.Popen(command, env=env or environment(tmp_path), stderr=subprocess.PIPE, text=True)
 
 
 def finished(processes: list[subprocess.Popen]) -> None:
