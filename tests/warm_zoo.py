@@ -1,21 +1,23 @@
 """``zoo`` commands run in processes that start with torch, Lightning, TensorFlow and Keras
 already imported: forked from a server that imported them once.
 
-Tests start ~90 zoo commands (runs killed and resumed, data-parallel reads, same-start trainings),
+Tests start ~90 zoo commands (runs killed and resumed, signalled, same-start trainings),
 and each paid 5-9 CPU-seconds importing the frameworks before its first step, a quarter of the
 suite's CPU. Here a server process per pytest worker and environment imports them once, as the
 ``zoo`` command would (TensorFlow's C++ logging quieted first, :func:`zoo.cli.main`'s order), and
 forks a child per command. The child is a real process: it gets the caller's stdin, stdout and
 stderr (passed as file descriptors), its working folder, environment and arguments, and exits
-through the interpreter's normal shutdown; signals reach it by its pid, SIGKILL included. What it
+through atexit and flushed output but not the module teardown (see _exit); signals reach it by its
+pid, SIGKILL included. What it
 cannot be is the caller's child or part of its terminal's process group, so a test of what a
 terminal's ctrl-c does, or of what a fresh process prints while it imports, starts ``zoo``
 itself.
 
 :func:`run` and :class:`Popen` take the command lines tests write (``.venv/bin/zoo ARGS``,
 ``python -m zoo.cli ARGS``, or a Python script that runs zoo, ``python SCRIPT.py ARGS``) and
-``subprocess``'s arguments; anything else goes to ``subprocess``, as does an environment that
-differs from the server's in a variable read at import (one new server per environment).
+``subprocess``'s arguments; anything else goes to ``subprocess``. Each environment (less the
+variables read only at run time) gets its own server, so a test whose processes each have their
+own environment read at import (a data-parallel node's ``RANK``) starts them with ``subprocess``.
 ``ZOO_COLD_TESTS=1`` starts every command cold, as before.
 """
 
