@@ -34,6 +34,7 @@ REPEATS = 3  # ... and fields that repeat layers from [lower bound, lower bound 
 MAX_BATCH = 7
 MAX_STEPS = 8
 SMALL_IMAGE = 16
+LARGE = 64  # the largest integer drawn: a default above the drawn range, capped
 NOT_DRAWN = ("architecture", "preset")
 
 FAMILIES = list(registry.families())
@@ -113,14 +114,17 @@ def _strategy(
         lo, hi = _int_range(metadata)
         top = lo + small - 1 if hi is None else min(hi, lo + small - 1)
         drawn = _integers(lo, top, pool)
-        # A larger default (a max_len, a width) is what some combinations need to validate;
-        # an ImageNet-sized image (224) is capped: 16x16 validates what 224 does, at 1/196 the cost.
+        # A larger default (a max_len, a width) is what some combinations need to validate,
+        # offered at most at LARGE: 64 validates what a published size does, and the published
+        # sizes together cost minutes (Gemma's 262,144-token vocabulary at its width of 640 is
+        # 168M parameters, a minute of float64 copies in one example). An ImageNet-sized image
+        # (224) is capped the same way: 16x16 validates what 224 does, at 1/196 the cost.
         # A layer count never needs its default (SmolLM's 30 layers, BERT's 12: whole minutes of
         # Keras builds, and in float32 a chaos that hides differences).
         if name == "image_size" and isinstance(default, int):
             default = min(default, SMALL_IMAGE)
         if isinstance(default, int) and default > top and not repeat:
-            return st.one_of(drawn, st.just(default))
+            return st.one_of(drawn, st.just(min(default, LARGE)))
         return drawn
     if annotation is float:
         if "dropout" in name:  # train-mode outputs are only comparable without dropout
@@ -233,9 +237,10 @@ def _dropout_off(family: Family) -> dict[str, float]:
 
 def _sized(family: Family, size: int, base: dict[str, Any]) -> dict[str, Any]:
     """``base`` with every integer field (and integer list) at ``size`` (a layer count at
-    most 2), clamped into its bounds. Where that does not validate, the first field whose
-    default makes it valid keeps its default; failing that, fields are set to ``size`` one
-    by one wherever the config still validates."""
+    most 2), clamped into its bounds. Where that does not validate, a layer count one larger
+    (Qwen3-MoE's dense layer 1 wants two: at its default of 30, an edge case took 8 s), else
+    the first field whose default makes it valid keeps its default; failing that, fields are
+    set to ``size`` one by one wherever the config still validates."""
     sizable = {}
     for name, info in _drawable(family.config).items():
         value = _sized_value(
@@ -246,6 +251,10 @@ def _sized(family: Family, size: int, base: dict[str, Any]) -> dict[str, Any]:
     fields = {**base, **sizable}
     if _validate(family, fields) is not None:
         return fields
+    for name in [k for k in sizable if k in repeat_fields(family) and isinstance(sizable[k], int)]:
+        more = {**fields, name: sizable[name] + 1}  # one more layer (where a layer index is 1)
+        if _validate(family, more) is not None:
+            return more
     for name in sizable:
         fewer = {k: v for k, v in fields.items() if k != name}
         if _validate(family, fewer) is not None:
