@@ -124,10 +124,11 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _warm_servers_end_with_their_file():
-    """The pre-imported servers of tests/warm_zoo.py live while the file that started them runs."""
+def _warm_servers_yield_to_memory():
+    """The pre-imported servers of tests/warm_zoo.py outlive the file that started them, for the
+    worker's next files, unless memory runs short (warm_zoo.release_if_short)."""
     yield
-    warm_zoo.close_all()
+    warm_zoo.release_if_short()
 
 
 @pytest.fixture

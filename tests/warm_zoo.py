@@ -122,9 +122,12 @@ class _Server:
 _servers: dict[tuple, _Server] = {}  # the most recently used last
 _lock = threading.Lock()
 # Each server holds ~1 GB (torch, TensorFlow, Keras imported), and a test file uses one zoo
-# environment and the reference environment's: more would hold memory the heaviest tests need
-# (conftest closes them all at the end of each file, see close_all).
+# environment and the reference environment's: more would hold memory the heaviest tests need.
 SERVERS = 2
+# Below this much available memory at the end of a test file, its worker's idle servers end
+# (conftest, see release_if_short); above it they serve the next files, which then skip their
+# imports (a zoo server's are 9 s, the reference environment's 5 s, on a quiet core).
+KEEP_ABOVE = 8 * 2**30
 
 
 def _server(interpreter: str, preload: tuple[str, ...], env: dict[str, str]) -> _Server:
@@ -141,11 +144,29 @@ def _server(interpreter: str, preload: tuple[str, ...], env: dict[str, str]) -> 
 
 
 def close_all() -> None:
-    """End every idle server: a worker's next test file may be one that needs the memory (a Gemma
-    ONNX export took a worker to 16.5 GB, and a third server beside it to the OOM killer)."""
+    """End every idle server."""
     with _lock:
         for key in [k for k, server in _servers.items() if not server.commands]:
             _servers.pop(key).close()
+
+
+def release_if_short(keep_above: int = KEEP_ABOVE) -> None:
+    """End every idle server if the machine has less than ``keep_above`` bytes available: a
+    worker's next test file may be one that needs them (a Gemma ONNX export once took a worker
+    to 16.5 GB, and three idle servers beside it to the OOM killer)."""
+    if _available_bytes() < keep_above:
+        close_all()
+
+
+def _available_bytes() -> int:
+    """MemAvailable from /proc/meminfo; 0 (so: release) where there is none to read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _fd(stream, default: int, opened: list, pipes: list, text: bool):
