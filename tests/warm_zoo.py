@@ -8,10 +8,9 @@ suite's CPU. Here a server process per pytest worker and environment imports the
 forks a child per command. The child is a real process: it gets the caller's stdin, stdout and
 stderr (passed as file descriptors), its working folder, environment and arguments, and exits
 through atexit and flushed output but not the module teardown (see _exit); signals reach it by its
-pid, SIGKILL included. What it
-cannot be is the caller's child or part of its terminal's process group, so a test of what a
-terminal's ctrl-c does, or of what a fresh process prints while it imports, starts ``zoo``
-itself.
+pid, SIGKILL included. What it cannot be is the caller's child or part of its terminal's process
+group, so a test of what a terminal's ctrl-c does, or of what a fresh process prints while it
+imports, starts ``zoo`` itself.
 
 :func:`run` and :class:`Popen` take the command lines tests write (``.venv/bin/zoo ARGS``,
 ``python -m zoo.cli ARGS``, or a Python script that runs zoo, ``python SCRIPT.py ARGS``) and
@@ -154,19 +153,11 @@ def release_if_short(keep_above: int = KEEP_ABOVE) -> None:
     """End every idle server if the machine has less than ``keep_above`` bytes available: a
     worker's next test file may be one that needs them (a Gemma ONNX export once took a worker
     to 16.5 GB, and three idle servers beside it to the OOM killer)."""
-    if _available_bytes() < keep_above:
+    from zoo.peak_memory import kernel_available_bytes  # the tests set ZOO_AVAILABLE_MEMORY=unlimited
+
+    available = kernel_available_bytes()
+    if available is None or available < keep_above:
         close_all()
-
-
-def _available_bytes() -> int:
-    """MemAvailable from /proc/meminfo; 0 (so: release) where there is none to read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _fd(stream, default: int, opened: list, pipes: list, text: bool):

@@ -343,6 +343,12 @@ def available_bytes() -> int | None:
     text = os.environ.get(AVAILABLE_VARIABLE, "").strip()
     if text:
         return parse_size(text)
+    return kernel_available_bytes()
+
+
+def kernel_available_bytes() -> int | None:
+    """The kernel's estimate of the memory available to new work (psutil, or MemAvailable in
+    /proc/meminfo), whatever ``$ZOO_AVAILABLE_MEMORY`` says; None where neither says."""
     if psutil is not None:
         return int(psutil.virtual_memory().available)
     try:
